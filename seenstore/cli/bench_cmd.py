@@ -1,0 +1,1 @@
+"""Command family registered on seenstore.cli.main (filled in by its issue)."""

@@ -1,0 +1,1 @@
+"""Store commands: merge, stats, verify."""
