@@ -1,0 +1,64 @@
+"""Batch stage: validate offered keys, sort and deduplicate them, align answers.
+
+``prepare`` turns any offered keys (any order, repeats allowed) into the sorted
+unique array the merge needs; ``align`` maps the merge's answer on those unique
+keys back to the caller's order (True only at a key's first occurrence).
+``read_batch_file`` loads a raw little-endian uint64 batch file.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .errors import InvalidInputError, StoreNotFoundError
+from .kernels.batch import mark_first_new, unique_sorted
+
+
+def as_keys(keys) -> np.ndarray:
+    """Offered keys as a 1-D uint64 array (no copy when already one).
+
+    Accepts a uint64 array or a sequence of Python ints in [0, 2**64). Signed or
+    float arrays are refused rather than reinterpreted."""
+    if isinstance(keys, np.ndarray):
+        if keys.dtype != np.uint64:
+            if keys.dtype.kind == "u":
+                keys = keys.astype(np.uint64)
+            else:
+                raise InvalidInputError(
+                    f"keys must be an unsigned integer array (uint64), got {keys.dtype}")
+        if keys.ndim != 1:
+            raise InvalidInputError(f"keys must be 1-D, got shape {keys.shape}")
+        return keys
+    try:
+        return np.array(keys, dtype=np.uint64).reshape(-1)
+    except (OverflowError, TypeError, ValueError) as e:
+        raise InvalidInputError(f"keys must be integers in [0, 2**64): {e}") from None
+
+
+def prepare(keys: np.ndarray) -> np.ndarray:
+    """Sorted unique copy of ``keys``. Requires: uint64 (see ``as_keys``)."""
+    return unique_sorted(np.sort(keys))
+
+
+def align(keys: np.ndarray, new_sorted: np.ndarray) -> np.ndarray:
+    """Mask over ``keys``: True at the first occurrence of each key in ``new_sorted``."""
+    return mark_first_new(keys, new_sorted)
+
+
+def read_batch_file(path: str) -> np.ndarray:
+    """Read a batch file of raw little-endian uint64 keys (any order, repeats allowed).
+
+    Raises StoreNotFoundError if missing, InvalidInputError if its length is not a
+    multiple of 8 or it is a directory."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise StoreNotFoundError(f"{path}: no such batch file") from None
+    if os.path.isdir(path):
+        raise InvalidInputError(f"{path}: is a directory, expected a batch file")
+    if size % 8:
+        raise InvalidInputError(
+            f"{path}: length {size} is not a multiple of 8: not a batch of uint64 keys")
+    return np.fromfile(path, dtype="<u8").astype(np.uint64, copy=False)

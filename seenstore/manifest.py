@@ -1,0 +1,78 @@
+"""The manifest: the store's single commit point (docs/format.md, "Manifest").
+
+A small JSON document naming the run file of every shard, the layout, the policy
+identity, the generation and counters, sealed by an xxh3-64 checksum of its
+canonical encoding. Replaced atomically: write MANIFEST.tmp, fsync, rename over
+MANIFEST, fsync the directory. Whatever MANIFEST names is the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import xxhash
+
+from .errors import CorruptionError, NotSupportedError, StoreIOError
+
+NAME = "MANIFEST"
+TMP_NAME = "MANIFEST.tmp"
+FORMAT = "seenstore-manifest"
+MAJOR = 1
+MINOR = 0
+
+
+def _canonical(doc: dict) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write(directory: str, doc: dict, sync: bool = True) -> None:
+    """Atomically replace the manifest of ``directory`` with ``doc``."""
+    body = dict(doc, format=FORMAT, major=MAJOR, minor=MINOR)
+    body.pop("checksum", None)
+    sealed = dict(body, checksum=xxhash.xxh3_64_hexdigest(_canonical(body)))
+    data = json.dumps(sealed, sort_keys=True, indent=1).encode("utf-8") + b"\n"
+    tmp = os.path.join(directory, TMP_NAME)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(directory, NAME))
+    if sync:
+        fsync_dir(directory)
+
+
+def read(directory: str) -> dict:
+    """Read and check the manifest. Raises CorruptionError / NotSupportedError;
+    FileNotFoundError when there is none (the caller decides what that means)."""
+    path = os.path.join(directory, NAME)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise StoreIOError(f"{path}: cannot read manifest: {e.strerror}") from e
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CorruptionError(f"{path}: manifest is not valid JSON (damaged or foreign)")
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise NotSupportedError(f"{path}: not a seenstore manifest")
+    if not isinstance(doc.get("major"), int) or doc["major"] > MAJOR:
+        raise NotSupportedError(
+            f"{path}: manifest version {doc.get('major')} is newer than this seenstore "
+            f"reads ({MAJOR}.x); upgrade seenstore")
+    want = doc.pop("checksum", None)
+    if want != xxhash.xxh3_64_hexdigest(_canonical(doc)):
+        raise CorruptionError(f"{path}: manifest checksum mismatch")
+    return doc

@@ -1,0 +1,55 @@
+"""Merge stage: one sequential pass of a sorted batch against one run.
+
+``merge_run`` streams the old run through a fixed buffer (checking its checksum
+and order on the way), merges it with the batch in the numba kernel, and writes
+old ∪ batch to a RunWriter. Memory: the batch plus two fixed buffers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import CorruptionError
+from .kernels.merge import merge_step
+from .runreader import RunReader
+from .runwriter import RunWriter
+
+DEFAULT_CHUNK_KEYS = 1 << 20  # 8 MiB buffers: large sequential I/O, small footprint
+
+
+def merge_run(reader: RunReader | None, batch: np.ndarray, writer: RunWriter,
+              chunk_keys: int = DEFAULT_CHUNK_KEYS) -> np.ndarray:
+    """Write ``old ∪ batch`` to ``writer``; return the mask of batch keys not in old.
+
+    Requires: ``batch`` sorted unique uint64. ``reader`` None means an empty run.
+    Raises CorruptionError (and writes garbage the caller must abort) if the old
+    run is unsorted or fails its checksum."""
+    is_new = np.zeros(len(batch), dtype=np.bool_)
+    out = np.empty(chunk_keys, dtype=np.uint64)
+    old = np.empty(chunk_keys if reader is not None and reader.count else 0, dtype=np.uint64)
+    state = [0, np.uint64(0), False]  # j, prev, have_prev
+
+    def drain(n_old: int, last: bool) -> None:
+        i = 0
+        j, prev, have = state
+        while True:
+            i, j, n, prev, have, ok = merge_step(old, i, n_old, last, batch, j, is_new,
+                                                 out, prev, have)
+            prev = np.uint64(prev)  # numba hands uint64 back as a Python int
+            if not ok:
+                name = reader.name if reader is not None else "batch"
+                raise CorruptionError(f"{name}: keys are not sorted and unique")
+            if n:
+                writer.write(out[:n])
+            if n < len(out):
+                break
+        state[:] = [j, prev, have]
+
+    if reader is None or reader.count == 0:
+        drain(0, True)
+    else:
+        seen = 0
+        for n_old in reader.chunks(old):
+            seen += n_old
+            drain(n_old, seen == reader.count)
+    return is_new

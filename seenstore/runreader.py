@@ -1,0 +1,93 @@
+"""Reads one run file: checked header, memory-mapped body, streamed checked chunks.
+
+Opening checks the header (magic, version, header checksum) and that the file
+length matches the key count. The body checksum and sort order are checked by
+``verify()`` and, for free, by every merge that streams the run (``chunks``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+import xxhash
+
+from .errors import CorruptionError, StoreIOError
+from .kernels.merge import is_strictly_increasing
+from .runformat import HEADER_SIZE, KEY_DTYPE, RunHeader
+
+
+class RunReader:
+    """A run file opened for reading. ``keys`` is a read-only memory map."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.name = os.path.basename(path)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(HEADER_SIZE)
+                size = os.fstat(f.fileno()).st_size
+        except FileNotFoundError:
+            raise CorruptionError(f"{self.name}: run file named by the manifest is missing")
+        except OSError as e:
+            raise StoreIOError(f"{self.name}: cannot read: {e.strerror}") from e
+        self.header = RunHeader.unpack(raw, self.name)
+        want = HEADER_SIZE + 8 * self.header.count
+        if size != want:
+            raise CorruptionError(
+                f"{self.name}: file is {size} bytes, header says {want} "
+                f"({'truncated' if size < want else 'trailing bytes'})")
+        self._keys: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        return self.header.count
+
+    @property
+    def keys(self) -> np.ndarray:
+        if self._keys is None:
+            if self.count == 0:
+                self._keys = np.empty(0, dtype=np.uint64)
+            else:
+                self._keys = np.memmap(self.path, dtype=KEY_DTYPE, mode="r",
+                                       offset=HEADER_SIZE, shape=(self.count,))
+        return self._keys
+
+    def chunks(self, buf: np.ndarray) -> Iterator[int]:
+        """Stream the body through ``buf`` (uint64), yielding how many keys it holds.
+
+        Checks the body checksum once the last chunk is read and raises
+        CorruptionError on mismatch, so a merge never commits over a bad run.
+        """
+        h = xxhash.xxh3_64()
+        left = self.count
+        with open(self.path, "rb", buffering=0) as f:
+            f.seek(HEADER_SIZE)
+            while left:
+                n = min(left, len(buf))
+                view = memoryview(buf[:n]).cast("B")
+                got = 0
+                while got < len(view):
+                    r = f.readinto(view[got:])
+                    if not r:
+                        raise CorruptionError(f"{self.name}: body ends early")
+                    got += r
+                h.update(view)
+                left -= n
+                yield n
+        if h.intdigest() != self.header.body_checksum:
+            raise CorruptionError(f"{self.name}: body checksum mismatch")
+
+    def verify(self, chunk_keys: int = 1 << 22) -> None:
+        """Full check: body checksum and strictly ascending keys. Raises CorruptionError."""
+        buf = np.empty(chunk_keys, dtype=np.uint64)
+        last = None
+        for n in self.chunks(buf):
+            part = buf[:n]
+            if not is_strictly_increasing(part) or (last is not None and part[0] <= last):
+                raise CorruptionError(f"{self.name}: keys are not sorted and unique")
+            last = part[n - 1]
+
+    def close(self) -> None:
+        self._keys = None

@@ -1,0 +1,425 @@
+"""SeenStore: the set of every key ever admitted, in a crash-safe directory.
+
+A store is a directory: MANIFEST (the commit point), one run file per shard
+(keys sorted, unique; shard = top ``shard_bits`` bits of the key) and LOCK.
+``add`` sorts a batch, merges it into every shard it touches in one sequential
+pass each (two shards at a time, the kernel releases the GIL), then commits all
+shards or none. See docs/architecture.md for the protocol and cost model.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import manifest
+from .batch import align, as_keys, prepare
+from .errors import (DiskFullError, MismatchError, NotAStoreError, SeenStoreError,
+                     StoreIOError, StoreNotFoundError, InvalidInputError)
+from .layout import DEFAULT_LAYOUT, Layout
+from .lock import NAME as LOCK_NAME, WriterLock
+from .merge import DEFAULT_CHUNK_KEYS, merge_run
+from .runformat import HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, policy_digest
+from .runreader import RunReader
+from .runwriter import RunWriter
+
+DEFAULT_POLICY_ID = "safe-v1"
+DEFAULT_SHARD_BITS = 4
+MAX_SHARD_BITS = 12
+_RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
+_FAULT = os.environ.get("SEENSTORE_FAULT", "")  # test seam: "point" -> SIGKILL self there
+
+
+def _fault(point: str) -> None:
+    """Crash on purpose at a named commit step (tests only; see tests/test_crash.py)."""
+    if _FAULT == point:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_name(shard: int, generation: int) -> str:
+    return f"s{shard:04d}-g{generation:010d}.run"
+
+
+def _io_error(e: OSError, what: str) -> SeenStoreError:
+    if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return DiskFullError(f"{what}: {e.strerror}; nothing was committed")
+    return StoreIOError(f"{what}: {e.strerror or e}; nothing was committed")
+
+
+class SeenStore:
+    """Open with ``SeenStore.open``. Not for use by two threads at once for writes
+    (an internal lock serialises ``add``); ``contains`` may run beside ``add``."""
+
+    def __init__(self, path: str, doc: dict, lock: WriterLock | None):
+        self.path = path
+        self._doc = doc
+        self._lock = lock
+        self._mutex = threading.Lock()
+        self._readers: dict[int, RunReader] = {}
+        self.chunk_keys = DEFAULT_CHUNK_KEYS
+        self.threads = 2
+        self.last_timings: dict = {}
+
+    # ----------------------------------------------------------------- opening
+    @classmethod
+    def open(cls, path: str, create: bool = False, *, readonly: bool = False,
+             layout: Layout | None = None, policy_id: str | None = None,
+             shard_bits: int | None = None, wait: float | None = 0.0) -> "SeenStore":
+        """Open (or with ``create=True`` create) the store at ``path``.
+
+        ``layout``/``policy_id``: when given, must match the store's (MismatchError
+        otherwise); used for a new store, defaults DEFAULT_LAYOUT and "safe-v1".
+        ``readonly``: no lock, no cleanup, ``add`` refused. ``wait``: seconds to
+        wait for another writer's lock (None = forever). Raises StoreNotFoundError,
+        NotAStoreError, LockedError, CorruptionError, NotSupportedError."""
+        path = os.path.abspath(path)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise NotAStoreError(f"{path}: is a file, not a store directory")
+        has_manifest = os.path.exists(os.path.join(path, manifest.NAME))
+        if not has_manifest:
+            if not create:
+                if os.path.isdir(path):
+                    raise NotAStoreError(f"{path}: not a seenstore store (no {manifest.NAME})")
+                raise StoreNotFoundError(f"{path}: no store here (create one with create=True)")
+            if readonly:
+                raise StoreNotFoundError(f"{path}: no store here to open read-only")
+            stray = [n for n in (os.listdir(path) if os.path.isdir(path) else [])
+                     if not (_RUN_RE.match(n) or n in (LOCK_NAME, manifest.TMP_NAME))]
+            if stray:
+                raise NotAStoreError(
+                    f"{path}: directory is not empty and holds no store ({stray[0]!r} ...)")
+        if readonly:
+            return cls._open_readonly(path, layout, policy_id)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise _io_error(e, f"{path}: cannot create store directory") from e
+        lock = WriterLock(path, wait)
+        try:
+            if not os.path.exists(os.path.join(path, manifest.NAME)):
+                cls._create(path, layout or DEFAULT_LAYOUT, policy_id or DEFAULT_POLICY_ID,
+                            DEFAULT_SHARD_BITS if shard_bits is None else shard_bits)
+            doc = manifest.read(path)
+            store = cls(path, doc, lock)
+            store._check_identity(layout, policy_id, shard_bits)
+            store._remove_leftovers()
+            store._open_readers()
+            return store
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _open_readonly(cls, path, layout, policy_id) -> "SeenStore":
+        for attempt in range(5):  # a writer may commit and delete old runs meanwhile
+            doc = manifest.read(path)
+            store = cls(path, doc, None)
+            store._check_identity(layout, policy_id, None)
+            try:
+                store._open_readers()
+                return store
+            except SeenStoreError:
+                if attempt == 4 or manifest.read(path)["generation"] == doc["generation"]:
+                    raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _create(path: str, layout: Layout, policy_id: str, shard_bits: int) -> None:
+        if not 0 <= shard_bits <= MAX_SHARD_BITS:
+            raise InvalidInputError(f"shard_bits must be in 0..{MAX_SHARD_BITS}")
+        runs = []
+        pd = policy_digest(policy_id)
+        try:
+            for shard in range(1 << shard_bits):
+                name = run_name(shard, 0)
+                full = os.path.join(path, name)
+                if os.path.exists(full):
+                    os.unlink(full)  # leftover of an interrupted create
+                h = RunWriter(full, layout.host_bits, shard_bits, shard, pd).finish()
+                runs.append({"shard": shard, "file": name, "count": 0,
+                             "checksum": f"{h.body_checksum:016x}"})
+            manifest.fsync_dir(path)
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            manifest.write(path, {
+                "generation": 0, "layout": layout.to_dict(), "policy_id": policy_id,
+                "shard_bits": shard_bits, "runs": runs, "created": now, "updated": now,
+                "counters": {"batches": 0, "new": 0},
+            })
+        except OSError as e:
+            raise _io_error(e, f"{path}: cannot create store") from e
+
+    def _check_identity(self, layout, policy_id, shard_bits) -> None:
+        d = self._doc
+        if layout is not None and Layout.from_dict(d["layout"]) != layout:
+            raise MismatchError(
+                f"{self.path}: store uses fingerprint layout "
+                f"{Layout.from_dict(d['layout']).describe()}, not {layout.describe()}")
+        if policy_id is not None and d["policy_id"] != policy_id:
+            raise MismatchError(
+                f"{self.path}: store was built with policy {d['policy_id']!r}, not "
+                f"{policy_id!r}; open it with the same policy (or rebuild into a new store)")
+        if shard_bits is not None and d["shard_bits"] != shard_bits:
+            raise MismatchError(
+                f"{self.path}: store has shard_bits={d['shard_bits']}, not {shard_bits}")
+
+    def _remove_leftovers(self) -> None:
+        """Delete files of an interrupted merge: runs the manifest does not name."""
+        live = {r["file"] for r in self._doc["runs"]}
+        for name in os.listdir(self.path):
+            if (_RUN_RE.match(name) and name not in live) or name == manifest.TMP_NAME:
+                try:
+                    os.unlink(os.path.join(self.path, name))
+                except OSError as e:
+                    raise _io_error(e, f"{name}: cannot remove leftover") from e
+
+    def _open_readers(self) -> None:
+        readers = {}
+        pd = policy_digest(self._doc["policy_id"])
+        for r in self._doc["runs"]:
+            reader = RunReader(os.path.join(self.path, r["file"]))
+            h = reader.header
+            if (h.count != r["count"] or f"{h.body_checksum:016x}" != r["checksum"]
+                    or h.shard != r["shard"] or h.policy_digest != pd
+                    or h.host_bits != self.layout.host_bits
+                    or h.shard_bits != self._doc["shard_bits"]):
+                from .errors import CorruptionError
+                raise CorruptionError(f"{r['file']}: header does not match the manifest")
+            readers[r["shard"]] = reader
+        self._readers = readers
+
+    # -------------------------------------------------------------- properties
+    @property
+    def layout(self) -> Layout:
+        return Layout.from_dict(self._doc["layout"])
+
+    @property
+    def policy_id(self) -> str:
+        return self._doc["policy_id"]
+
+    @property
+    def shard_bits(self) -> int:
+        return self._doc["shard_bits"]
+
+    @property
+    def generation(self) -> int:
+        return self._doc["generation"]
+
+    def __len__(self) -> int:
+        return sum(r.count for r in self._readers.values())
+
+    # ----------------------------------------------------------------- queries
+    def _shard_bounds(self, sorted_keys: np.ndarray) -> np.ndarray:
+        """Start index in ``sorted_keys`` of every shard, plus the end."""
+        nshards = 1 << self.shard_bits
+        if self.shard_bits == 0:
+            return np.array([0, len(sorted_keys)], dtype=np.int64)
+        starts = np.arange(nshards, dtype=np.uint64) << np.uint64(64 - self.shard_bits)
+        return np.append(np.searchsorted(sorted_keys, starts), len(sorted_keys))
+
+    def contains(self, keys) -> np.ndarray:
+        """Mask over ``keys``: True where the key has been admitted. Reads only."""
+        keys = as_keys(keys)
+        uniq = prepare(keys)
+        found = np.zeros(len(uniq), dtype=np.bool_)
+        bounds = self._shard_bounds(uniq)
+        for shard, reader in self._readers.items():
+            lo, hi = bounds[shard], bounds[shard + 1]
+            if lo == hi or reader.count == 0:
+                continue
+            run = reader.keys
+            pos = np.searchsorted(run, uniq[lo:hi])
+            pos[pos == len(run)] = len(run) - 1
+            found[lo:hi] = run[pos] == uniq[lo:hi]
+        return _every_occurrence(keys, uniq[found])
+
+    # ----------------------------------------------------------------- writing
+    def add(self, keys) -> np.ndarray:
+        """Admit ``keys``; return a mask aligned with them: True exactly where the
+        key was never admitted before this call and this is its first occurrence
+        in the call. Durable on return (fsynced, committed)."""
+        t0 = time.perf_counter()
+        keys = as_keys(keys)
+        uniq = prepare(keys)
+        t_sort = time.perf_counter() - t0
+        is_new = self.add_sorted(uniq)
+        t1 = time.perf_counter()
+        mask = align(keys, uniq[is_new])
+        self.last_timings["sort_s"] = t_sort
+        self.last_timings["align_s"] = time.perf_counter() - t1
+        self.last_timings["offered"] = len(keys)
+        return mask
+
+    def add_sorted(self, uniq: np.ndarray) -> np.ndarray:
+        """Admit sorted unique keys; return the mask of those that were new.
+
+        Requires: ``uniq`` sorted ascending, unique, uint64. All shards the batch
+        touches are committed together, or none (on any error)."""
+        if self._lock is None:
+            raise InvalidInputError(f"{self.path}: store was opened read-only")
+        with self._mutex:
+            return self._add_sorted(uniq)
+
+    def _add_sorted(self, uniq: np.ndarray) -> np.ndarray:
+        timings = {"sort_s": 0.0, "align_s": 0.0, "merge_s": 0.0, "commit_s": 0.0, "bytes_read": 0,
+                   "bytes_written": 0, "offered": len(uniq), "unique": len(uniq), "new": 0}
+        self.last_timings = timings
+        is_new = np.zeros(len(uniq), dtype=np.bool_)
+        if len(uniq) == 0:
+            return is_new
+        gen = self.generation + 1
+        bounds = self._shard_bounds(uniq)
+        jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
+        pd = policy_digest(self.policy_id)
+        writers: dict[int, RunWriter] = {}
+        t0 = time.perf_counter()
+
+        def job(shard: int):
+            lo, hi = bounds[shard], bounds[shard + 1]
+            w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
+                          self.layout.host_bits, self.shard_bits, shard, pd)
+            writers[shard] = w
+            mask = merge_run(self._readers[shard], uniq[lo:hi], w, self.chunk_keys)
+            is_new[lo:hi] = mask
+            header = w.finish(sync=False) if mask.any() else None
+            return shard, header
+
+        try:
+            try:
+                with ThreadPoolExecutor(max_workers=self.threads) as pool:
+                    done = list(pool.map(job, jobs))
+            except OSError as e:
+                raise _io_error(e, f"{self.path}: writing runs") from e
+            t1 = time.perf_counter()
+            timings["merge_s"] = t1 - t0
+            changed = [(s, h) for s, h in done if h is not None]
+            for s, h in done:
+                if h is None:
+                    writers.pop(s).abort()  # no new key in this shard: keep the old run
+            timings["bytes_read"] = sum(self._readers[s].count * 8 + HEADER_SIZE for s, _ in done)
+            timings["bytes_written"] = sum(h.count * 8 + HEADER_SIZE for _, h in changed)
+            n_new = int(is_new.sum())
+            if changed:
+                self._commit(gen, changed, n_new)
+            timings["commit_s"] = time.perf_counter() - t1
+            timings["new"] = n_new
+            return is_new
+        except BaseException:
+            for w in writers.values():
+                w.abort()
+            raise
+
+    def _commit(self, gen: int, changed: list, n_new: int) -> None:
+        try:
+            for shard, _ in changed:
+                fd = os.open(os.path.join(self.path, run_name(shard, gen)), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            manifest.fsync_dir(self.path)
+            _fault("before-manifest")
+            doc = dict(self._doc)
+            runs = {r["shard"]: r for r in doc["runs"]}
+            old_files = []
+            for shard, h in changed:
+                old_files.append(runs[shard]["file"])
+                runs[shard] = {"shard": shard, "file": run_name(shard, gen), "count": h.count,
+                               "checksum": f"{h.body_checksum:016x}"}
+            doc["runs"] = [runs[s] for s in sorted(runs)]
+            doc["generation"] = gen
+            doc["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            c = dict(doc["counters"])
+            c["batches"] += 1  # batches that admitted at least one key
+            c["new"] += n_new
+            doc["counters"] = c
+            manifest.write(self.path, doc)
+        except OSError as e:
+            raise _io_error(e, f"{self.path}: committing") from e
+        # Committed. From here on a failure must not undo the batch.
+        _fault("after-manifest")
+        self._doc = doc
+        for shard, _ in changed:
+            self._readers[shard] = RunReader(os.path.join(self.path, run_name(shard, gen)))
+        for name in old_files:
+            try:
+                os.unlink(os.path.join(self.path, name))
+            except OSError:
+                pass  # removed as a leftover on the next open
+
+    # ------------------------------------------------------------ maintenance
+    def stats(self) -> dict:
+        """Figures about the store (keys, files, bytes on disk, layout, versions)."""
+        files = [r["file"] for r in self._doc["runs"]] + [manifest.NAME]
+        disk = 0
+        for name in files:
+            try:
+                disk += os.path.getsize(os.path.join(self.path, name))
+            except OSError:
+                pass
+        keys = len(self)
+        return {
+            "path": self.path,
+            "keys": keys,
+            "files": len(files),
+            "bytes_on_disk": disk,
+            "bytes_per_key": (disk / keys) if keys else None,
+            "layout": self.layout.describe(),
+            "host_bits": self.layout.host_bits,
+            "shard_bits": self.shard_bits,
+            "shards": 1 << self.shard_bits,
+            "largest_shard_keys": max((r.count for r in self._readers.values()), default=0),
+            "policy_id": self.policy_id,
+            "generation": self.generation,
+            "run_format": f"{RUN_MAJOR}.{RUN_MINOR}",
+            "manifest_format": f"{manifest.MAJOR}.{manifest.MINOR}",
+            "counters": dict(self._doc["counters"]),
+            "created": self._doc.get("created"),
+            "updated": self._doc.get("updated"),
+        }
+
+    def verify(self) -> dict:
+        """Full integrity check of every run (checksums, order, shard ranges).
+        Raises CorruptionError on the first fault; returns a summary otherwise."""
+        from .errors import CorruptionError
+        doc = manifest.read(self.path)
+        if doc["generation"] != self.generation:
+            raise CorruptionError(f"{self.path}: manifest changed under an open store")
+        sb = self.shard_bits
+        for shard, reader in sorted(self._readers.items()):
+            reader.verify()
+            if reader.count and sb:
+                run = reader.keys
+                lo, hi = int(run[0]) >> (64 - sb), int(run[-1]) >> (64 - sb)
+                if lo != shard or hi != shard:
+                    raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
+        return {"keys": len(self), "runs": len(self._readers), "generation": self.generation}
+
+    def close(self) -> None:
+        for r in self._readers.values():
+            r.close()
+        self._readers = {}
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> "SeenStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _every_occurrence(keys: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """Mask of every occurrence (not just the first) of keys in sorted ``found``."""
+    if len(found) == 0:
+        return np.zeros(len(keys), dtype=np.bool_)
+    pos = np.searchsorted(found, keys)
+    pos[pos == len(found)] = len(found) - 1
+    return found[pos] == keys
