@@ -1,1 +1,200 @@
-"""Command family registered on seenstore.cli.main (filled in by its issue)."""
+"""``seenstore bench``: the headline benchmark on a generated crawl-like stream.
+
+Drives ``benchrun.run_bench`` (real store end to end, counts checked against the
+stream's exact expectation, floor measured in the same run), prints per-batch and
+total figures or one JSON object, optionally a plot. Exit 1 if any count is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from decimal import Decimal, InvalidOperation
+
+import click
+
+from ..benchrun import STAGES, BenchResult, default_batch_size, run_bench
+from ..errors import InvalidInputError
+from ..workload import CrawlStream
+from . import fail, main
+
+
+class Count(click.ParamType):
+    """A non-negative whole number written as 1e9, 2.5e6, 1_000_000 or 1000000."""
+
+    name = "N"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            d = Decimal(str(value).replace("_", ""))
+        except InvalidOperation:
+            self.fail(f"{value!r} is not a number (write e.g. 1e9 or 1000000)", param, ctx)
+        if d != d.to_integral_value() or d < 0:
+            self.fail(f"{value!r} is not a whole non-negative number", param, ctx)
+        return int(d)
+
+
+COUNT = Count()
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def _print_text(r: dict) -> None:
+    p = r["params"]
+    ns = r["ns_per_key"]
+    fl = r["floor"]
+    echo = click.echo
+    echo(f"keys offered     {r['offered']:,} in {len(r['batches'])} batches of {p['batch']:,} "
+         f"(reoffer {p['reoffer']}, dup {p['dup']}, seed {p['seed']})")
+    echo(f"new keys         {r['new']:,} (expected {r['expected_new']:,}): "
+         + ("VERIFIED" if r["verified"] else f"WRONG in batches {r['bad_batches']}"))
+    echo(f"store total      {r['store_s']:.2f} s  = {r['keys_per_s'] / 1e6:.2f} M keys/s"
+         f"  = {ns['store_total']:.1f} ns/key (generate not included)")
+    echo("ns/key by stage  " + "  ".join(f"{s} {ns[s]:.1f}" for s in STAGES)
+         + f"  other {ns['other']:.1f}")
+    echo(f"bytes read       {r['bytes_read']:,}   written {r['bytes_written']:,}")
+    bpk = r["disk_bytes_per_key"]
+    echo(f"on disk          {r['disk_bytes']:,} bytes for {r['store_keys']:,} keys"
+         + (f" = {bpk:.3f} bytes/key" if bpk else ""))
+    echo(f"peak RSS         {_mib(r['peak_rss_bytes'])} (whole process, generator included)")
+    for i, d in enumerate(r["disk_probe"]):
+        echo(f"disk probe {('start', 'end')[min(i, 1)]:5} {_mib(d['nbytes'])}: "
+             f"write+fsync {d['write_bps'] / 1e9:.2f} GB/s, cold read {d['read_bps'] / 1e9:.2f} GB/s")
+    echo(f"floor            {fl['total_s']:.2f} s = np.sort {fl['sort_s']:.2f} s "
+         f"+ sequential I/O of the merged bytes {fl['io_s']:.2f} s")
+    echo(f"ratio            store/floor {fl['ratio_store_to_floor']:.2f}x   "
+         f"(store+generate)/floor {fl['ratio_store_plus_generate_to_floor']:.2f}x")
+    echo(f"JIT warm-up      {r['warmup_s']:.2f} s (not in timings); wall {r['wall_s']:.1f} s")
+
+
+def _print_batches(batches: list) -> None:
+    click.echo(f"{'batch':>5} {'stored':>13} {'offered':>11} {'new':>11} {'ns/key':>7}  "
+               + " ".join(f"{s[:6]:>6}" for s in STAGES) + f" {'MB rd':>7} {'MB wr':>7}")
+    for b in batches:
+        n = max(1, b["offered"])
+        click.echo(f"{b['batch']:>5} {b['stored_before']:>13,} {b['offered']:>11,} "
+                   f"{b['new']:>11,} {b['add_s'] / n * 1e9:>7.1f}  "
+                   + " ".join(f"{b[s + '_s'] / n * 1e9:>6.1f}" for s in STAGES)
+                   + f" {b['bytes_read'] / 1e6:>7.0f} {b['bytes_written'] / 1e6:>7.0f}"
+                   + ("" if b["ok"] else "  WRONG"))
+
+
+def write_plot(r: dict, path: str) -> None:
+    """Stacked ns/key per stage for each batch against the store size before it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bs = r["batches"]
+    x = [b["stored_before"] / 1e6 for b in bs]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    bottom = [0.0] * len(bs)
+    for s in STAGES:
+        y = [b[f"{s}_s"] / max(1, b["offered"]) * 1e9 for b in bs]
+        ax.bar(range(len(bs)), y, bottom=bottom, label=s)
+        bottom = [a + c for a, c in zip(bottom, y)]
+    ax.set_xticks(range(len(bs)), [f"{v:.0f}" for v in x], rotation=90 if len(bs) > 20 else 0)
+    ax.set_xlabel("keys in the store before the batch (millions)")
+    ax.set_ylabel("ns per offered key")
+    p = r["params"]
+    ax.set_title(f"seenstore bench: {r['offered']:,} keys, batch {p['batch']:,}, "
+                 f"reoffer {p['reoffer']} (floor ratio "
+                 f"{r['floor']['ratio_store_to_floor']:.2f}x)")
+    ax.legend(title="stage", loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+@main.command()
+@click.option("--keys", "total", type=COUNT, default="1e8", show_default=True,
+              help="Keys to offer in total (1e9 style accepted).")
+@click.option("--batch", type=COUNT, default=None,
+              help="Keys per batch (default: a quarter of available memory, 64 B/key).")
+@click.option("--reoffer", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+              help="Share of each batch's distinct slots re-offering keys of earlier batches.")
+@click.option("--dup", type=click.FloatRange(0, 0.99), default=0.1, show_default=True,
+              help="Share of each batch that repeats keys inside the same batch.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--dir", "work_dir", type=click.Path(file_okay=False), default=None,
+              help="Working folder (default: a new temp folder, removed afterwards).")
+@click.option("--keep", is_flag=True, help="Keep the benchmark store afterwards.")
+@click.option("--probe-bytes", type=COUNT, default=None,
+              help="Size of the dd-style disk probe file (default: 8 B x keys, 64 MiB..1 GiB).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG of ns/key per stage for each batch.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, as_json, plot, quiet):
+    """Offer a generated crawl-like key stream to a new store and report the figures.
+
+    Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
+    inside the batch, with host-skewed top bits. Every mask the store returns is
+    checked against the stream's exact expectation (exit 1 if any is wrong). The
+    floor (np.sort of the same batches + sequential read and write of the bytes the
+    merges moved, at the disk bandwidth measured in this run) is printed beside.
+    """
+    if total < 1:
+        raise InvalidInputError("--keys must be at least 1")
+    if batch is not None and batch < 1:
+        raise InvalidInputError("--batch must be at least 1")
+    if plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InvalidInputError(
+                "--plot needs matplotlib: pip install 'seenstore[bench]'") from None
+    batch = batch or default_batch_size(total)
+    stream = CrawlStream(total, batch, reoffer, dup, seed=seed)
+    probe = probe_bytes or min(1 << 30, max(64 << 20, 8 * total))
+    own_dir = work_dir is None
+    if own_dir:
+        work_dir = tempfile.mkdtemp(prefix="seenstore-bench-")
+    else:
+        os.makedirs(work_dir, exist_ok=True)
+    store_path = os.path.join(work_dir, "bench-store")
+    created = not os.path.exists(store_path)
+    try:
+        res = _run(stream, store_path, probe, quiet)
+    finally:
+        if not keep:
+            if own_dir:
+                shutil.rmtree(work_dir, ignore_errors=True)
+            elif created:
+                shutil.rmtree(store_path, ignore_errors=True)
+    r = res.to_dict()
+    r["params"]["kept_store"] = store_path if keep else None
+    if as_json:
+        click.echo(json.dumps(r))
+    else:
+        _print_batches(r["batches"])
+        _print_text(r)
+        if keep:
+            click.echo(f"store kept at   {store_path}")
+    if plot:
+        write_plot(r, plot)
+        if not as_json:
+            click.echo(f"plot written     {plot}")
+    if not r["verified"]:
+        fail(f"new-key counts differ from the expectation in batches {r['bad_batches']}", 1)
+
+
+def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool) -> BenchResult:
+    if quiet:
+        return run_bench(stream, store_path, probe)
+    with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
+                           show_pos=True, item_show_func=lambda s: s) as bar:
+
+        def on_batch(row: dict) -> None:
+            n = max(1, row["offered"])
+            bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
+
+        return run_bench(stream, store_path, probe, on_batch)

@@ -1,0 +1,250 @@
+"""The end-to-end benchmark behind ``seenstore bench``: stream, store, floor, verdict.
+
+``run_bench`` drives a ``CrawlStream`` through a real ``SeenStore`` batch by batch,
+checks every returned mask against the stream's exact expectation, and measures in
+the same run the floor: ``np.sort`` of the same batches plus a sequential read and
+write of the bytes the merges moved, at the disk bandwidth ``disk_bandwidth`` measures.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .errors import InvalidInputError
+from .workload import CrawlStream
+
+STAGES = ("generate", "sort", "bloom", "merge", "commit", "align")
+BYTES_PER_OFFERED_KEY = 64  # measured peak RSS per batch key is below this (docs/bench.md)
+_CHUNK = 8 << 20
+
+
+def default_batch_size(total_keys: int, share: float = 0.25) -> int:
+    """Batch size for ``share`` of the available memory, in [1e5, 1e8] and <= total_keys."""
+    avail = _available_memory()
+    b = int(avail * share / BYTES_PER_OFFERED_KEY)
+    b = max(100_000, min(100_000_000, b))
+    b = int(float(f"{b:.1g}"))  # one significant digit: 93,752,123 -> 90,000,000
+    return max(1, min(b, total_keys))
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far (Linux ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@dataclass
+class DiskBandwidth:
+    """Sequential write (with fsync) and cold read (page cache dropped) of one file."""
+
+    nbytes: int
+    write_bps: float
+    read_bps: float
+
+
+def disk_bandwidth(directory: str, nbytes: int) -> DiskBandwidth:
+    """dd-style probe in ``directory``: write ``nbytes`` in 8 MiB chunks + fsync, drop the
+    file's cached pages (posix_fadvise DONTNEED), read it back. The file is removed."""
+    path = os.path.join(directory, "disk-probe.bin")
+    buf = np.random.default_rng(0).integers(0, 255, _CHUNK, dtype=np.uint8).tobytes()
+    nbytes = max(_CHUNK, nbytes - nbytes % _CHUNK)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        t0 = time.perf_counter()
+        try:
+            for _ in range(nbytes // _CHUNK):
+                os.write(fd, buf)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        t_write = time.perf_counter() - t0
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            rbuf = bytearray(_CHUNK)
+            t0 = time.perf_counter()
+            while os.readv(fd, [rbuf]):
+                pass
+            t_read = time.perf_counter() - t0
+        finally:
+            os.close(fd)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    return DiskBandwidth(nbytes, nbytes / t_write, nbytes / t_read)
+
+
+@dataclass
+class BenchResult:
+    """Everything one run measured; ``to_dict`` is the ``--json`` object."""
+
+    params: dict
+    warmup_s: float = 0.0
+    batches: list = field(default_factory=list)
+    stage_s: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
+    store_s: float = 0.0  # wall time inside store.add, all batches
+    sort_floor_s: float = 0.0
+    verify_s: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    offered: int = 0
+    new: int = 0
+    expected_new: int = 0
+    bad_batches: list = field(default_factory=list)
+    disk: list = field(default_factory=list)
+    store_stats: dict = field(default_factory=dict)
+    peak_rss: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def verified(self) -> bool:
+        return not self.bad_batches and self.new == self.expected_new
+
+    def floor_s(self) -> float:
+        """np.sort of the same batches + read and write of the merged bytes at the probed rate."""
+        read_bps = float(np.mean([d.read_bps for d in self.disk]))
+        write_bps = float(np.mean([d.write_bps for d in self.disk]))
+        return self.sort_floor_s + self.bytes_read / read_bps + self.bytes_written / write_bps
+
+    def to_dict(self) -> dict:
+        n = max(1, self.offered)
+        store_keys = self.store_stats.get("keys") or 0
+        disk_bytes = self.store_stats.get("bytes_on_disk") or 0
+        floor = self.floor_s()
+        return {
+            "params": self.params,
+            "verified": self.verified,
+            "bad_batches": self.bad_batches,
+            "offered": self.offered,
+            "new": self.new,
+            "expected_new": self.expected_new,
+            "store_keys": store_keys,
+            "warmup_s": self.warmup_s,
+            "wall_s": self.wall_s,
+            "store_s": self.store_s,
+            "keys_per_s": self.offered / self.store_s if self.store_s else None,
+            "ns_per_key": {
+                **{s: self.stage_s[s] / n * 1e9 for s in STAGES},
+                "other": (self.store_s - sum(self.stage_s[s] for s in STAGES[1:])) / n * 1e9,
+                "store_total": self.store_s / n * 1e9,
+            },
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+            "disk_bytes": disk_bytes,
+            "disk_bytes_per_key": disk_bytes / store_keys if store_keys else None,
+            "peak_rss_bytes": self.peak_rss,
+            "disk_probe": [d.__dict__ for d in self.disk],
+            "floor": {
+                "sort_s": self.sort_floor_s,
+                "io_s": floor - self.sort_floor_s,
+                "total_s": floor,
+                "ratio_store_to_floor": self.store_s / floor if floor else None,
+                "ratio_store_plus_generate_to_floor":
+                    (self.store_s + self.stage_s["generate"]) / floor if floor else None,
+            },
+            "verify_s": self.verify_s,
+            "batches": self.batches,
+        }
+
+
+def _warm_up(directory: str) -> float:
+    """Compile/load every kernel on a throwaway store so JIT time stays out of timings."""
+    from .store import SeenStore
+
+    path = os.path.join(directory, "warmup-store")
+    t0 = time.perf_counter()
+    try:
+        with SeenStore.open(path, create=True) as st:
+            for b in CrawlStream(20_000, 10_000, 0.5, 0.1, seed=99):
+                st.add(b.keys)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+    return time.perf_counter() - t0
+
+
+def run_bench(
+    stream: CrawlStream,
+    store_path: str,
+    probe_bytes: int,
+    on_batch: Callable[[dict], None] | None = None,
+) -> BenchResult:
+    """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
+
+    Requires: ``store_path`` does not exist yet (the run creates it). Returns a
+    BenchResult; the caller decides what a failed verification means (exit code)."""
+    from .store import SeenStore
+
+    if os.path.exists(store_path):
+        raise InvalidInputError(f"{store_path}: already exists; benchmark needs a new store")
+    work = os.path.dirname(os.path.abspath(store_path))
+    res = BenchResult(params={
+        "keys": stream.total_keys, "batch": stream.batch_size, "reoffer": stream.reoffer,
+        "dup": stream.dup, "seed": stream.seed, "host_bits": stream.host_bits,
+        "n_hosts": stream.n_hosts, "dir": work, "probe_bytes": probe_bytes,
+    })
+    t_start = time.perf_counter()
+    res.warmup_s = _warm_up(work)
+    res.disk.append(disk_bandwidth(work, probe_bytes))
+    with SeenStore.open(store_path, create=True) as store:
+        for plan in stream.plan():
+            t0 = time.perf_counter()
+            batch = stream.batch(*plan)
+            t_gen = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            np.sort(batch.keys)  # the floor's sort: same batch, same numpy
+            t_floor = time.perf_counter() - t0
+            n_stored = len(store)
+            t0 = time.perf_counter()
+            mask = store.add(batch.keys)
+            t_add = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            n_new = int(np.count_nonzero(mask))
+            ok = n_new == batch.expected_new and bool(mask[: batch.n_fresh].all())
+            res.verify_s += time.perf_counter() - t0
+            tm = store.last_timings
+            row = {
+                "batch": batch.index, "stored_before": n_stored, "offered": len(batch.keys),
+                "new": n_new, "expected_new": batch.expected_new, "ok": ok,
+                "generate_s": t_gen, "add_s": t_add, "sort_floor_s": t_floor,
+                "bytes_read": int(tm.get("bytes_read", 0)),
+                "bytes_written": int(tm.get("bytes_written", 0)),
+                **{f"{s}_s": float(tm.get(f"{s}_s", 0.0)) for s in STAGES[1:]},
+            }
+            res.batches.append(row)
+            res.stage_s["generate"] += t_gen
+            for s in STAGES[1:]:
+                res.stage_s[s] += row[f"{s}_s"]
+            res.store_s += t_add
+            res.sort_floor_s += t_floor
+            res.bytes_read += row["bytes_read"]
+            res.bytes_written += row["bytes_written"]
+            res.offered += len(batch.keys)
+            res.new += n_new
+            res.expected_new += batch.expected_new
+            if not ok:
+                res.bad_batches.append(batch.index)
+            if on_batch is not None:
+                on_batch(row)
+            del batch, mask
+        res.store_stats = store.stats()
+    res.disk.append(disk_bandwidth(work, probe_bytes))
+    res.peak_rss = peak_rss_bytes()
+    res.wall_s = time.perf_counter() - t_start
+    return res

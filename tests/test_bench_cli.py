@@ -1,0 +1,78 @@
+"""``seenstore bench``: a tiny end-to-end run, its JSON, and its refusal paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+from click.testing import CliRunner
+
+from seenstore.benchrun import STAGES
+from seenstore.cli import main
+from seenstore.store import SeenStore
+
+
+def _bench(args, tmp_path):
+    return CliRunner().invoke(
+        main, ["bench", "--json", "--quiet", "--probe-bytes", "8e6", "--dir", str(tmp_path)]
+        + args)
+
+
+def test_tiny_run_subprocess_exit_code_and_json_fields(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "-c", "from seenstore.cli import main; main()", "bench",
+         "--keys", "2e5", "--batch", "5e4", "--json", "--quiet", "--probe-bytes", "8e6",
+         "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["verified"] is True and r["bad_batches"] == []
+    assert r["offered"] == 200_000 and len(r["batches"]) == 4
+    # 10% in-batch repeats; first batch all fresh, then half of the distinct slots re-offered
+    assert r["expected_new"] == 45_000 + 3 * 22_500 == r["new"] == r["store_keys"]
+    for s in STAGES + ("store_total", "other"):
+        assert s in r["ns_per_key"]
+    assert r["ns_per_key"]["store_total"] > 0 and r["keys_per_s"] > 0
+    assert r["bytes_written"] >= 8 * r["store_keys"]
+    assert 8.0 <= r["disk_bytes_per_key"] < 9.0
+    assert r["peak_rss_bytes"] > 0
+    assert len(r["disk_probe"]) == 2 and all(d["write_bps"] > 0 for d in r["disk_probe"])
+    assert r["floor"]["total_s"] > 0 and r["floor"]["ratio_store_to_floor"] > 0
+    assert not os.path.exists(tmp_path / "bench-store")  # removed without --keep
+
+
+def test_wrong_counts_give_exit_1(tmp_path, monkeypatch):
+    real_add = SeenStore.add
+
+    def lying_add(self, keys):
+        mask = real_add(self, keys)
+        mask[-1] = not mask[-1]
+        return mask
+
+    monkeypatch.setattr(SeenStore, "add", lying_add)
+    r = _bench(["--keys", "3e4", "--batch", "1e4"], tmp_path)
+    assert r.exit_code == 1
+    assert "differ from the expectation" in r.output
+
+
+def test_keep_leaves_a_store_that_holds_the_expected_keys(tmp_path):
+    r = _bench(["--keys", "2e4", "--batch", "1e4", "--keep", "--reoffer", "0"], tmp_path)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    with SeenStore.open(out["params"]["kept_store"]) as st:
+        assert len(st) == out["expected_new"] == 18_000
+        assert st.contains(np.array([], dtype=np.uint64)).shape == (0,)
+
+
+def test_bad_numbers_and_existing_store_are_one_line_errors(tmp_path):
+    for bad in (["--keys", "abc"], ["--keys", "1.5"], ["--keys", "-3"], ["--batch", "1e-3"]):
+        r = _bench(bad, tmp_path)
+        assert r.exit_code == 2 and "Traceback" not in r.output, (bad, r.output)
+    r = _bench(["--keys", "0"], tmp_path)
+    assert r.exit_code == 3 and "at least 1" in r.output
+    os.makedirs(tmp_path / "bench-store")
+    r = _bench(["--keys", "1e3"], tmp_path)
+    assert r.exit_code == 3 and "already exists" in r.output
+    assert os.path.isdir(tmp_path / "bench-store")  # not ours: left alone
