@@ -50,14 +50,16 @@ def align(keys: np.ndarray, new_sorted: np.ndarray) -> np.ndarray:
 def read_batch_file(path: str) -> np.ndarray:
     """Read a batch file of raw little-endian uint64 keys (any order, repeats allowed).
 
-    Raises StoreNotFoundError if missing, InvalidInputError if its length is not a
-    multiple of 8 or it is a directory."""
+    Raises StoreNotFoundError if missing, InvalidInputError if it is empty, a
+    directory, or its length is not a multiple of 8."""
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:
         raise StoreNotFoundError(f"{path}: no such batch file") from None
     if os.path.isdir(path):
         raise InvalidInputError(f"{path}: is a directory, expected a batch file")
+    if size == 0:
+        raise InvalidInputError(f"{path}: empty batch file: nothing to merge")
     if size % 8:
         raise InvalidInputError(
             f"{path}: length {size} is not a multiple of 8: not a batch of uint64 keys")

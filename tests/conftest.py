@@ -1,0 +1,19 @@
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # tests/naive.py and friends
+
+EDGE_KEYS = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)

@@ -1,0 +1,113 @@
+"""Run files: round trip, and refusal of everything that cannot be trusted."""
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from seenstore.errors import CorruptionError, NotSupportedError
+from seenstore.runformat import HEADER_SIZE, MAGIC, policy_digest
+from seenstore.runreader import RunReader
+from seenstore.runwriter import RunWriter
+
+
+def write_run(path, keys, shard=0, shard_bits=0):
+    w = RunWriter(str(path), 20, shard_bits, shard, policy_digest("safe-v1"))
+    w.write(np.asarray(keys, dtype=np.uint64))
+    return w.finish()
+
+
+def test_round_trip(tmp_path):
+    keys = np.array([0, 7, 2**63, 2**64 - 1], dtype=np.uint64)
+    h = write_run(tmp_path / "r.run", keys)
+    r = RunReader(str(tmp_path / "r.run"))
+    assert r.header == h and r.count == 4
+    assert r.keys.tolist() == keys.tolist()
+    r.verify()
+    assert os.path.getsize(tmp_path / "r.run") == HEADER_SIZE + 32
+
+
+def test_empty_run(tmp_path):
+    write_run(tmp_path / "r.run", [])
+    r = RunReader(str(tmp_path / "r.run"))
+    assert r.count == 0 and len(r.keys) == 0
+    r.verify()
+
+
+def test_body_is_little_endian_uint64(tmp_path):
+    write_run(tmp_path / "r.run", [1, 258])
+    raw = (tmp_path / "r.run").read_bytes()
+    assert raw[:8] == MAGIC
+    assert raw[HEADER_SIZE:] == struct.pack("<QQ", 1, 258)
+
+
+def corrupt(path, offset, value: bytes):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(value)
+
+
+def test_foreign_file_wrong_magic(tmp_path):
+    p = tmp_path / "r.run"
+    p.write_bytes(b"PK\x03\x04" + b"\0" * 5000)
+    with pytest.raises(NotSupportedError, match="bad magic"):
+        RunReader(str(p))
+
+
+@pytest.mark.parametrize("size", [0, 5, 40])
+def test_truncated_header(tmp_path, size):
+    p = tmp_path / "r.run"
+    write_run(p, [1, 2, 3])
+    p.write_bytes(p.read_bytes()[:size])
+    with pytest.raises(CorruptionError):
+        RunReader(str(p))
+
+
+def test_truncated_body(tmp_path):
+    p = tmp_path / "r.run"
+    write_run(p, [1, 2, 3])
+    p.write_bytes(p.read_bytes()[:-4])
+    with pytest.raises(CorruptionError, match="truncated"):
+        RunReader(str(p))
+
+
+def test_trailing_bytes(tmp_path):
+    p = tmp_path / "r.run"
+    write_run(p, [1, 2, 3])
+    with open(p, "ab") as f:
+        f.write(b"\0" * 8)
+    with pytest.raises(CorruptionError, match="trailing"):
+        RunReader(str(p))
+
+
+def test_future_major_version_refused(tmp_path):
+    p = tmp_path / "r.run"
+    write_run(p, [1])
+    corrupt(p, 8, struct.pack("<H", 2))
+    with pytest.raises(NotSupportedError, match="newer"):
+        RunReader(str(p))
+
+
+def test_header_bit_flip_detected(tmp_path):
+    p = tmp_path / "r.run"
+    write_run(p, [1, 2])
+    corrupt(p, 24, b"\x15")  # host_bits
+    with pytest.raises(CorruptionError, match="header checksum"):
+        RunReader(str(p))
+
+
+def test_body_bit_flip_detected_by_verify(tmp_path):
+    p = tmp_path / "r.run"
+    write_run(p, [0x100, 0x200, 0x300])
+    corrupt(p, HEADER_SIZE + 8, b"\x01")  # 0x200 -> 0x201: still sorted, wrong checksum
+    r = RunReader(str(p))  # header is fine
+    with pytest.raises(CorruptionError, match="checksum"):
+        r.verify()
+
+
+def test_unsorted_body_detected_even_with_valid_checksum(tmp_path):
+    p = tmp_path / "r.run"
+    write_run(p, [3, 2, 1])  # the writer trusts its caller; verify does not
+    with pytest.raises(CorruptionError, match="sorted"):
+        RunReader(str(p)).verify(chunk_keys=2)

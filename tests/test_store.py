@@ -1,0 +1,165 @@
+"""SeenStore against a Python set oracle, and its refusals."""
+
+import errno
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st, HealthCheck
+
+from conftest import EDGE_KEYS
+from naive import add_naive
+from seenstore import runwriter
+from seenstore.errors import (DiskFullError, InvalidInputError, LockedError, MismatchError,
+                              NotAStoreError, StoreNotFoundError, CorruptionError)
+from seenstore.layout import Layout
+from seenstore.store import SeenStore
+
+key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.integers(0, 30),
+                st.integers(2**64 - 30, 2**64 - 1))
+batches = st.lists(st.lists(key, max_size=40), max_size=8)
+
+
+def all_keys(store):
+    return sorted(int(k) for r in store._readers.values() for k in r.keys)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=batches, shard_bits=st.sampled_from([0, 1, 4]), reopen=st.lists(st.booleans(), max_size=8))
+def test_add_matches_set_oracle(tmp_path_factory, seq, shard_bits, reopen):
+    path = str(tmp_path_factory.mktemp("s") / "store")
+    oracle = set()
+    store = SeenStore.open(path, create=True, shard_bits=shard_bits)
+    try:
+        for i, batch in enumerate(seq):
+            want = add_naive(oracle, batch)
+            got = store.add(np.array(batch, dtype=np.uint64))
+            assert got.tolist() == want.tolist()
+            if i < len(reopen) and reopen[i]:
+                store.close()
+                store = SeenStore.open(path)
+            assert all_keys(store) == sorted(oracle)
+        probe = np.array(sorted(oracle)[:5] + [12345678901], dtype=np.uint64)
+        assert store.contains(probe).tolist() == [int(k) in oracle for k in probe]
+        store.verify()
+        assert store.stats()["keys"] == len(oracle)
+    finally:
+        store.close()
+
+
+def test_python_int_lists_and_dtype_refusal(store_dir):
+    with SeenStore.open(store_dir, create=True) as s:
+        assert s.add([1, 2, 1]).tolist() == [True, True, False]
+        assert s.add(np.array([2, 3], dtype=np.uint32)).tolist() == [False, True]
+        with pytest.raises(InvalidInputError):
+            s.add(np.array([1, -1], dtype=np.int64))
+        with pytest.raises(InvalidInputError):
+            s.add([-5])
+
+
+def test_missing_store_and_not_a_store(tmp_path):
+    with pytest.raises(StoreNotFoundError):
+        SeenStore.open(str(tmp_path / "nope"))
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "photo.jpg").write_bytes(b"x")
+    with pytest.raises(NotAStoreError):
+        SeenStore.open(str(tmp_path / "junk"))
+    with pytest.raises(NotAStoreError):
+        SeenStore.open(str(tmp_path / "junk"), create=True)
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(NotAStoreError):
+        SeenStore.open(str(tmp_path / "file"), create=True)
+
+
+def test_second_writer_refused_with_holder_named(store_dir):
+    with SeenStore.open(store_dir, create=True) as s:
+        s.add([1])
+        with pytest.raises(LockedError, match=f"pid {os.getpid()}"):
+            SeenStore.open(store_dir)
+        with pytest.raises(LockedError, match="waited"):
+            SeenStore.open(store_dir, wait=0.2)
+        with SeenStore.open(store_dir, readonly=True) as r:  # readers never block
+            assert r.contains([1, 2]).tolist() == [True, False]
+            with pytest.raises(InvalidInputError, match="read-only"):
+                r.add([3])
+    with SeenStore.open(store_dir) as s:  # released on close
+        assert len(s) == 1
+
+
+def test_policy_layout_shard_mismatch_refused(store_dir):
+    SeenStore.open(store_dir, create=True, policy_id="v2:abc").close()
+    with pytest.raises(MismatchError, match="policy"):
+        SeenStore.open(store_dir, policy_id="safe-v1")
+    with pytest.raises(MismatchError, match="layout"):
+        SeenStore.open(store_dir, layout=Layout(host_bits=16))
+    with pytest.raises(MismatchError, match="shard_bits"):
+        SeenStore.open(store_dir, shard_bits=2)
+    SeenStore.open(store_dir, policy_id="v2:abc", layout=Layout()).close()
+
+
+def test_leftovers_of_interrupted_merge_removed_on_open(store_dir):
+    with SeenStore.open(store_dir, create=True, shard_bits=1) as s:
+        s.add([1, 2**63 + 1])
+        live = set(os.listdir(store_dir))
+    leftover = os.path.join(store_dir, "s0000-g0000000099.run")
+    open(leftover, "wb").write(b"partial")
+    open(os.path.join(store_dir, "MANIFEST.tmp"), "wb").write(b"{")
+    with SeenStore.open(store_dir, readonly=True):
+        assert os.path.exists(leftover)  # readers never delete
+    with SeenStore.open(store_dir) as s:
+        assert set(os.listdir(store_dir)) == live
+        s.verify()
+
+
+def test_disk_full_mid_merge_leaves_store_unchanged(store_dir, monkeypatch, rng):
+    keys = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    with SeenStore.open(store_dir, create=True) as s:
+        s.add(keys)
+        s.chunk_keys = 64
+        before = sorted(os.listdir(store_dir))
+        calls = {"n": 0}
+        real = runwriter.RunWriter.write
+
+        def failing(self, k):
+            calls["n"] += 1
+            if calls["n"] > 5:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(self, k)
+
+        monkeypatch.setattr(runwriter.RunWriter, "write", failing)
+        with pytest.raises(DiskFullError, match="nothing was committed"):
+            s.add(rng.integers(0, 2**64, 5000, dtype=np.uint64))
+        monkeypatch.undo()
+        assert sorted(os.listdir(store_dir)) == before
+        assert all_keys(s) == sorted(set(keys.tolist()))
+        assert s.add(keys).sum() == 0  # still usable
+    with SeenStore.open(store_dir) as s:
+        s.verify()
+
+
+def test_corrupted_run_refused_on_open_and_merge(store_dir):
+    with SeenStore.open(store_dir, create=True, shard_bits=0) as s:
+        s.add([0x100, 0x200, 0x300])
+        run = os.path.join(store_dir, s._doc["runs"][0]["file"])
+    with open(run, "r+b") as f:  # flip a body byte: header still fine
+        f.seek(4096 + 8)
+        f.write(b"\x01")
+    with SeenStore.open(store_dir) as s:
+        with pytest.raises(CorruptionError):
+            s.verify()
+        with pytest.raises(CorruptionError, match="checksum"):
+            s.add([0x150])  # the merge checks the old run as it streams it
+        assert s.generation == 1
+    with open(run, "r+b") as f:
+        f.truncate(4096 + 10)
+    with pytest.raises(CorruptionError):
+        SeenStore.open(store_dir)
+
+
+def test_empty_batch_is_a_no_op(store_dir):
+    with SeenStore.open(store_dir, create=True) as s:
+        assert s.add(np.empty(0, np.uint64)).tolist() == []
+        assert s.generation == 0
+        assert s.add([5, 5]).tolist() == [True, False]
+        assert s.add([5]).tolist() == [False]
+        assert s.generation == 1  # nothing new: nothing written
