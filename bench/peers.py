@@ -1,0 +1,421 @@
+"""Peers table: the same crawl-like stream through seenstore and what a user would pick instead.
+
+Each peer runs alone in its own subprocess (so its peak RSS is its own), one after the
+other, on the same deterministic ``CrawlStream``; only the peer's work is timed (not the
+generator, not the check). Each batch's new keys are checked against the stream's exact
+expectation. A peer over ``--time-limit`` is killed and reported with how far it got.
+
+    python bench/peers.py --keys 1e7 [--batch N] [--peers set,sqlite,...] [--plot F.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from seenstore.workload import CrawlStream
+
+PEERS = ("seenstore", "set", "sqlite", "rocksdb", "duckdb", "lmdb", "rbloom")
+INSTALL = {"rocksdb": "rocksdict", "duckdb": "duckdb", "lmdb": "lmdb", "rbloom": "rbloom"}
+
+
+# ---------------------------------------------------------------- the peers
+# Each peer: open(path, stream) -> state; add(state, keys) -> new keys of the batch
+# (uint64 array, each once, any order); close(state). Durable per batch where the
+# engine offers it (fsync on commit), as seenstore is.
+
+class SeenStorePeer:
+    def __init__(self, path, stream):
+        from seenstore.store import SeenStore
+        self.st = SeenStore.open(path, create=True)
+        self.exact_mask = True
+
+    def add(self, keys):
+        return self.st.add(keys)  # a mask aligned with keys (more than the others return)
+
+    def close(self):
+        self.st.close()
+
+
+class SetPeer:
+    def __init__(self, path, stream):
+        self.seen: set[int] = set()
+
+    def add(self, keys):
+        new = set(keys.tolist())
+        new -= self.seen
+        self.seen |= new
+        return new
+
+    def close(self):
+        pass
+
+
+class SqlitePeer:
+    """WITHOUT ROWID primary key; batch deduplicated in a temp table, anti-join, insert."""
+
+    def __init__(self, path, stream):
+        import sqlite3
+        os.makedirs(path, exist_ok=True)
+        self.db = sqlite3.connect(os.path.join(path, "seen.sqlite"), isolation_level=None)
+        for pragma in ("journal_mode=WAL", "synchronous=FULL", "temp_store=MEMORY",
+                       "cache_size=-262144"):
+            self.db.execute(f"PRAGMA {pragma}")
+        self.db.execute("CREATE TABLE seen(k INTEGER PRIMARY KEY) WITHOUT ROWID")
+        self.db.execute("CREATE TEMP TABLE b(k INTEGER PRIMARY KEY) WITHOUT ROWID")
+
+    def add(self, keys):
+        db = self.db
+        db.execute("BEGIN")
+        db.execute("DELETE FROM b")
+        db.executemany("INSERT OR IGNORE INTO b VALUES (?)", zip(keys.view(np.int64).tolist()))
+        new = [r[0] for r in db.execute("SELECT k FROM b WHERE k NOT IN seen")]
+        db.executemany("INSERT INTO seen VALUES (?)", zip(new))
+        db.execute("COMMIT")
+        return np.array(new, dtype=np.int64).view(np.uint64)
+
+    def close(self):
+        self.db.close()
+
+
+class RocksPeer:
+    """rocksdict raw mode, 8-byte big-endian keys, table Bloom 10 bits/key, multi-get +
+    synced WriteBatch."""
+
+    def __init__(self, path, stream):
+        from rocksdict import BlockBasedOptions, Options, Rdict, WriteOptions
+        opt = Options(raw_mode=True)
+        opt.create_if_missing(True)
+        opt.increase_parallelism(os.cpu_count() or 2)
+        opt.set_write_buffer_size(256 << 20)
+        table = BlockBasedOptions()
+        table.set_bloom_filter(10, False)
+        opt.set_block_based_table_factory(table)
+        self.db = Rdict(path, opt)
+        self.wo = WriteOptions()
+        self.wo.sync = True
+
+    def add(self, keys):
+        from rocksdict import WriteBatch
+        u = np.unique(keys)
+        raw = u.astype(">u8").tobytes()
+        ks = [raw[i:i + 8] for i in range(0, len(raw), 8)]
+        got = self.db.get(ks)
+        wb = WriteBatch(raw_mode=True)
+        isnew = [v is None for v in got]
+        for k, n in zip(ks, isnew):
+            if n:
+                wb.put(k, b"")
+        self.db.write(wb, self.wo)
+        return u[np.array(isnew, dtype=bool)]
+
+    def close(self):
+        self.db.close()
+
+
+class DuckPeer:
+    """Table without index; per batch: SELECT DISTINCT ... ANTI JOIN seen, then INSERT."""
+
+    def __init__(self, path, stream):
+        import duckdb
+        os.makedirs(path, exist_ok=True)
+        self.db = duckdb.connect(os.path.join(path, "seen.duckdb"))
+        self.db.execute("CREATE TABLE seen(k UBIGINT)")
+
+    def add(self, keys):
+        db = self.db
+        batch = {"k": keys}  # noqa: F841  (DuckDB scans the local variable by name)
+        db.execute("BEGIN")
+        db.execute("CREATE OR REPLACE TEMP TABLE fresh AS "
+                   "SELECT DISTINCT batch.k FROM batch ANTI JOIN seen ON batch.k = seen.k")
+        db.execute("INSERT INTO seen SELECT k FROM fresh")
+        new = db.execute("SELECT k FROM fresh").fetchnumpy()["k"]
+        db.execute("COMMIT")
+        return np.asarray(new, dtype=np.uint64)
+
+    def close(self):
+        self.db.execute("CHECKPOINT")
+        self.db.close()
+
+
+class LmdbPeer:
+    """One write transaction per batch (synced commit), put(overwrite=False) says new."""
+
+    def __init__(self, path, stream):
+        import lmdb
+        self.env = lmdb.open(path, map_size=1 << 40, sync=True, metasync=True)
+
+    def add(self, keys):
+        u = np.unique(keys)
+        raw = u.astype(">u8").tobytes()
+        with self.env.begin(write=True) as txn:
+            put = txn.put
+            isnew = [put(raw[i:i + 8], b"", overwrite=False) for i in range(0, len(raw), 8)]
+        return u[np.array(isnew, dtype=bool)]
+
+    def close(self):
+        self.env.close()
+
+
+class RbloomPeer:
+    """Approximate: a Bloom positive counts as seen (new keys may be lost, never repeated)."""
+
+    def __init__(self, path, stream, fp_rate=0.001):
+        from rbloom import Bloom
+        self.bf = Bloom(max(1, stream.expected_total_new), fp_rate)
+        self.approximate = True
+
+    def add(self, keys):
+        bf = self.bf
+        new = []
+        for k in keys.tolist():
+            if k not in bf:
+                bf.add(k)
+                new.append(k)
+        return np.array(new, dtype=np.uint64)
+
+    def close(self):
+        pass
+
+
+PEER_CLASSES = {"seenstore": SeenStorePeer, "set": SetPeer, "sqlite": SqlitePeer,
+                "rocksdb": RocksPeer, "duckdb": DuckPeer, "lmdb": LmdbPeer, "rbloom": RbloomPeer}
+
+
+# ---------------------------------------------------------------- child side
+
+def _disk_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def _check(peer, batch, got) -> tuple[bool, int]:
+    """(correct, lost): exact peers must return exactly the fresh keys; approximate ones a
+    subset of them (lost = fresh keys answered as seen)."""
+    fresh = batch.keys[: batch.n_fresh]
+    if getattr(peer, "exact_mask", False):
+        return bool(got.sum() == batch.n_fresh and got[: batch.n_fresh].all()), 0
+    got = np.sort(np.fromiter(got, dtype=np.uint64, count=len(got))
+                  if not isinstance(got, np.ndarray) else got)
+    if getattr(peer, "approximate", False):
+        inside = np.isin(got, fresh)
+        return bool(inside.all() and len(np.unique(got)) == len(got)), batch.n_fresh - len(got)
+    return bool(np.array_equal(got, np.sort(fresh))), 0
+
+
+def run_child(name: str, args, progress_path: str) -> None:
+    """Run one peer over the stream; append one JSON line per batch, then a 'done' line."""
+    stream = CrawlStream(args.keys, args.batch, args.reoffer, args.dup, seed=args.seed)
+    path = os.path.join(args.workdir, name)
+    out = open(progress_path, "a", buffering=1)
+    try:
+        cls = PEER_CLASSES[name]
+        peer = cls(path, stream)
+    except ImportError as e:
+        pip = INSTALL.get(name, name)
+        out.write(json.dumps({"done": True, "status": "not installed",
+                              "message": f"{e} (pip install {pip})"}) + "\n")
+        return
+    rss_base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if name == "seenstore":  # compile kernels outside the timing, on a throwaway store
+        t0 = time.perf_counter()
+        warm = SeenStorePeer(path + "-warmup", stream)
+        warm.add(np.arange(1000, dtype=np.uint64))
+        warm.close()
+        shutil.rmtree(path + "-warmup")
+        out.write(json.dumps({"warmup_s": time.perf_counter() - t0}) + "\n")
+    total_s, correct, lost, offered = 0.0, True, 0, 0
+    for plan in stream.plan():
+        batch = stream.batch(*plan)
+        t0 = time.perf_counter()
+        got = peer.add(batch.keys)
+        dt = time.perf_counter() - t0
+        ok, lost_b = _check(peer, batch, got)
+        total_s += dt
+        offered += len(batch.keys)
+        correct &= ok
+        lost += lost_b
+        out.write(json.dumps({"batch": batch.index, "offered": len(batch.keys), "s": dt,
+                              "stored_before": plan[1], "ok": ok, "lost": lost_b}) + "\n")
+    t0 = time.perf_counter()
+    peer.close()
+    close_s = time.perf_counter() - t0
+    out.write(json.dumps({
+        "done": True, "status": "ok", "seconds": total_s + close_s, "close_s": close_s,
+        "offered": offered, "correct": correct, "lost": lost,
+        "approximate": bool(getattr(peer, "approximate", False)),
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "rss_base": rss_base, "disk_bytes": _disk_bytes(path) if os.path.exists(path) else 0,
+        "expected_total_new": stream.expected_total_new,
+    }) + "\n")
+
+
+# ---------------------------------------------------------------- parent side
+
+def run_peer(name: str, args) -> dict:
+    """Run one peer in a subprocess with the time limit; return its summary row."""
+    fd, progress = tempfile.mkstemp(prefix=f"peer-{name}-", suffix=".jsonl")
+    os.close(fd)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--progress", progress,
+           "--keys", str(args.keys), "--batch", str(args.batch), "--reoffer", str(args.reoffer),
+           "--dup", str(args.dup), "--seed", str(args.seed), "--workdir", args.workdir]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=args.time_limit)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        timed_out = True
+    wall = time.perf_counter() - t0
+    lines = [json.loads(x) for x in open(progress) if x.strip()]
+    os.unlink(progress)
+    shutil.rmtree(os.path.join(args.workdir, name), ignore_errors=True)
+    batches = [x for x in lines if "batch" in x]
+    final = next((x for x in lines if x.get("done")), None)
+    row = {"peer": name, "batches": batches, "wall_s": wall,
+           "warmup_s": next((x["warmup_s"] for x in lines if "warmup_s" in x), None)}
+    if timed_out:
+        done = sum(b["offered"] for b in batches)
+        secs = sum(b["s"] for b in batches)
+        row.update(status=f"timeout after {args.time_limit:.0f} s ({done:,} keys done)",
+                   offered=done, seconds=secs, correct=all(b["ok"] for b in batches))
+    elif final is None:
+        row.update(status=f"crashed (exit {proc.returncode}): {err.strip()[-300:]}")
+    else:
+        row.update(final)
+    return row
+
+
+def fmt_table(rows: list, args) -> str:
+    """Markdown table; ratios against the seenstore row of the same run."""
+    base = next((r for r in rows if r["peer"] == "seenstore" and r.get("status") == "ok"), None)
+    base_ns = base["seconds"] / base["offered"] * 1e9 if base else None
+    head = ("| peer | status | keys/s | ns/key | x seenstore (time) | peak RSS MiB "
+            "| disk B/key | correct |\n|---|---|---:|---:|---:|---:|---:|---|")
+    out = [head]
+    for r in rows:
+        if not r.get("offered"):
+            out.append(f"| {r['peer']} | {r.get('status')} | | | | | | |")
+            continue
+        ns = r["seconds"] / r["offered"] * 1e9
+        ratio = f"{ns / base_ns:.1f}" if base_ns else "-"
+        rss = f"{r['peak_rss'] / 2**20:,.0f}" if r.get("peak_rss") else "-"
+        stored = r.get("expected_total_new") or 0
+        disk = (f"{r['disk_bytes'] / stored:.1f}" if r.get("disk_bytes") and stored
+                else ("in memory" if r.get("status") == "ok" else "-"))
+        if r.get("approximate"):
+            correct = (f"approx: {r['lost']:,} lost ({r['lost'] / max(1, stored):.3%})"
+                       if r["correct"] else "NO")
+        else:
+            correct = "yes" if r.get("correct") else "NO"
+        if r.get("status") != "ok":
+            correct += " (so far)"
+        out.append(f"| {r['peer']} | {r['status']} | {r['offered'] / r['seconds'] / 1e6:.2f} M "
+                   f"| {ns:,.0f} | {ratio} | {rss} | {disk} | {correct} |")
+    return "\n".join(out)
+
+
+def plot(rows: list, path: str, args) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for r in rows:
+        bs = r.get("batches") or []
+        if not bs:
+            continue
+        x = [(b["stored_before"] + 1) / 1e6 for b in bs]
+        y = [b["s"] / b["offered"] * 1e9 for b in bs]
+        ax.plot(x, y, marker="o", label=r["peer"] + ("" if r.get("status") == "ok" else " (cut)"))
+    ax.set_yscale("log")
+    ax.set_xlabel("distinct keys already stored before the batch (millions)")
+    ax.set_ylabel("ns per offered key (log scale)")
+    ax.set_title(f"Same stream, one peer at a time: {args.keys:,} keys, batch {args.batch:,}, "
+                 f"reoffer {args.reoffer}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _count(s: str) -> int:
+    return int(float(s))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--keys", type=_count, default=10_000_000)
+    ap.add_argument("--batch", type=_count, default=None,
+                    help="keys per batch (default keys/10, within 1e5..1e7)")
+    ap.add_argument("--reoffer", type=float, default=0.5)
+    ap.add_argument("--dup", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peers", default=",".join(PEERS))
+    ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per peer")
+    ap.add_argument("--workdir", default=None, help="where peers keep their files")
+    ap.add_argument("--plot", default=None, help="PNG: ns/key per batch vs store size")
+    ap.add_argument("--json", default=None, help="write all rows to this JSON file")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--progress", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.batch is None:
+        args.batch = max(100_000, min(10_000_000, args.keys // 10))
+    if args.child:
+        run_child(args.child, args, args.progress)
+        return
+    names = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = [p for p in names if p not in PEER_CLASSES]
+    if unknown:
+        sys.exit(f"peers.py: unknown peer(s) {unknown}; choose from {', '.join(PEERS)}")
+    own = args.workdir is None
+    args.workdir = args.workdir or tempfile.mkdtemp(prefix="seenstore-peers-")
+    os.makedirs(args.workdir, exist_ok=True)
+    print(f"# {args.keys:,} keys, batch {args.batch:,}, reoffer {args.reoffer}, dup {args.dup}, "
+          f"seed {args.seed}, time limit {args.time_limit:.0f} s/peer, dir {args.workdir}",
+          flush=True)
+    rows = []
+    try:
+        for name in names:
+            row = run_peer(name, args)
+            rows.append(row)
+            ns = (f"{row['seconds'] / row['offered'] * 1e9:,.0f} ns/key"
+                  if row.get("offered") else "")
+            print(f"#   {name}: {row.get('status')} {ns} (wall {row['wall_s']:.0f} s)",
+                  file=sys.stderr, flush=True)
+    finally:
+        if own:
+            shutil.rmtree(args.workdir, ignore_errors=True)
+    print(fmt_table(rows, args))
+    warm = next((r["warmup_s"] for r in rows if r.get("warmup_s") is not None), None)
+    if warm is not None:
+        print(f"\n(seenstore JIT warm-up {warm:.2f} s, outside the timing; peak RSS includes the "
+              "interpreter, numpy and one generated batch)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "rows": rows}, f)
+    if args.plot:
+        plot(rows, args.plot, args)
+        print(f"plot written: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
