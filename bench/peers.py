@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from seenstore.benchrun import parse_count
 from seenstore.workload import CrawlStream
 
 PEERS = ("seenstore", "set", "sqlite", "rocksdb", "duckdb", "lmdb", "rbloom")
@@ -357,14 +358,10 @@ def plot(rows: list, path: str, args) -> None:
     plt.close(fig)
 
 
-def _count(s: str) -> int:
-    return int(float(s))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--keys", type=_count, default=10_000_000)
-    ap.add_argument("--batch", type=_count, default=None,
+    ap.add_argument("--keys", type=parse_count, default=10_000_000)
+    ap.add_argument("--batch", type=parse_count, default=None,
                     help="keys per batch (default keys/10, within 1e5..1e7)")
     ap.add_argument("--reoffer", type=float, default=0.5)
     ap.add_argument("--dup", type=float, default=0.1)

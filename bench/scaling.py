@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from seenstore.benchrun import disk_bandwidth, peak_rss_bytes
+from seenstore.benchrun import disk_bandwidth, parse_count, peak_rss_bytes
 from seenstore.store import SeenStore
 from seenstore.workload import CrawlStream
 
@@ -184,21 +184,17 @@ def plot(res: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _count(s: str) -> int:
-    return int(float(s))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max-keys", type=_count, default=1_000_000_000)
-    ap.add_argument("--first", type=_count, default=1_000_000, help="smallest non-zero N")
-    ap.add_argument("--batch", type=_count, default=10_000_000, help="probe batch size B")
-    ap.add_argument("--grow-batch", type=_count, default=100_000_000,
+    ap.add_argument("--max-keys", type=parse_count, default=1_000_000_000)
+    ap.add_argument("--first", type=parse_count, default=1_000_000, help="smallest non-zero N")
+    ap.add_argument("--batch", type=parse_count, default=10_000_000, help="probe batch size B")
+    ap.add_argument("--grow-batch", type=parse_count, default=100_000_000,
                     help="batch size used to grow the store between checkpoints")
     ap.add_argument("--reoffer", type=float, default=0.5)
     ap.add_argument("--dup", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--probe-bytes", type=_count, default=1 << 30)
+    ap.add_argument("--probe-bytes", type=parse_count, default=1 << 30)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--plot", default=None)

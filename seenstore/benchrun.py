@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from decimal import Decimal, InvalidOperation
+
 import numpy as np
 
 from .errors import InvalidInputError
@@ -23,6 +25,19 @@ from .workload import CrawlStream
 STAGES = ("generate", "sort", "bloom", "merge", "commit", "align")
 BYTES_PER_OFFERED_KEY = 64  # measured peak RSS per batch key is below this (docs/bench.md)
 _CHUNK = 8 << 20
+
+
+def parse_count(text: str) -> int:
+    """A whole non-negative number written as 1e9, 2.5e6, 1_000_000 or 1000000.
+
+    Raises InvalidInputError for anything else (1.5, -3, 1e-3, abc)."""
+    try:
+        d = Decimal(str(text).replace("_", ""))
+    except InvalidOperation:
+        raise InvalidInputError(f"{text!r} is not a number (write e.g. 1e9 or 1000000)") from None
+    if not d.is_finite() or d != d.to_integral_value() or d < 0:
+        raise InvalidInputError(f"{text!r} is not a whole non-negative number")
+    return int(d)
 
 
 def default_batch_size(total_keys: int, share: float = 0.25) -> int:

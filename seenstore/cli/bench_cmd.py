@@ -12,11 +12,9 @@ import os
 import shutil
 import sys
 import tempfile
-from decimal import Decimal, InvalidOperation
-
 import click
 
-from ..benchrun import STAGES, BenchResult, default_batch_size, run_bench
+from ..benchrun import STAGES, BenchResult, default_batch_size, parse_count, run_bench
 from ..errors import InvalidInputError
 from ..workload import CrawlStream
 from . import fail, main
@@ -31,12 +29,9 @@ class Count(click.ParamType):
         if isinstance(value, int):
             return value
         try:
-            d = Decimal(str(value).replace("_", ""))
-        except InvalidOperation:
-            self.fail(f"{value!r} is not a number (write e.g. 1e9 or 1000000)", param, ctx)
-        if d != d.to_integral_value() or d < 0:
-            self.fail(f"{value!r} is not a whole non-negative number", param, ctx)
-        return int(d)
+            return parse_count(value)
+        except InvalidInputError as e:
+            self.fail(str(e), param, ctx)
 
 
 COUNT = Count()
