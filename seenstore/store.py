@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import manifest
-from .batch import align, as_keys, prepare
+from .batch import Batch, as_keys, prepare
 from .errors import (DiskFullError, MismatchError, NotAStoreError, SeenStoreError,
                      StoreIOError, StoreNotFoundError, InvalidInputError)
 from .layout import DEFAULT_LAYOUT, Layout
@@ -66,6 +66,7 @@ class SeenStore:
         self.chunk_keys = DEFAULT_CHUNK_KEYS
         self.threads = 2
         self.last_timings: dict = {}
+        self._new_share = 1.0  # share of new keys in the last batch: picks Batch's strategy
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -245,15 +246,15 @@ class SeenStore:
         key was never admitted before this call and this is its first occurrence
         in the call. Durable on return (fsynced, committed)."""
         t0 = time.perf_counter()
-        keys = as_keys(keys)
-        uniq = prepare(keys)
+        batch = Batch(as_keys(keys), self._new_share)
         t_sort = time.perf_counter() - t0
-        is_new = self.add_sorted(uniq)
+        is_new = self.add_sorted(batch.uniq)
         t1 = time.perf_counter()
-        mask = align(keys, uniq[is_new])
+        mask = batch.mask(is_new)
+        self._new_share = is_new.mean() if len(is_new) else self._new_share
         self.last_timings["sort_s"] = t_sort
         self.last_timings["align_s"] = time.perf_counter() - t1
-        self.last_timings["offered"] = len(keys)
+        self.last_timings["offered"] = len(batch.keys)
         return mask
 
     def add_sorted(self, uniq: np.ndarray) -> np.ndarray:

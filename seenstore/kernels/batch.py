@@ -1,9 +1,9 @@
-"""Batch kernels: collapse a sorted batch to unique keys, and map answers back.
+"""Batch kernels: collapse a batch to sorted unique keys, and map answers back.
 
-``unique_sorted`` drops repeats from a sorted array; ``mark_first_new`` marks,
-in input order, the first occurrence of each key of a (small) sorted set of new
-keys, with an open-addressing table, so answers align with the caller's input
-without an argsort. Twins: tests/naive.py.
+Two ways to align the merge's answers with the caller's input order:
+``unique_sorted`` + ``mark_first_new`` (sort, then an open-addressing table of
+the new keys: cheap when few keys are new), or ``unique_first`` over an argsort
+(constant cost, better when most keys are new). Twins: tests/naive.py.
 """
 
 from __future__ import annotations
@@ -72,3 +72,29 @@ def mark_first_new(keys, new_keys):
                 break
             s = (s + 1) & (size - 1)
     return out
+
+
+@njit(cache=True, nogil=True)
+def unique_first(sorted_keys, order):
+    """Unique keys and the first input position of each.
+
+    Requires: ``sorted_keys = keys[order]`` for a permutation ``order`` that sorts
+    ``keys`` (stable or not). Returns ``(uniq, first)``: unique keys ascending and,
+    for each, the smallest index ``i`` with ``keys[i] == uniq[k]``."""
+    n = sorted_keys.shape[0]
+    uniq = np.empty(n, dtype=np.uint64)
+    first = np.empty(n, dtype=np.int64)
+    m = 0
+    k = 0
+    while k < n:
+        key = sorted_keys[k]
+        best = order[k]
+        k += 1
+        while k < n and sorted_keys[k] == key:
+            if order[k] < best:
+                best = order[k]
+            k += 1
+        uniq[m] = key
+        first[m] = best
+        m += 1
+    return uniq[:m].copy(), first[:m].copy()
