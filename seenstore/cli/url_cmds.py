@@ -1,1 +1,181 @@
-"""Command family registered on seenstore.cli.main (filled in by its issue)."""
+"""URL commands: ``normalise``, ``fingerprint`` and ``add`` (the crawl-pipeline filter).
+
+Each reads URLs from its arguments or, with none or ``-``, one per line from stdin
+(bytes; a trailing CR is dropped). ``normalise``/``fingerprint`` print one line per
+input (``# rejected: REASON`` for a URL without a canonical form); ``add`` prints only
+the new canonical URLs and counts rejections on stderr. docs/normalise.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from typing import Iterator
+
+import click
+
+from ..fingerprint import fingerprint_many
+from ..layout import DEFAULT_LAYOUT, Layout
+from ..normalise import DEFAULT_MAX_LENGTH, check_base, normalise_many
+from ..policy import load_policy
+from . import default_store_dir, main, store_option
+
+DEFAULT_BATCH_LINES = 1_000_000
+_CHUNK = 65536  # lines per output write for normalise/fingerprint
+
+base_option = click.option(
+    "--base", default=None, metavar="URL", help="Resolve relative references against URL.")
+policy_option = click.option(
+    "--policy", "policy_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+    help="Policy TOML with the per-host risky rules (default: safe rules only, 'safe-v1').")
+max_length_option = click.option(
+    "--max-length", type=click.IntRange(min=16), default=DEFAULT_MAX_LENGTH, show_default=True,
+    metavar="BYTES", help="Reject URLs longer than this (input or canonical form).")
+
+
+def _lines(stream) -> Iterator[bytes]:
+    for line in stream:
+        if line.endswith(b"\n"):
+            line = line[:-1]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        yield line
+
+
+def _inputs(urls: tuple[str, ...]) -> Iterator[object]:
+    if not urls or urls == ("-",):
+        return _lines(sys.stdin.buffer)
+    return iter(urls)
+
+
+def _chunks(items: Iterator[object], size: int) -> Iterator[list]:
+    while True:
+        chunk = list(itertools.islice(items, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def _write(lines: list[str]) -> None:
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _summary(command: str, counts: dict[str, int], extra: str = "") -> None:
+    total = sum(counts.values())
+    if total or extra:
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        rej = f"rejected {total}" + (f" ({detail})" if detail else "")
+        click.echo(f"seenstore {command}: {extra}{rej}", err=True)
+
+
+def _per_line(command: str, urls, base, policy_file, max_length, render) -> None:
+    check_base(base)
+    policy = load_policy(policy_file)
+    counts: dict[str, int] = {}
+    for chunk in _chunks(_inputs(urls), _CHUNK):
+        batch = normalise_many(chunk, base, policy, max_length)
+        out = [""] * len(chunk)
+        for i, reason in batch.rejected:
+            out[i] = f"# rejected: {reason.value}"
+            counts[reason.value] = counts.get(reason.value, 0) + 1
+        for i, text in zip(batch.positions, render(batch.urls)):
+            out[i] = text
+        _write(out)
+    _summary(command, counts)
+
+
+@main.command("normalise")
+@click.argument("urls", nargs=-1)
+@base_option
+@policy_option
+@max_length_option
+def normalise_cmd(urls, base, policy_file, max_length):
+    """Print the canonical form of each URL (arguments, or stdin lines with none or '-').
+
+    One output line per input line: the canonical URL, or '# rejected: REASON'
+    (encoding, too-long, control-char, unparsable, scheme). Rejection counts go
+    to stderr. The canonical form is the one the store fingerprints.
+    """
+    _per_line("normalise", urls, base, policy_file, max_length, lambda u: u)
+
+
+@main.command("fingerprint")
+@click.argument("urls", nargs=-1)
+@base_option
+@policy_option
+@max_length_option
+@click.option("--host-bits", type=click.IntRange(0, 32), default=DEFAULT_LAYOUT.host_bits,
+              show_default=True, help="H: key bits taken from the host hash.")
+@click.option("--with-url", is_flag=True, help="Print 'KEY<TAB>CANONICAL-URL'.")
+def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
+    """Print the 64-bit key (16 hex digits) of each URL after normalising it.
+
+    One output line per input line, or '# rejected: REASON'. The key is
+    host_hash[top H bits] | url_hash[low 64-H bits] (docs/fingerprint.md).
+    """
+    layout = Layout(host_bits=host_bits)
+
+    def render(canonical: list[str]) -> list[str]:
+        keys = fingerprint_many(canonical, layout).tolist()
+        if with_url:
+            return [f"{k:016x}\t{u}" for k, u in zip(keys, canonical)]
+        return [f"{k:016x}" for k in keys]
+
+    _per_line("fingerprint", urls, base, policy_file, max_length, render)
+
+
+@main.command("add")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@store_option
+@base_option
+@policy_option
+@max_length_option
+@click.option("--batch-lines", type=click.IntRange(min=1), default=DEFAULT_BATCH_LINES,
+              show_default=True, help="Lines per batch (one durable store commit each).")
+@click.option("--scalar", is_flag=True,
+              help="Use the scalar reference path (xxhash + ada-url per URL); "
+                   "today it is the only path.")
+@click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
+              help="Wait this long for another writer to release the store (-1: forever).")
+def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, scalar, wait):
+    """Admit the URLs of SOURCE (a file, or '-' for stdin) and print the new ones.
+
+    Each URL is normalised and fingerprinted, and the store admits the keys; only
+    canonical URLs never seen before (first occurrence) are printed, so the
+    command drops into a crawl pipeline as a filter. Blank lines are skipped;
+    rejected lines are counted on stderr. Input is processed in batches of
+    --batch-lines, each committed durably before its new URLs are printed, so
+    memory stays bounded. The store records the policy identity: opening it with
+    another policy is refused.
+    """
+    from ..store import SeenStore
+
+    check_base(base)
+    policy = load_policy(policy_file)
+    counts: dict[str, int] = {}
+    read = new = 0
+    stream = sys.stdin.buffer if source == "-" else open(source, "rb")
+    try:
+        with SeenStore.open(store_dir or default_store_dir(), create=True,
+                            policy_id=policy.identity,
+                            wait=None if wait < 0 else wait) as store:
+            layout = store.layout
+            lines = (ln for ln in _lines(stream) if ln)
+            for chunk in _chunks(lines, batch_lines):
+                read += len(chunk)
+                batch = normalise_many(chunk, base, policy, max_length)
+                for reason, n in batch.reason_counts().items():
+                    counts[reason] = counts.get(reason, 0) + n
+                if not batch.urls:
+                    continue
+                mask = store.add(fingerprint_many(batch.urls, layout))
+                fresh = [u for u, m in zip(batch.urls, mask.tolist()) if m]
+                new += len(fresh)
+                _write(fresh)
+                sys.stdout.flush()
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    rejected = sum(counts.values())
+    _summary("add", counts, f"read {read}, new {new}, seen {read - new - rejected}, ")

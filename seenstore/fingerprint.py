@@ -1,0 +1,92 @@
+"""Fingerprint: the 64-bit key of a canonical URL (the reference implementation).
+
+Contract: ``fingerprint(url, layout) = (xxh3_64(host) & HIGH) | (xxh3_64(url) & LOW)``
+where LOW has the low ``64 - H`` bits set, HIGH the top H bits, both hashes seed 0
+over UTF-8 bytes, and the host is the one ``host_span`` finds (docs/fingerprint.md).
+``fingerprint_many`` returns the same keys as a uint64 array. Any faster kernel must
+be bit-identical to these functions.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, localcontext
+from typing import Iterable
+
+import numpy as np
+import xxhash
+
+from .errors import InvalidInputError
+from .layout import DEFAULT_LAYOUT, Layout
+from .normalise import host_span
+
+_MASK64 = (1 << 64) - 1
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+def url_host(url: str) -> str:
+    """The host a key's top bits come from: lowercase, punycode, no port, no userinfo
+    (as written in a canonical URL). Requires: ``url`` is canonical (see normalise)."""
+    s, e = host_span(url)
+    return url[s:e]
+
+
+def _masks(layout: Layout) -> tuple[int, int]:
+    low = (1 << layout.url_bits) - 1
+    return _MASK64 ^ low, low
+
+
+def _utf8(s: str) -> bytes:
+    try:
+        return s.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError):
+        raise InvalidInputError(f"fingerprint needs a URL string, got {s!r:.80}") from None
+
+
+def fingerprint(canonical_url: str, layout: Layout = DEFAULT_LAYOUT) -> int:
+    """The key of ``canonical_url`` as a Python int in [0, 2**64).
+    Requires: ``canonical_url`` is the output of ``normalise`` (not re-checked)."""
+    high, low = _masks(layout)
+    b = _utf8(canonical_url)
+    s, e = host_span(canonical_url)
+    return (_xxh3(_utf8(canonical_url[s:e])) & high) | (_xxh3(b) & low)
+
+
+def fingerprint_many(urls: Iterable[str], layout: Layout = DEFAULT_LAYOUT) -> np.ndarray:
+    """Keys of ``urls`` as a uint64 array aligned with the input (same as ``fingerprint``
+    on each). Requires: canonical URLs. Raises InvalidInputError for a non-string item."""
+    high, low = _masks(layout)
+    host_bits: dict[str, int] = {}
+    keys = []
+    for u in urls:
+        b = _utf8(u)
+        s, e = host_span(u)
+        host = u[s:e]
+        hb = host_bits.get(host)
+        if hb is None:
+            hb = host_bits[host] = _xxh3(host.encode("utf-8")) & high
+        keys.append(hb | (_xxh3(b) & low))
+    return np.array(keys, dtype=np.uint64)
+
+
+def expected_collisions(n: float, url_bits: int) -> float:
+    """Expected number of URLs lost (hashed onto a key already taken) when ``n`` distinct
+    URLs share one host prefix and so draw from ``2**url_bits`` values:
+    ``n - M * (1 - (1 - 1/M)**n)``, M = 2**url_bits, computed without cancellation."""
+    if n < 0 or not 0 <= url_bits <= 64:
+        raise InvalidInputError("need n >= 0 and 0 <= url_bits <= 64")
+    m = 2 ** url_bits
+    if n <= 1:
+        return 0.0
+    with localcontext() as ctx:
+        ctx.prec = 60
+        dn, dm = Decimal(n), Decimal(m)
+        if m == 1:
+            return float(dn - 1)
+        occupied = dm * (1 - ((1 - 1 / dm).ln() * dn).exp())
+        return float(dn - occupied)
+
+
+def expected_pairs(n: float, url_bits: int) -> float:
+    """Expected number of colliding pairs, C(n, 2) / 2**url_bits (the birthday bound)."""
+    return n * (n - 1) / 2 / math.ldexp(1.0, url_bits)
