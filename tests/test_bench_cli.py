@@ -58,9 +58,12 @@ def test_wrong_counts_give_exit_1(tmp_path, monkeypatch):
 
 
 def test_keep_leaves_a_store_that_holds_the_expected_keys(tmp_path):
-    r = _bench(["--keys", "2e4", "--batch", "1e4", "--keep", "--reoffer", "0"], tmp_path)
+    saved = tmp_path / "run.json"
+    r = _bench(["--keys", "2e4", "--batch", "1e4", "--keep", "--reoffer", "0",
+                "--save", str(saved)], tmp_path)
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
+    assert json.loads(saved.read_text()) == out
     with SeenStore.open(out["params"]["kept_store"]) as st:
         assert len(st) == out["expected_new"] == 18_000
         assert st.contains(np.array([], dtype=np.uint64)).shape == (0,)

@@ -125,10 +125,13 @@ def write_plot(r: dict, path: str) -> None:
 @click.option("--probe-bytes", type=COUNT, default=None,
               help="Size of the dd-style disk probe file (default: 8 B x keys, 64 MiB..1 GiB).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--save", type=click.Path(dir_okay=False), default=None,
+              help="Also write the JSON object to FILE.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of ns/key per stage for each batch.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, as_json, plot, quiet):
+def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, as_json, save, plot,
+          quiet):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
     Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
@@ -167,6 +170,9 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, as_json
                 shutil.rmtree(store_path, ignore_errors=True)
     r = res.to_dict()
     r["params"]["kept_store"] = store_path if keep else None
+    if save:
+        with open(save, "w") as f:
+            json.dump(r, f)
     if as_json:
         click.echo(json.dumps(r))
     else:
