@@ -31,6 +31,10 @@ from .runwriter import RunWriter
 
 DEFAULT_POLICY_ID = "safe-v1"
 DEFAULT_SHARD_BITS = 4
+# A shard whose run is PROBE_RATIO times larger than the batch's slice is first
+# probed by binary search in the memory map; if every key is there, it is not
+# rewritten (a few random page reads instead of a sequential rewrite).
+PROBE_RATIO = 64
 MAX_SHARD_BITS = 12
 _RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
 _FAULT = os.environ.get("SEENSTORE_FAULT", "")  # test seam: "point" -> SIGKILL self there
@@ -283,13 +287,16 @@ class SeenStore:
 
         def job(shard: int):
             lo, hi = bounds[shard], bounds[shard + 1]
+            reader = self._readers[shard]
+            if (hi - lo) * PROBE_RATIO < reader.count and _all_present(reader.keys, uniq[lo:hi]):
+                return shard, None, False  # nothing new here: no rewrite at all
             w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
                           self.layout.host_bits, self.shard_bits, shard, pd)
             writers[shard] = w
-            mask = merge_run(self._readers[shard], uniq[lo:hi], w, self.chunk_keys)
+            mask = merge_run(reader, uniq[lo:hi], w, self.chunk_keys)
             is_new[lo:hi] = mask
             header = w.finish(sync=False) if mask.any() else None
-            return shard, header
+            return shard, header, True
 
         try:
             try:
@@ -299,11 +306,12 @@ class SeenStore:
                 raise _io_error(e, f"{self.path}: writing runs") from e
             t1 = time.perf_counter()
             timings["merge_s"] = t1 - t0
-            changed = [(s, h) for s, h in done if h is not None]
-            for s, h in done:
-                if h is None:
+            changed = [(s, h) for s, h, _ in done if h is not None]
+            for s, h, merged in done:
+                if merged and h is None:
                     writers.pop(s).abort()  # no new key in this shard: keep the old run
-            timings["bytes_read"] = sum(self._readers[s].count * 8 + HEADER_SIZE for s, _ in done)
+            timings["bytes_read"] = sum(self._readers[s].count * 8 + HEADER_SIZE
+                                        for s, _, merged in done if merged)
             timings["bytes_written"] = sum(h.count * 8 + HEADER_SIZE for _, h in changed)
             n_new = int(is_new.sum())
             if changed:
@@ -415,6 +423,13 @@ class SeenStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _all_present(run: np.ndarray, part: np.ndarray) -> bool:
+    """True when every key of sorted ``part`` is in sorted ``run``. Requires: run non-empty."""
+    pos = np.searchsorted(run, part)
+    pos[pos == len(run)] = len(run) - 1
+    return bool((run[pos] == part).all())
 
 
 def _every_occurrence(keys: np.ndarray, found: np.ndarray) -> np.ndarray:

@@ -163,3 +163,18 @@ def test_empty_batch_is_a_no_op(store_dir):
         assert s.add([5, 5]).tolist() == [True, False]
         assert s.add([5]).tolist() == [False]
         assert s.generation == 1  # nothing new: nothing written
+
+
+def test_shard_with_nothing_new_is_not_rewritten(store_dir, rng):
+    keys = rng.integers(0, 2**64, 20000, dtype=np.uint64)
+    with SeenStore.open(store_dir, create=True, shard_bits=1) as s:
+        s.add(keys)
+        files = {r["shard"]: r["file"] for r in s._doc["runs"]}
+        low = keys[keys < 2**63][:10]            # already stored, shard 0
+        fresh = np.array([2**63 + 12345], dtype=np.uint64)  # maybe new, shard 1
+        mask = s.add(np.concatenate([low, fresh]))
+        assert mask.tolist() == [False] * 10 + [int(fresh[0]) not in set(keys.tolist())]
+        assert s.last_timings["bytes_read"] <= 8 * len(keys[keys >= 2**63]) + 4096
+        now = {r["shard"]: r["file"] for r in s._doc["runs"]}
+        assert now[0] == files[0] and now[1] != files[1]
+        assert s.add(low).sum() == 0 and s.last_timings["bytes_written"] == 0
