@@ -16,6 +16,11 @@ from typing import Iterable
 
 import ada_url
 
+try:  # ada-url's cffi module: one parse without the per-call dict and GC wrapper
+    from ada_url._ada_wrapper import ffi as _ffi, lib as _lib
+except ImportError:  # pragma: no cover - other ada-url builds: the public API below
+    _lib = None
+
 from .errors import InvalidInputError
 from .policy import DEFAULT_POLICY, Policy
 
@@ -24,6 +29,10 @@ DEFAULT_MAX_LENGTH = 8192  # bytes of UTF-8, checked on the input and on the res
 # Cc characters other than TAB, LF, CR (which browsers delete, so we do too).
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+# An escape this step would change: lowercase hex, or an unreserved character
+# (2D - 2E . 30-39 digits 41-5A A-Z 5F _ 61-7A a-z 7E ~).
+_CHANGES = re.compile(
+    r"%(?:[0-9A-Fa-f][a-f]|[a-f][0-9A-Fa-f]|2[DE]|3[0-9]|4[1-9A-F]|5[0-9AF]|6[1-9A-F]|7[0-9AE])")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _HEX = frozenset("0123456789ABCDEFabcdef")
 
@@ -64,7 +73,7 @@ def normalise_escapes(s: str) -> str:
     """RFC 3986 6.2.2.2 on a parsed URL: decode escapes of unreserved characters,
     uppercase the hex of the others. A stray ``%`` is left as is, and a decoded hex
     digit that would complete a stray ``%`` into a new escape stays encoded."""
-    if "%" not in s:
+    if "%" not in s or not _CHANGES.search(s):
         return s
     return _ESCAPE.sub(_escape, s)
 
@@ -117,6 +126,35 @@ def _apply_policy(url: str, policy: Policy) -> str:
     return url[:hs] + host + url[he:ps] + path + ("" if query is None else "?" + query)
 
 
+def _parse_public(url: str, base: str | None) -> str | None:
+    try:
+        if base is None:
+            return ada_url.parse_url(url, ("href",))["href"]
+        return ada_url.join_url(base, url)
+    except ValueError:
+        return None
+
+
+def _parse(url: str, base: str | None) -> str | None:
+    """WHATWG href of ``url`` resolved against ``base``, or None if it does not parse.
+    Requires: ``url`` and ``base`` encode to UTF-8. Same results as ``_parse_public``."""
+    if _lib is None:
+        return _parse_public(url, base)
+    b = url.encode("utf-8")
+    if base is None:
+        obj = _lib.ada_parse(b, len(b))
+    else:
+        bb = base.encode("utf-8")
+        obj = _lib.ada_parse_with_base(b, len(b), bb, len(bb))
+    try:
+        if not _lib.ada_is_valid(obj):
+            return None
+        h = _lib.ada_get_href(obj)
+        return _ffi.unpack(h.data, h.length).decode("utf-8")
+    finally:
+        _lib.ada_free(obj)
+
+
 def _utf8_len(s: str) -> int:
     return len(s) if s.isascii() else len(s.encode("utf-8"))
 
@@ -143,14 +181,12 @@ def try_normalise(
             return Rejection.TOO_LONG
     except UnicodeEncodeError:
         return Rejection.ENCODING
-    if _CONTROL.search(url):
+    if not url.isprintable() and _CONTROL.search(url):  # every Cc is non-printable
         return Rejection.CONTROL
-    try:
-        if base is None or url.startswith(("http://", "https://")):
-            href = ada_url.parse_url(url, ("href",))["href"]
-        else:
-            href = ada_url.join_url(base, url)
-    except ValueError:
+    if base is not None and url.startswith(("http://", "https://")):
+        base = None  # an absolute http(s) URL ignores the base: skip parsing it
+    href = _parse(url, base)
+    if href is None:
         return Rejection.UNPARSABLE
     if not href.startswith(("http://", "https://")):
         return Rejection.SCHEME

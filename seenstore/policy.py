@@ -13,7 +13,7 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
+from fnmatch import fnmatchcase, translate
 
 import ada_url
 
@@ -85,17 +85,18 @@ class Rule:
     strip_www: bool = False
     strip_trailing_dot: bool = False
     _drop: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _drop_re: re.Pattern | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         drop = self.strip_params + (TRACKING_PARAMS if self.strip_tracking else ())
         object.__setattr__(self, "_drop", drop)
+        # One regex for all patterns: same answers as fnmatchcase on each, one call.
+        rx = re.compile("|".join(translate(p) for p in drop)) if drop else None
+        object.__setattr__(self, "_drop_re", rx)
 
     def matches(self, key: str) -> bool:
         """True if any pattern matches ``key`` (a ``host_key``), shell-style."""
         return any(fnmatchcase(key, p) for p in self.hosts)
-
-    def _dropped(self, name: str) -> bool:
-        return any(fnmatchcase(name, p) for p in self._drop)
 
     def rewrite(self, host: str, path: str, query: str | None) -> tuple[str, str, str | None]:
         """Apply this rule. ``host`` is the bare host (no port), ``path`` starts with
@@ -109,9 +110,10 @@ class Rule:
             path = path.rstrip("/") or "/"
         elif self.trailing_slash == "add" and not path.endswith("/"):
             path += "/"
-        if query is not None and (self._drop or self.sort_query):
+        if query is not None and (self._drop_re or self.sort_query):
             pairs = query.split("&")
-            kept = [p for p in pairs if not self._dropped(_param_name(p))] if self._drop else pairs
+            drop = self._drop_re
+            kept = [p for p in pairs if not drop.match(_param_name(p))] if drop else pairs
             if self.sort_query:
                 kept.sort(key=_param_name)  # stable: repeated names keep their order
             query = "&".join(kept)

@@ -66,6 +66,16 @@ def test_known_values():
     assert DEFAULT_LAYOUT.host_bits == 20
 
 
+@pytest.mark.parametrize("url,key20", [  # the table of docs/fingerprint.md
+    ("http://example.com/", 0x8B66110E03AF1E2B),
+    ("https://example.com/a?b=1", 0x8B6613F0DC5E381F),
+    ("http://u:p@[::1]:8080/x", 0xF0CEC19CBEC181A6),
+    ("http://xn--mnchen-3ya.de./%C3%A4", 0x22516118AC1434CC),
+])
+def test_documented_key_values(url, key20):
+    assert fingerprint(url) == key20
+
+
 def test_same_host_shares_top_bits_different_hosts_rarely_do():
     keys = fingerprint_many([f"http://h.com/{i}" for i in range(1000)])
     assert len(set((keys >> np.uint64(44)).tolist())) == 1

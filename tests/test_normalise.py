@@ -197,3 +197,21 @@ def test_batch_with_base_matches_scalar():
 def test_escape_normalisation(raw, expected):
     assert normalise_escapes(raw) == expected
     assert normalise_escapes(expected) == expected
+
+
+def test_fast_path_regex_agrees_with_the_escape_rule_on_all_escapes():
+    from seenstore.normalise import _CHANGES, _ESCAPE, _escape
+    for i in range(256):
+        up, low = f"{i:02X}", f"{i:02x}"
+        for hx in {up, low, up[0] + low[1], low[0] + up[1]}:
+            s = "x%" + hx
+            assert (_ESCAPE.sub(_escape, s) != s) == bool(_CHANGES.search(s)), hx
+
+
+def test_fast_and_public_parsers_agree():
+    from seenstore.normalise import _parse, _parse_public
+    cases = [("HTTP://A.com:80/./x?y#z", None), ("../a b", "http://h.com/x/y"),
+             ("http://exa mple.com", None), ("//h.com", "https://b.com/"), ("", None),
+             ("http://ü.de/ä", None), ("x", "mailto:a@b")]
+    for url, base in cases:
+        assert _parse(url, base) == _parse_public(url, base)

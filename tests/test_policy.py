@@ -2,13 +2,16 @@
 
 import hashlib
 import json
+from fnmatch import fnmatchcase
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seenstore.errors import PolicyError
 from seenstore.normalise import normalise
 from seenstore.policy import (
-    DEFAULT_POLICY, DEFAULT_POLICY_ID, SAFE_RULES_VERSION, TRACKING_PARAMS, host_key,
+    DEFAULT_POLICY, DEFAULT_POLICY_ID, SAFE_RULES_VERSION, TRACKING_PARAMS, Rule, host_key,
     load_policy, parse_policy,
 )
 
@@ -187,3 +190,14 @@ def test_bad_policy_files(tmp_path):
     bad.write_bytes(b'version = "\xe9"\n')
     with pytest.raises(PolicyError, match="not UTF-8"):
         load_policy(str(bad))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab_*?[]!x", min_size=1, max_size=5), min_size=1, max_size=4),
+       st.lists(st.text(alphabet="ab_x[]!", max_size=5), min_size=1, max_size=6))
+def test_param_stripping_is_fnmatch(patterns, names):
+    rule = Rule(hosts=("*",), strip_params=tuple(patterns))
+    query = "&".join(f"{n}=1" for n in names)
+    _, _, got = rule.rewrite("h", "/", query)
+    kept = [f"{n}=1" for n in names if not any(fnmatchcase(n, p) for p in patterns)]
+    assert got == ("&".join(kept) if kept else None)
