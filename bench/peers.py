@@ -386,8 +386,8 @@ def main() -> None:
     own = args.workdir is None
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="seenstore-peers-")
     os.makedirs(args.workdir, exist_ok=True)
-    print(f"# {args.keys:,} keys, batch {args.batch:,}, reoffer {args.reoffer}, dup {args.dup}, "
-          f"seed {args.seed}, time limit {args.time_limit:.0f} s/peer, dir {args.workdir}",
+    print(f"Stream: {args.keys:,} keys in batches of {args.batch:,}, reoffer {args.reoffer}, "
+          f"dup {args.dup}, seed {args.seed}; time limit {args.time_limit:.0f} s per peer.\n",
           flush=True)
     rows = []
     try:
@@ -411,7 +411,7 @@ def main() -> None:
             json.dump({"args": vars(args), "rows": rows}, f)
     if args.plot:
         plot(rows, args.plot, args)
-        print(f"plot written: {args.plot}")
+        print(f"plot written: {args.plot}", file=sys.stderr)
 
 
 if __name__ == "__main__":

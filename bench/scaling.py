@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -26,7 +27,8 @@ from seenstore.workload import CrawlStream
 
 
 def checkpoints(max_keys: int, first: int) -> list[int]:
-    """1, 2, 5 x 10^k store sizes from ``first`` up to ``max_keys`` (inclusive)."""
+    """0 and the 1, 2, 5 x 10^k store sizes from ``first`` up to ``max_keys`` (inclusive).
+    A checkpoint the store has already passed (each probe adds keys) is skipped."""
     out, k = [0], first
     while k <= max_keys:
         for m in (1, 2, 5):
@@ -54,7 +56,9 @@ def run(args) -> dict:
             warmup = time.perf_counter() - t0
         shutil.rmtree(path + "-warmup")
         with SeenStore.open(path, create=True) as st:
-            for target in checkpoints(args.max_keys, args.first):
+            for target in checkpoints(args.max_keys, args.first or B):
+                if target and counter >= target:
+                    continue
                 t0 = time.perf_counter()
                 while counter < target:
                     g = min(args.grow_batch, target - counter)
@@ -187,7 +191,8 @@ def plot(res: dict, path: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-keys", type=parse_count, default=1_000_000_000)
-    ap.add_argument("--first", type=parse_count, default=1_000_000, help="smallest non-zero N")
+    ap.add_argument("--first", type=parse_count, default=None,
+                    help="smallest non-zero N (default: the batch size)")
     ap.add_argument("--batch", type=parse_count, default=10_000_000, help="probe batch size B")
     ap.add_argument("--grow-batch", type=parse_count, default=100_000_000,
                     help="batch size used to grow the store between checkpoints")
@@ -207,7 +212,7 @@ def main() -> None:
             json.dump(res, fh)
     if args.plot:
         plot(res, args.plot)
-        print(f"plot written: {args.plot}")
+        print(f"plot written: {args.plot}", file=sys.stderr)
     if not res["all_ok"]:
         raise SystemExit("scaling.py: a probe batch returned a wrong mask")
 

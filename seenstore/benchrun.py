@@ -67,11 +67,13 @@ def peak_rss_bytes() -> int:
 
 @dataclass
 class DiskBandwidth:
-    """Sequential write (with fsync) and cold read (page cache dropped) of one file."""
+    """Sequential write (with fsync) and cold read (page cache dropped) of one file;
+    ``direct_write_bps``: the same write with O_DIRECT (None where unsupported)."""
 
     nbytes: int
     write_bps: float
     read_bps: float
+    direct_write_bps: float | None = None
 
 
 def disk_bandwidth(directory: str, nbytes: int) -> DiskBandwidth:
@@ -100,10 +102,37 @@ def disk_bandwidth(directory: str, nbytes: int) -> DiskBandwidth:
             t_read = time.perf_counter() - t0
         finally:
             os.close(fd)
+        direct = _direct_write_bps(path, nbytes)
     finally:
         if os.path.exists(path):
             os.unlink(path)
-    return DiskBandwidth(nbytes, nbytes / t_write, nbytes / t_read)
+    return DiskBandwidth(nbytes, nbytes / t_write, nbytes / t_read, direct)
+
+
+def _direct_write_bps(path: str, nbytes: int) -> float | None:
+    """Write ``nbytes`` with O_DIRECT from a page-aligned buffer + fsync; None if refused."""
+    import mmap
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_DIRECT", 0)
+    if not getattr(os, "O_DIRECT", 0):
+        return None
+    buf = mmap.mmap(-1, _CHUNK)  # page-aligned, as O_DIRECT requires
+    buf.write(b"\x5a" * _CHUNK)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError:
+        return None
+    try:
+        t0 = time.perf_counter()
+        for _ in range(nbytes // _CHUNK):
+            os.write(fd, buf)
+        os.fsync(fd)
+        return nbytes / (time.perf_counter() - t0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+        buf.close()
 
 
 @dataclass
@@ -132,17 +161,21 @@ class BenchResult:
     def verified(self) -> bool:
         return not self.bad_batches and self.new == self.expected_new
 
-    def floor_s(self) -> float:
-        """np.sort of the same batches + read and write of the merged bytes at the probed rate."""
+    def floor_s(self, direct: bool = False) -> float:
+        """np.sort of the same batches + read and write of the merged bytes at the probed
+        rates (write+fsync through the page cache, or with ``direct`` the O_DIRECT write)."""
         read_bps = float(np.mean([d.read_bps for d in self.disk]))
-        write_bps = float(np.mean([d.write_bps for d in self.disk]))
-        return self.sort_floor_s + self.bytes_read / read_bps + self.bytes_written / write_bps
+        writes = [d.direct_write_bps if direct else d.write_bps for d in self.disk]
+        if any(w is None for w in writes):
+            return float("nan")
+        return self.sort_floor_s + self.bytes_read / read_bps + self.bytes_written / np.mean(writes)
 
     def to_dict(self) -> dict:
         n = max(1, self.offered)
         store_keys = self.store_stats.get("keys") or 0
         disk_bytes = self.store_stats.get("bytes_on_disk") or 0
         floor = self.floor_s()
+        floor_direct = self.floor_s(direct=True)
         return {
             "params": self.params,
             "verified": self.verified,
@@ -173,6 +206,9 @@ class BenchResult:
                 "ratio_store_to_floor": self.store_s / floor if floor else None,
                 "ratio_store_plus_generate_to_floor":
                     (self.store_s + self.stage_s["generate"]) / floor if floor else None,
+                "direct_total_s": floor_direct if floor_direct == floor_direct else None,
+                "ratio_store_to_direct_floor":
+                    self.store_s / floor_direct if floor_direct == floor_direct else None,
             },
             "verify_s": self.verify_s,
             "batches": self.batches,

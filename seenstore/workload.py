@@ -37,6 +37,7 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
+_CHUNK = 1 << 16  # ids per generation step
 
 
 @dataclass(frozen=True)
@@ -193,16 +194,19 @@ class CrawlStream:
     def batch(self, index: int, first_id: int, n_fresh: int, n_re: int, n_dup: int) -> Batch:
         """Builds batch ``index`` from its plan entry (deterministic in seed and index)."""
         rng = np.random.default_rng([self.seed, index])
-        ids = np.empty(n_fresh + n_re + n_dup, dtype=np.uint64)
-        ids[:n_fresh] = np.arange(first_id, first_id + n_fresh, dtype=np.uint64)
-        if n_re:
-            ids[n_fresh : n_fresh + n_re] = rng.integers(0, first_id, size=n_re, dtype=np.uint64)
-        keys = keys_of_ids(ids[: n_fresh + n_re], self.host_bits, self.n_hosts, self.seed)
-        out = np.empty(len(ids), dtype=np.uint64)
-        out[: n_fresh + n_re] = keys
+        n_ids = n_fresh + n_re
+        out = np.empty(n_ids + n_dup, dtype=np.uint64)
+        for lo in range(0, n_ids, _CHUNK):  # chunks keep temporaries in cache
+            hi = min(lo + _CHUNK, n_ids)
+            ids = np.empty(hi - lo, dtype=np.uint64)
+            f_hi = max(lo, min(hi, n_fresh))
+            ids[: f_hi - lo] = np.arange(first_id + lo, first_id + f_hi, dtype=np.uint64)
+            if hi > f_hi:
+                ids[f_hi - lo :] = rng.integers(0, first_id, size=hi - f_hi, dtype=np.uint64)
+            out[lo:hi] = keys_of_ids(ids, self.host_bits, self.n_hosts, self.seed)
         if n_dup:
-            src = rng.integers(0, n_fresh + n_re, size=n_dup, dtype=np.int64)
-            out[n_fresh + n_re :] = keys[src]
+            src = rng.integers(0, n_ids, size=n_dup, dtype=np.int64)
+            out[n_ids:] = out[src]
         return Batch(index, out, n_fresh, n_re, n_dup)
 
     def __iter__(self) -> Iterator[Batch]:

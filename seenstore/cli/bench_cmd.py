@@ -60,12 +60,17 @@ def _print_text(r: dict) -> None:
          + (f" = {bpk:.3f} bytes/key" if bpk else ""))
     echo(f"peak RSS         {_mib(r['peak_rss_bytes'])} (whole process, generator included)")
     for i, d in enumerate(r["disk_probe"]):
+        direct = d.get("direct_write_bps")
         echo(f"disk probe {('start', 'end')[min(i, 1)]:5} {_mib(d['nbytes'])}: "
-             f"write+fsync {d['write_bps'] / 1e9:.2f} GB/s, cold read {d['read_bps'] / 1e9:.2f} GB/s")
+             f"write+fsync {d['write_bps'] / 1e9:.2f} GB/s, cold read {d['read_bps'] / 1e9:.2f} GB/s"
+             + (f", O_DIRECT write {direct / 1e9:.2f} GB/s" if direct else ""))
     echo(f"floor            {fl['total_s']:.2f} s = np.sort {fl['sort_s']:.2f} s "
          f"+ sequential I/O of the merged bytes {fl['io_s']:.2f} s")
     echo(f"ratio            store/floor {fl['ratio_store_to_floor']:.2f}x   "
          f"(store+generate)/floor {fl['ratio_store_plus_generate_to_floor']:.2f}x")
+    if fl.get("direct_total_s"):
+        echo(f"stricter floor   {fl['direct_total_s']:.2f} s with the O_DIRECT write rate: "
+             f"store/floor {fl['ratio_store_to_direct_floor']:.2f}x")
     echo(f"JIT warm-up      {r['warmup_s']:.2f} s (not in timings); wall {r['wall_s']:.1f} s")
 
 
