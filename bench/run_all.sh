@@ -46,7 +46,7 @@ if [[ $RENDER_ONLY == 0 ]]; then
     [[ -n $(git status --porcelain -- seenstore) ]] && CODE="$CODE + uncommitted changes in seenstore/"
   fi
   echo "$CODE" > "$LOGS/code.txt"
-  "$PY" -c "import seenstore; print(seenstore.__file__)" >&2
+  (cd / && "$PY" -c "import seenstore; print('measuring', seenstore.__file__)") >&2
 fi
 CODE=$(cat "$LOGS/code.txt" 2>/dev/null || echo "unknown code version")
 
