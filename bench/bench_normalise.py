@@ -22,9 +22,9 @@ from seenstore.fingerprint import fingerprint_many
 from seenstore.normalise import normalise_many
 from seenstore.policy import parse_policy
 
-WORDS = ("news sport about contact products item category search blog archive page "
-         "docs api v1 v2 users profile images static css js download help faq "
-         "café straße größe naïve").split()
+WORDS = ["news", "sport", "about", "contact", "products", "item", "category", "search",
+         "blog", "archive", "page", "docs", "api", "v1", "v2", "users", "profile", "images",
+         "static", "css", "js", "download", "help", "faq", "café", "straße", "größe", "naïve"]
 TLDS = ["com", "org", "net", "de", "co.uk", "io", "fr", "jp"]
 PARAMS = ["id", "page", "q", "sort", "lang", "ref", "utm_source", "utm_medium",
           "utm_campaign", "gclid", "sessionid", "offset", "limit"]

@@ -187,7 +187,7 @@ class Crawl:
             try:
                 try:
                     body = await self.fetch(url)
-                except (OSError, asyncio.TimeoutError, IndexError):
+                except (TimeoutError, OSError, IndexError):
                     body = None
                 self.fetches += 1
                 canonical = try_normalise(url, policy=self.policy)
@@ -224,10 +224,10 @@ async def crawl_all(workers: int = 4) -> dict:
     results = []
     async with server:
         for mode in ("off", "safe", "policy"):
-            with tempfile.TemporaryDirectory() as d:
-                with SeenStore.open(os.path.join(d, "store"), create=True,
-                                    policy_id=policy_ids[mode], shard_bits=0) as store:
-                    results.append(await Crawl(mode, store, port, workers).run())
+            with tempfile.TemporaryDirectory() as d, SeenStore.open(
+                    os.path.join(d, "store"), create=True, policy_id=policy_ids[mode],
+                    shard_bits=0) as store:
+                results.append(await Crawl(mode, store, port, workers).run())
     return {"site": {"hosts": list(HOSTS), "pages": len(HOSTS) * len(PATHS), "port": port},
             "crawls": results}
 

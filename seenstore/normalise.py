@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import ada_url
 
 try:  # ada-url's cffi module: one parse without the per-call dict and GC wrapper
-    from ada_url._ada_wrapper import ffi as _ffi, lib as _lib
+    from ada_url._ada_wrapper import ffi as _ffi
+    from ada_url._ada_wrapper import lib as _lib
 except ImportError:  # pragma: no cover - other ada-url builds: the public API below
     _lib = None
 
@@ -92,25 +93,17 @@ def _escape(m: re.Match) -> str:
     return "%" + hx.upper()
 
 
+# After the scheme: userinfo up to the last '@' of the authority (greedy), then an
+# IPv6 literal up to its first ']' (or the authority's end), else up to ':' or the end.
+HOST_PATTERN = re.compile(r"(?:[^/?#]*@)?(\[[^\]/?#]*\]?|[^:/?#]*)")
+
+
 def host_span(url: str) -> tuple[int, int]:
     """(start, end) of the host in a URL: after the first ``://`` (or from 0), up to
     the first ``/ ? #``; after the last ``@`` of that authority; up to the first ``:``,
     or for ``[`` IPv6 hosts up to and including ``]``. docs/fingerprint.md."""
     start = url.find("://")
-    start = 0 if start < 0 else start + 3
-    end = len(url)
-    for ch in "/?#":
-        i = url.find(ch, start, end)
-        if i >= 0:
-            end = i
-    at = url.rfind("@", start, end)
-    if at >= 0:
-        start = at + 1
-    if url.startswith("[", start):
-        close = url.find("]", start, end)
-        return start, (end if close < 0 else close + 1)
-    colon = url.find(":", start, end)
-    return start, (end if colon < 0 else colon)
+    return HOST_PATTERN.match(url, 0 if start < 0 else start + 3).span(1)
 
 
 def _apply_policy(url: str, policy: Policy) -> str:

@@ -8,10 +8,14 @@ from hypothesis import strategies as st
 
 from seenstore.errors import InvalidInputError
 from seenstore.fingerprint import (
-    expected_collisions, expected_pairs, fingerprint, fingerprint_many, url_host,
+    expected_collisions,
+    expected_pairs,
+    fingerprint,
+    fingerprint_many,
+    url_host,
 )
 from seenstore.layout import DEFAULT_LAYOUT, Layout
-from seenstore.normalise import normalise
+from seenstore.normalise import host_span, normalise
 
 
 def oracle(url: str, host: str, h: int) -> int:
@@ -122,3 +126,25 @@ def test_collision_formula_small_n_is_the_birthday_bound():
     assert expected_collisions(1, 44) == 0.0
     assert expected_collisions(10, 0) == 9.0
     assert expected_collisions(2**20, 20) == pytest.approx(2**20 / np.e, rel=1e-4)
+
+
+def host_span_steps(url: str) -> tuple[int, int]:
+    """docs/fingerprint.md "Host extraction", step by step (the oracle of host_span)."""
+    start = url.find("://")
+    start = 0 if start < 0 else start + 3
+    end = min([i for i in (url.find(c, start) for c in "/?#") if i >= 0], default=len(url))
+    at = url.rfind("@", start, end)
+    if at >= 0:
+        start = at + 1
+    if url[start:start + 1] == "[":
+        close = url.find("]", start, end)
+        return start, (end if close < 0 else close + 1)
+    colon = url.find(":", start, end)
+    return start, (end if colon < 0 else colon)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(alphabet=":/?#@[]ab.1", max_size=24))
+def test_host_span_follows_the_documented_steps(s):
+    for url in (s, "http://" + s):
+        assert host_span(url) == host_span_steps(url)

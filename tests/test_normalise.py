@@ -4,7 +4,12 @@ import pytest
 
 from seenstore.errors import InvalidInputError, SeenStoreError
 from seenstore.normalise import (
-    DEFAULT_MAX_LENGTH, Rejection, URLRejected, normalise, normalise_escapes, normalise_many,
+    DEFAULT_MAX_LENGTH,
+    Rejection,
+    URLRejected,
+    normalise,
+    normalise_escapes,
+    normalise_many,
     try_normalise,
 )
 

@@ -11,8 +11,14 @@ from hypothesis import strategies as st
 from seenstore.errors import PolicyError
 from seenstore.normalise import normalise
 from seenstore.policy import (
-    DEFAULT_POLICY, DEFAULT_POLICY_ID, SAFE_RULES_VERSION, TRACKING_PARAMS, Rule, host_key,
-    load_policy, parse_policy,
+    DEFAULT_POLICY,
+    DEFAULT_POLICY_ID,
+    SAFE_RULES_VERSION,
+    TRACKING_PARAMS,
+    Rule,
+    host_key,
+    load_policy,
+    parse_policy,
 )
 
 

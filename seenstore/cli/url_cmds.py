@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 import sys
-from typing import Iterator
+from collections.abc import Iterator
+from contextlib import nullcontext
 
 import click
 
@@ -155,27 +156,22 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, scala
     policy = load_policy(policy_file)
     counts: dict[str, int] = {}
     read = new = 0
-    stream = sys.stdin.buffer if source == "-" else open(source, "rb")
-    try:
-        with SeenStore.open(store_dir or default_store_dir(), create=True,
-                            policy_id=policy.identity,
-                            wait=None if wait < 0 else wait) as store:
-            layout = store.layout
-            lines = (ln for ln in _lines(stream) if ln)
-            for chunk in _chunks(lines, batch_lines):
-                read += len(chunk)
-                batch = normalise_many(chunk, base, policy, max_length)
-                for reason, n in batch.reason_counts().items():
-                    counts[reason] = counts.get(reason, 0) + n
-                if not batch.urls:
-                    continue
-                mask = store.add(fingerprint_many(batch.urls, layout))
-                fresh = [u for u, m in zip(batch.urls, mask.tolist()) if m]
-                new += len(fresh)
-                _write(fresh)
-                sys.stdout.flush()
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
+    with (nullcontext(sys.stdin.buffer) if source == "-" else open(source, "rb")) as stream, \
+            SeenStore.open(store_dir or default_store_dir(), create=True,
+                           policy_id=policy.identity, wait=None if wait < 0 else wait) as store:
+        layout = store.layout
+        lines = (ln for ln in _lines(stream) if ln)
+        for chunk in _chunks(lines, batch_lines):
+            read += len(chunk)
+            batch = normalise_many(chunk, base, policy, max_length)
+            for reason, n in batch.reason_counts().items():
+                counts[reason] = counts.get(reason, 0) + n
+            if not batch.urls:
+                continue
+            mask = store.add(fingerprint_many(batch.urls, layout))
+            fresh = [u for u, m in zip(batch.urls, mask.tolist()) if m]
+            new += len(fresh)
+            _write(fresh)
+            sys.stdout.flush()
     rejected = sum(counts.values())
     _summary("add", counts, f"read {read}, new {new}, seen {read - new - rejected}, ")
