@@ -219,10 +219,15 @@ class NormalisedBatch:
     rejected: list[tuple[int, Rejection]] = field(default_factory=list)
 
     def reason_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for _, r in self.rejected:
-            counts[r.value] = counts.get(r.value, 0) + 1
-        return counts
+        return count_reasons(self.rejected)
+
+
+def count_reasons(rejected: Iterable[tuple[int, Rejection]]) -> dict[str, int]:
+    """{reason code: how many} over (index, reason) pairs, for summaries."""
+    counts: dict[str, int] = {}
+    for _, r in rejected:
+        counts[r.value] = counts.get(r.value, 0) + 1
+    return counts
 
 
 def normalise_many(
