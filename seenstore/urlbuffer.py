@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -29,9 +30,9 @@ class URLBuffer:
 
     data: np.ndarray
     offsets: np.ndarray
-    bases: "URLBuffer | None" = None
+    bases: URLBuffer | None = None
     base_ids: np.ndarray | None = None
-    strs: Sequence[str] | None = None  # the original str objects, when built from them
+    strs: Sequence[str | bytes] | None = None  # the original objects, when built from them
 
     def __post_init__(self) -> None:
         d, o = self.data, self.offsets
@@ -82,19 +83,38 @@ class URLBuffer:
     # ---- construction ------------------------------------------------------
 
     @classmethod
-    def from_strs(cls, urls: Sequence[str], base: str | None = None) -> "URLBuffer":
+    def from_strs(cls, urls: Sequence[str | bytes], base: str | None = None) -> URLBuffer:
         """From a sequence of str (kept as ``strs``), all relative to ``base`` if given.
-        Lone surrogates are encoded with ``surrogatepass`` (never UTF-8 valid)."""
-        enc = [u.encode("utf-8", "surrogatepass") for u in urls]
+        Lone surrogates are encoded with ``surrogatepass`` (never UTF-8 valid).
+        A bytes item is taken as is (and kept as bytes in ``strs``)."""
+        enc = [u.encode("utf-8", "surrogatepass") if isinstance(u, str) else bytes(u) for u in urls]
         offsets = np.zeros(len(enc) + 1, dtype=np.int64)
         if enc:
             np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=len(enc)), out=offsets[1:])
-        data = np.frombuffer(b"".join(enc), dtype=np.uint8)
+        data = np.frombuffer(bytearray(b"".join(enc)), dtype=np.uint8)  # writable, like files
         bases, ids = _single_base(base, len(enc))
         return cls(data, offsets, bases, ids, urls)
 
     @classmethod
-    def from_bytes(cls, text: bytes, *, pairs: bool = False, base: str | None = None) -> "URLBuffer":
+    def from_pairs(cls, urls: Sequence[str | bytes], bases: Sequence[str | None]) -> URLBuffer:
+        """URL i relative to ``bases[i]`` (None = no base). Consecutive equal bases
+        are stored once (links arrive grouped by the page they were found on)."""
+        if len(bases) != len(urls):
+            raise InvalidInputError("from_pairs needs one base per URL")
+        ub = cls.from_strs(urls)
+        distinct: list[str] = []
+        ids = np.full(len(urls), -1, dtype=np.int64)
+        for i, b in enumerate(bases):
+            if b is not None:
+                if not distinct or distinct[-1] != b:
+                    distinct.append(b)
+                ids[i] = len(distinct) - 1
+        if not distinct:
+            return ub
+        return cls(ub.data, ub.offsets, cls.from_strs(distinct), ids, ub.strs)
+
+    @classmethod
+    def from_bytes(cls, text: bytes, *, pairs: bool = False, base: str | None = None) -> URLBuffer:
         """From newline-separated bytes (see ``from_file``)."""
         return cls.from_file(io.BytesIO(text), pairs=pairs, base=base)
 
@@ -106,7 +126,7 @@ class URLBuffer:
         pairs: bool = False,
         base: str | None = None,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
-    ) -> "URLBuffer":
+    ) -> URLBuffer:
         """All lines of a path or binary stream in one buffer.
 
         ``pairs``: a line ``base<TAB>href`` is href relative to base (split at the
@@ -130,7 +150,7 @@ class URLBuffer:
         base: str | None = None,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         chunk_urls: int | None = None,
-    ) -> Iterator["URLBuffer"]:
+    ) -> Iterator[URLBuffer]:
         """Yield URLBuffers of whole lines, reading ``block_bytes`` at a time.
 
         Each yielded buffer holds the lines of about one block (at least one line),
@@ -140,7 +160,7 @@ class URLBuffer:
             raise InvalidInputError("block_bytes must be positive")
         if isinstance(source, (str, os.PathLike)):
             try:
-                f = open(source, "rb", buffering=0)
+                f = open(source, "rb", buffering=0)  # noqa: SIM115 (closed below)
             except FileNotFoundError as e:
                 raise StoreNotFoundError(f"no such file: {os.fspath(source)}") from e
             with f:
@@ -149,7 +169,7 @@ class URLBuffer:
             yield from _iter_stream(source, pairs, base, block_bytes, chunk_urls)
 
     @classmethod
-    def from_arrow(cls, array, base: str | None = None) -> "URLBuffer":
+    def from_arrow(cls, array, base: str | None = None) -> URLBuffer:
         """From a pyarrow (large_)string array or chunked array, zero-copy when it
         has no nulls and one chunk. Nulls become empty strings."""
         import pyarrow as pa

@@ -1,0 +1,192 @@
+"""Batch normalise + fingerprint with no Python work per common-case URL.
+
+Contract: ``normalise_buffer(ub, policy, layout, max_length)`` returns a
+``FastBatch`` equal, URL for URL, to the scalar ``normalise_many`` +
+``fingerprint_many``: the numba kernel (kernels/url.py) handles the common case,
+every URL it marks uncertain (and every URL of a host with a policy rule) goes
+through the scalar ``try_normalise``, and the results are merged in input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InvalidInputError
+from .kernels.fingerprint import fingerprint_batch, host_hashes
+from .kernels.url import OK, ROUTE, SCHEME, normalise_batch
+from .layout import DEFAULT_LAYOUT, Layout
+from .normalise import DEFAULT_MAX_LENGTH, Rejection, check_base, host_span, try_normalise
+from .policy import DEFAULT_POLICY, Policy
+from .urlbuffer import URLBuffer
+
+_NO_BASE = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64)
+
+
+@dataclass
+class FastBatch:
+    """``canonical[k]`` (with key ``keys[k]``) is the canonical form of input
+    ``positions[k]`` (increasing); ``rejected`` lists (input index, reason) for
+    every other input; ``routed`` counts inputs the scalar path handled."""
+
+    canonical: URLBuffer
+    positions: np.ndarray
+    keys: np.ndarray
+    rejected: list[tuple[int, Rejection]]
+    routed: int
+
+    @property
+    def urls(self) -> list[str]:
+        return self.canonical.tolist()
+
+    def reason_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _, r in self.rejected:
+            counts[r.value] = counts.get(r.value, 0) + 1
+        return counts
+
+
+def normalise_urls(
+    urls: Sequence[str | bytes],
+    base: str | None = None,
+    policy: Policy | None = None,
+    layout: Layout = DEFAULT_LAYOUT,
+    max_length: int = DEFAULT_MAX_LENGTH,
+) -> FastBatch:
+    """``normalise_buffer`` over a list of str (or bytes lines, decoded as the scalar
+    path does). Raises InvalidInputError for a bad ``base``, like ``normalise_many``."""
+    check_base(base)
+    return normalise_buffer(URLBuffer.from_strs(urls, base=base), policy, layout, max_length)
+
+
+def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH):
+    """The kernel alone: (out bytes, out offsets, status int8) for every URL of ``ub``;
+    URL i's output is out[offsets[i]:offsets[i+1]], empty unless status[i] == OK."""
+    n = len(ub)
+    if ub.bases is None:
+        (bdata, boffs), ids = _NO_BASE, np.full(n, -1, dtype=np.int64)
+    else:
+        bdata, boffs, ids = ub.bases.data, ub.bases.offsets, ub.base_ids
+    status = np.empty(n, dtype=np.int8)
+    out_offsets = np.empty(n + 1, dtype=np.int64)
+    out_offsets[0] = 0
+    size = int(ub.offsets[-1] - ub.offsets[0])
+    out = np.empty(size + size // 4 + 8 * n + 4096, dtype=np.uint8)
+    i = o = 0
+    while True:
+        i, o = normalise_batch(ub.data, ub.offsets, bdata, boffs, ids, max_length, out,
+                               out_offsets, status, i, o)
+        if i == n:
+            break
+        out.resize(max(2 * len(out), 4096 + 3 * len(out) // 2), refcheck=False)
+    return out, out_offsets, status
+
+
+def _route_policy_hosts(out, out_offsets, status, policy: Policy) -> None:
+    """Mark ROUTE every kernel-normalised URL whose host has a policy rule."""
+    ok = np.flatnonzero(status == OK)
+    if not len(ok):
+        return
+    hh = host_hashes(out, out_offsets, ok)
+    uniq, first, inverse = np.unique(hh, return_index=True, return_inverse=True)
+    risky = np.zeros(len(uniq), dtype=bool)
+    for u, j in enumerate(first):
+        url = out[out_offsets[ok[j]] : out_offsets[ok[j] + 1]].tobytes().decode("ascii")
+        risky[u] = _rule_applies(url, policy)
+    status[ok[risky[inverse]]] = ROUTE
+
+
+def _rule_applies(canonical: str, policy: Policy) -> bool:
+    s, e = host_span(canonical)
+    return policy.rule_for(canonical[s:e]) is not None
+
+
+def normalise_buffer(
+    ub: URLBuffer,
+    policy: Policy | None = None,
+    layout: Layout = DEFAULT_LAYOUT,
+    max_length: int = DEFAULT_MAX_LENGTH,
+) -> FastBatch:
+    """Canonical URLs, keys and rejections of every URL of ``ub`` (see module doc).
+    Per-URL bases are ``ub.base(i)``; a base that does not parse rejects its URLs
+    (``unparsable``) as the scalar ``try_normalise`` does. Never raises per URL."""
+    policy = policy or DEFAULT_POLICY
+    out, out_offsets, status = run_kernel(ub, max_length)
+    if policy.rules:
+        _route_policy_hosts(out, out_offsets, status, policy)
+    rejected: list[tuple[int, Rejection]] = [(int(i), Rejection.SCHEME)
+                                             for i in np.flatnonzero(status == SCHEME)]
+    routed = np.flatnonzero(status == ROUTE)
+    accepted = status == OK
+    pieces: list[bytes] = []
+    usable: dict[str, bool] = {}
+    for i in routed.tolist():
+        item = ub.strs[i] if ub.strs is not None else ub.raw(i)
+        r = scalar_one(item, ub.base(i), policy, max_length, usable)
+        if isinstance(r, Rejection):
+            rejected.append((i, r))
+        else:
+            accepted[i] = True
+            pieces.append(r.encode("utf-8"))
+    rejected.sort()
+    positions = np.flatnonzero(accepted)
+    data, offsets = _merge(out, out_offsets, routed, accepted, pieces)
+    canonical = URLBuffer(data, offsets)
+    keys = fingerprint_batch(data, offsets, layout.host_bits)
+    return FastBatch(canonical, positions, keys, rejected, len(routed))
+
+
+def scalar_one(item, base: str | None, policy: Policy, max_length: int,
+               usable: dict[str, bool] | None = None) -> str | Rejection:
+    """The scalar result for one URL with a per-URL base (``try_normalise``). A base
+    that ``check_base`` refuses (e.g. bytes that are not UTF-8 in a ``base<TAB>href``
+    line) is unusable: the URL is rejected ``unparsable`` unless it starts with
+    ``http://`` or ``https://`` (which the scalar path parses without its base)."""
+    if base is not None:
+        ok = usable.get(base) if usable is not None else None
+        if ok is None:
+            try:
+                check_base(base)
+                ok = True
+            except InvalidInputError:
+                ok = False
+            if usable is not None:
+                usable[base] = ok
+        if not ok:
+            absolute = (b"http://", b"https://") if isinstance(item, bytes) else ("http://", "https://")
+            if not (isinstance(item, (str, bytes)) and item.startswith(absolute)):
+                return Rejection.UNPARSABLE
+            base = None
+    return try_normalise(item, base, policy, max_length)
+
+
+def _merge(out, out_offsets, routed, accepted, pieces):
+    """Canonical bytes/offsets of the accepted URLs in input order: the kernel's
+    output with the bytes of every routed URL (possibly written by the kernel before
+    a policy rule routed it) replaced by its scalar result (``pieces``, in order of
+    the routed URLs the scalar path accepted). Kernel output of other non-OK URLs is empty."""
+    lengths = np.diff(out_offsets)
+    lengths[routed] = 0
+    ins = routed[accepted[routed]]
+    lengths[ins] = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+    lengths = lengths[accepted]
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if not len(routed):
+        return out[: out_offsets[-1]], offsets
+    data = np.empty(int(offsets[-1]), dtype=np.uint8)
+    it = iter(pieces)
+    src = w = 0
+    for i in routed.tolist():
+        cut = int(out_offsets[i])  # kernel bytes of the URLs before i
+        data[w : w + cut - src] = out[src:cut]
+        w += cut - src
+        src = int(out_offsets[i + 1])
+        if accepted[i]:
+            piece = next(it)
+            data[w : w + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
+            w += len(piece)
+    data[w:] = out[src : out_offsets[-1]]
+    return data, offsets
