@@ -14,12 +14,14 @@ import os
 import re
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import manifest
 from .batch import Batch, as_keys, prepare
+from .bloom import BloomFilter
 from .errors import (DiskFullError, MismatchError, NotAStoreError, SeenStoreError,
                      StoreIOError, StoreNotFoundError, InvalidInputError)
 from .layout import DEFAULT_LAYOUT, Layout
@@ -30,6 +32,10 @@ from .runreader import RunReader
 from .runwriter import RunWriter
 
 DEFAULT_POLICY_ID = "safe-v1"
+BLOOM_NAME = "BLOOM"
+DEFAULT_BLOOM_FPR = 1e-3
+MIN_BLOOM_CAPACITY = 1 << 20
+MODES = ("exact", "approximate")
 DEFAULT_SHARD_BITS = 4
 # A shard whose run is PROBE_RATIO times larger than the batch's slice is first
 # probed by binary search in the memory map; if every key is there, it is not
@@ -37,6 +43,7 @@ DEFAULT_SHARD_BITS = 4
 PROBE_RATIO = 64
 MAX_SHARD_BITS = 12
 _RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
+_TMP_RE = re.compile(r"^(MANIFEST\.tmp|BLOOM\.tmp\.\d+)$")
 _FAULT = os.environ.get("SEENSTORE_FAULT", "")  # test seam: "point" -> SIGKILL self there
 
 
@@ -61,8 +68,14 @@ class SeenStore:
     """Open with ``SeenStore.open``. Not for use by two threads at once for writes
     (an internal lock serialises ``add``); ``contains`` may run beside ``add``."""
 
-    def __init__(self, path: str, doc: dict, lock: WriterLock | None):
+    def __init__(self, path: str, doc: dict, lock: WriterLock | None, mode: str = "exact"):
+        if mode not in MODES:
+            raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
         self.path = path
+        self.mode = mode
+        self.bloom: BloomFilter | None = None
+        self._bloom_dirty = False
+        self._bloom_state = "off"
         self._doc = doc
         self._lock = lock
         self._mutex = threading.Lock()
@@ -70,20 +83,31 @@ class SeenStore:
         self.chunk_keys = DEFAULT_CHUNK_KEYS
         self.threads = 2
         self.last_timings: dict = {}
+        self.sync = True  # fsync on commit (see open)
         self._new_share = 1.0  # share of new keys in the last batch: picks Batch's strategy
 
     # ----------------------------------------------------------------- opening
     @classmethod
     def open(cls, path: str, create: bool = False, *, readonly: bool = False,
              layout: Layout | None = None, policy_id: str | None = None,
-             shard_bits: int | None = None, wait: float | None = 0.0) -> "SeenStore":
+             shard_bits: int | None = None, wait: float | None = 0.0,
+             mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
+             bloom_capacity: int | None = None, sync: bool = True) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
 
         ``layout``/``policy_id``: when given, must match the store's (MismatchError
         otherwise); used for a new store, defaults DEFAULT_LAYOUT and "safe-v1".
         ``readonly``: no lock, no cleanup, ``add`` refused. ``wait``: seconds to
-        wait for another writer's lock (None = forever). Raises StoreNotFoundError,
-        NotAStoreError, LockedError, CorruptionError, NotSupportedError."""
+        wait for another writer's lock (None = forever). ``mode``: "exact" (Bloom
+        positives are confirmed on disk) or "approximate" (a Bloom positive counts
+        as seen). ``bloom``: keep a Bloom filter in memory (writers only), sized for
+        ``bloom_capacity`` keys (default: twice the store, at least 2^20; grown
+        2x whenever the keys in it pass the capacity) at
+        ``bloom_fpr``; loaded from BLOOM, or rebuilt from the runs when missing or
+        stale. Raises StoreNotFoundError, NotAStoreError, LockedError,
+        CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
+        commit is still atomic against a process crash, but not durable against
+        power loss (for tests and throwaway stores)."""
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotAStoreError(f"{path}: is a file, not a store directory")
@@ -96,10 +120,12 @@ class SeenStore:
             if readonly:
                 raise StoreNotFoundError(f"{path}: no store here to open read-only")
             stray = [n for n in (os.listdir(path) if os.path.isdir(path) else [])
-                     if not (_RUN_RE.match(n) or n in (LOCK_NAME, manifest.TMP_NAME))]
+                     if not (_RUN_RE.match(n) or _TMP_RE.match(n) or n == LOCK_NAME)]
             if stray:
                 raise NotAStoreError(
                     f"{path}: directory is not empty and holds no store ({stray[0]!r} ...)")
+        if mode not in MODES:
+            raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
         if readonly:
             return cls._open_readonly(path, layout, policy_id)
         try:
@@ -110,12 +136,15 @@ class SeenStore:
         try:
             if not os.path.exists(os.path.join(path, manifest.NAME)):
                 cls._create(path, layout or DEFAULT_LAYOUT, policy_id or DEFAULT_POLICY_ID,
-                            DEFAULT_SHARD_BITS if shard_bits is None else shard_bits)
+                            DEFAULT_SHARD_BITS if shard_bits is None else shard_bits, sync)
             doc = manifest.read(path)
-            store = cls(path, doc, lock)
+            store = cls(path, doc, lock, mode)
+            store.sync = sync
             store._check_identity(layout, policy_id, shard_bits)
             store._remove_leftovers()
             store._open_readers()
+            if bloom or mode == "approximate":
+                store._load_or_build_bloom(bloom_fpr, bloom_capacity)
             return store
         except BaseException:
             lock.release()
@@ -136,7 +165,7 @@ class SeenStore:
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _create(path: str, layout: Layout, policy_id: str, shard_bits: int) -> None:
+    def _create(path: str, layout: Layout, policy_id: str, shard_bits: int, sync: bool) -> None:
         if not 0 <= shard_bits <= MAX_SHARD_BITS:
             raise InvalidInputError(f"shard_bits must be in 0..{MAX_SHARD_BITS}")
         runs = []
@@ -147,16 +176,17 @@ class SeenStore:
                 full = os.path.join(path, name)
                 if os.path.exists(full):
                     os.unlink(full)  # leftover of an interrupted create
-                h = RunWriter(full, layout.host_bits, shard_bits, shard, pd).finish()
+                h = RunWriter(full, layout.host_bits, shard_bits, shard, pd).finish(sync)
                 runs.append({"shard": shard, "file": name, "count": 0,
                              "checksum": f"{h.body_checksum:016x}"})
-            manifest.fsync_dir(path)
+            if sync:
+                manifest.fsync_dir(path)
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             manifest.write(path, {
                 "generation": 0, "layout": layout.to_dict(), "policy_id": policy_id,
                 "shard_bits": shard_bits, "runs": runs, "created": now, "updated": now,
                 "counters": {"batches": 0, "new": 0},
-            })
+            }, sync=sync)
         except OSError as e:
             raise _io_error(e, f"{path}: cannot create store") from e
 
@@ -178,7 +208,7 @@ class SeenStore:
         """Delete files of an interrupted merge: runs the manifest does not name."""
         live = {r["file"] for r in self._doc["runs"]}
         for name in os.listdir(self.path):
-            if (_RUN_RE.match(name) and name not in live) or name == manifest.TMP_NAME:
+            if (_RUN_RE.match(name) and name not in live) or _TMP_RE.match(name):
                 try:
                     os.unlink(os.path.join(self.path, name))
                 except OSError as e:
@@ -198,6 +228,40 @@ class SeenStore:
                 raise CorruptionError(f"{r['file']}: header does not match the manifest")
             readers[r["shard"]] = reader
         self._readers = readers
+
+    def _load_or_build_bloom(self, fpr: float, capacity: int | None) -> None:
+        """Use BLOOM if it reflects this generation and fits; else rebuild from the runs."""
+        want = max(capacity, len(self)) if capacity else max(2 * len(self), MIN_BLOOM_CAPACITY)
+        path = os.path.join(self.path, BLOOM_NAME)
+        try:
+            bf, gen = BloomFilter.load(path)
+            fits = (capacity is None or bf.capacity >= capacity) and bf.capacity >= len(self)
+            if gen == self.generation and bf.target_fpr == fpr and fits:
+                self.bloom, self._bloom_state = bf, "loaded"
+                return
+            self._bloom_state = "rebuilt (stale file)"
+        except StoreNotFoundError:
+            self._bloom_state = "rebuilt (no file)"
+        except SeenStoreError:
+            self._bloom_state = "rebuilt (unreadable file)"  # derived data: rebuild it
+        self._rebuild_bloom(want, fpr)
+
+    def _rebuild_bloom(self, capacity: int, fpr: float) -> None:
+        bf = BloomFilter.for_capacity(int(capacity), fpr)
+        buf = np.empty(self.chunk_keys, dtype=np.uint64)
+        for reader in self._readers.values():
+            for n in reader.chunks(buf):
+                bf.add(buf[:n])
+        self.bloom = bf
+        self._bloom_dirty = True
+
+    def checkpoint(self) -> None:
+        """Save the Bloom filter (BLOOM) for the current generation, so the next
+        open need not rebuild it. Done by ``close``; call it to bound rebuild work
+        after a crash."""
+        if self.bloom is not None and self._bloom_dirty and self._lock is not None:
+            self.bloom.save(os.path.join(self.path, BLOOM_NAME), self.generation)
+            self._bloom_dirty = False
 
     # -------------------------------------------------------------- properties
     @property
@@ -232,6 +296,8 @@ class SeenStore:
         """Mask over ``keys``: True where the key has been admitted. Reads only."""
         keys = as_keys(keys)
         uniq = prepare(keys)
+        if self.bloom is not None:
+            uniq = uniq[self.bloom.query(uniq)]  # Bloom negatives are certainly absent
         found = np.zeros(len(uniq), dtype=np.bool_)
         bounds = self._shard_bounds(uniq)
         for shard, reader in self._readers.items():
@@ -272,9 +338,44 @@ class SeenStore:
             return self._add_sorted(uniq)
 
     def _add_sorted(self, uniq: np.ndarray) -> np.ndarray:
-        timings = {"sort_s": 0.0, "align_s": 0.0, "merge_s": 0.0, "commit_s": 0.0, "bytes_read": 0,
-                   "bytes_written": 0, "offered": len(uniq), "unique": len(uniq), "new": 0}
+        timings = {"sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "merge_s": 0.0,
+                   "commit_s": 0.0, "bytes_read": 0, "bytes_written": 0, "offered": len(uniq),
+                   "unique": len(uniq), "new": 0, "bloom_negative": 0, "approx_answered": 0}
         self.last_timings = timings
+        is_new = np.zeros(len(uniq), dtype=np.bool_)
+        if len(uniq) == 0:
+            return is_new
+        t0 = time.perf_counter()
+        maybe = self.bloom.query(uniq) if self.bloom is not None else None
+        timings["bloom_s"] = time.perf_counter() - t0
+        cand, cand_maybe, n_approx = uniq, maybe, 0
+        if maybe is not None:
+            timings["bloom_negative"] = int(len(uniq) - maybe.sum())
+            if self.mode == "approximate":  # a Bloom positive counts as seen
+                cand, cand_maybe = uniq[~maybe], None
+                n_approx = len(uniq) - len(cand)
+                timings["approx_answered"] = n_approx
+        cand_new = self._merge_all(cand, cand_maybe, timings)
+        if cand is uniq:
+            is_new = cand_new
+        else:
+            is_new[~maybe] = cand_new
+        if n_approx and not timings["new"]:
+            self._commit_counters(n_approx)  # nothing written, but the count is durable
+        if self.bloom is not None and timings["new"]:
+            self.bloom.add(uniq[is_new])
+            self._bloom_dirty = True
+            if self.bloom.n_added > self.bloom.capacity:  # keep the FPR at its target
+                self._rebuild_bloom(2 * max(len(self), self.bloom.capacity),
+                                    self.bloom.target_fpr)
+        return is_new
+
+    def _merge_all(self, uniq: np.ndarray, maybe: np.ndarray | None, timings: dict) -> np.ndarray:
+        """Merge sorted unique ``uniq`` into every shard it touches and commit.
+
+        ``maybe``: Bloom answers for ``uniq`` (exact mode) or None. A shard whose
+        keys are all Bloom-positive, or tiny against its run, is probed first and
+        not rewritten when every key is already there."""
         is_new = np.zeros(len(uniq), dtype=np.bool_)
         if len(uniq) == 0:
             return is_new
@@ -288,7 +389,11 @@ class SeenStore:
         def job(shard: int):
             lo, hi = bounds[shard], bounds[shard + 1]
             reader = self._readers[shard]
-            if (hi - lo) * PROBE_RATIO < reader.count and _all_present(reader.keys, uniq[lo:hi]):
+            if maybe is not None:
+                probe = reader.count > 0 and bool(maybe[lo:hi].all())
+            else:
+                probe = (hi - lo) * PROBE_RATIO < reader.count
+            if probe and _all_present(reader.keys, uniq[lo:hi]):
                 return shard, None, False  # nothing new here: no rewrite at all
             w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
                           self.layout.host_bits, self.shard_bits, shard, pd)
@@ -315,7 +420,7 @@ class SeenStore:
             timings["bytes_written"] = sum(h.count * 8 + HEADER_SIZE for _, h in changed)
             n_new = int(is_new.sum())
             if changed:
-                self._commit(gen, changed, n_new)
+                self._commit(gen, changed, n_new, timings["approx_answered"])
             timings["commit_s"] = time.perf_counter() - t1
             timings["new"] = n_new
             return is_new
@@ -324,15 +429,28 @@ class SeenStore:
                 w.abort()
             raise
 
-    def _commit(self, gen: int, changed: list, n_new: int) -> None:
+    def _commit_counters(self, n_approx: int) -> None:
+        """Record keys answered by the Bloom filter alone when no run changed."""
+        doc = dict(self._doc)
+        c = dict(doc["counters"])
+        c["approx_answered"] = c.get("approx_answered", 0) + n_approx
+        doc["counters"] = c
         try:
-            for shard, _ in changed:
+            manifest.write(self.path, doc, sync=self.sync)
+        except OSError as e:
+            raise _io_error(e, f"{self.path}: committing counters") from e
+        self._doc = doc
+
+    def _commit(self, gen: int, changed: list, n_new: int, n_approx: int = 0) -> None:
+        try:
+            for shard, _ in changed if self.sync else ():
                 fd = os.open(os.path.join(self.path, run_name(shard, gen)), os.O_RDONLY)
                 try:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-            manifest.fsync_dir(self.path)
+            if self.sync:
+                manifest.fsync_dir(self.path)
             _fault("before-manifest")
             doc = dict(self._doc)
             runs = {r["shard"]: r for r in doc["runs"]}
@@ -347,8 +465,10 @@ class SeenStore:
             c = dict(doc["counters"])
             c["batches"] += 1  # batches that admitted at least one key
             c["new"] += n_new
+            if n_approx:
+                c["approx_answered"] = c.get("approx_answered", 0) + n_approx
             doc["counters"] = c
-            manifest.write(self.path, doc)
+            manifest.write(self.path, doc, sync=self.sync)
         except OSError as e:
             raise _io_error(e, f"{self.path}: committing") from e
         # Committed. From here on a failure must not undo the batch.
@@ -388,9 +508,27 @@ class SeenStore:
             "generation": self.generation,
             "run_format": f"{RUN_MAJOR}.{RUN_MINOR}",
             "manifest_format": f"{manifest.MAJOR}.{manifest.MINOR}",
-            "counters": dict(self._doc["counters"]),
+            "counters": {"approx_answered": 0, **self._doc["counters"]},
+            "mode": self.mode,
+            "bloom": self._bloom_stats(keys),
             "created": self._doc.get("created"),
             "updated": self._doc.get("updated"),
+        }
+
+    def _bloom_stats(self, keys: int) -> dict | None:
+        bf, state = self.bloom, self._bloom_state
+        if bf is None:  # read-only: report the saved filter, if any
+            try:
+                bf, gen = BloomFilter.load(os.path.join(self.path, BLOOM_NAME))
+            except SeenStoreError:
+                return None
+            state = "saved, current" if gen == self.generation else "saved, stale (rebuilt on next open)"
+        return {
+            "state": state, "bytes": bf.nbytes, "n_hashes": bf.n_hashes,
+            "capacity": bf.capacity, "target_fpr": bf.target_fpr,
+            "bits_per_key": bf.n_bits / keys if keys else None,
+            "bytes_per_key": bf.nbytes / keys if keys else None,
+            "fill_ratio": bf.fill_ratio, "expected_fpr": bf.expected_fpr,
         }
 
     def verify(self) -> dict:
@@ -410,7 +548,14 @@ class SeenStore:
                     raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
         return {"keys": len(self), "runs": len(self._readers), "generation": self.generation}
 
-    def close(self) -> None:
+    def close(self, save_bloom: bool = True) -> None:
+        """Save the Bloom filter (if changed and ``save_bloom``), release the lock.
+        Never loses data: a Bloom filter not saved is rebuilt by the next open."""
+        try:
+            if save_bloom:
+                self.checkpoint()
+        except SeenStoreError as e:
+            warnings.warn(f"Bloom filter not saved ({e}); the next open rebuilds it")
         for r in self._readers.values():
             r.close()
         self._readers = {}
@@ -421,8 +566,8 @@ class SeenStore:
     def __enter__(self) -> "SeenStore":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(save_bloom=exc_type is None)
 
 
 def _all_present(run: np.ndarray, part: np.ndarray) -> bool:

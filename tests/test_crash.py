@@ -52,11 +52,11 @@ def start(batch, store, env=None):
 def world(tmp_path_factory):
     d = tmp_path_factory.mktemp("crash")
     rng = np.random.default_rng(7)
-    base = rng.integers(0, 2**64, 3_000_000, dtype=np.uint64)
+    base = rng.integers(0, 2**64, 2_000_000, dtype=np.uint64)
     pristine = str(d / "pristine")
     with SeenStore.open(pristine, create=True, shard_bits=2) as s:
         s.add(base)
-    batch = np.concatenate([base[:500_000], rng.integers(0, 2**64, 1_500_000, dtype=np.uint64)])
+    batch = np.concatenate([base[:300_000], rng.integers(0, 2**64, 900_000, dtype=np.uint64)])
     batch_path = str(d / "batch.bin")
     batch.tofile(batch_path)
     pre = stored(pristine)
@@ -75,26 +75,31 @@ def fresh_copy(world, name):
 @pytest.mark.slow
 def test_sigkill_at_random_points_keeps_pre_or_post_set(world):
     d, pristine, batch, pre, post = world
-    # Measure when the write and commit phases run after 'go' (read, sort, then
-    # merge+write, then commit), so the kills land in them.
+    # Measure how long the write and commit phases take.
     target = fresh_copy(world, "timing")
     p = start(batch, target)
     p.stdin.write(b"go\n")
     p.stdin.flush()
     assert p.wait(60) == 0, p.stderr.read()
     t = json.loads(p.stdout.read())
-    begin = t["read_s"] + t["sort_s"]
-    end = begin + t["merge_s"] + t["commit_s"]
     assert np.array_equal(stored(target), post)
 
     rnd = random.Random(2026)
     outcomes = {"pre": 0, "post": 0}
+    window = t["merge_s"] + t["commit_s"]
     for trial in range(24):
         target = fresh_copy(world, "trial")
+        before = set(os.listdir(target))
         p = start(batch, target)
-        delay = rnd.uniform(begin * 0.9, end * 1.3)
         p.stdin.write(b"go\n")
         p.stdin.flush()
+        # Anchor on the write phase: wait until the first new run file appears,
+        # then kill at a random moment within the measured write+commit time.
+        deadline = time.monotonic() + 30
+        while not (set(os.listdir(target)) - before) and p.poll() is None:
+            assert time.monotonic() < deadline, "merge never started writing"
+            time.sleep(0.0005)
+        delay = rnd.uniform(0.0, window * 2.0)
         time.sleep(delay)
         p.send_signal(signal.SIGKILL)
         p.wait(60)
@@ -108,11 +113,13 @@ def test_sigkill_at_random_points_keeps_pre_or_post_set(world):
         rerun = CliRunner().invoke(main, ["merge", batch, "--store", target, "--no-create"])
         assert rerun.exit_code == 0, rerun.output
         assert np.array_equal(stored(target), post)
-        with SeenStore.open(target) as s:
+        with SeenStore.open(target, bloom=False) as s:
             live = {r["file"] for r in s._doc["runs"]}
         assert {n for n in os.listdir(target) if n.endswith(".run")} == live
-    print(f"write+commit window {begin:.3f}-{end:.3f}s after go; outcomes {outcomes}")
-    assert outcomes["pre"] > 0 and outcomes["post"] > 0  # kills landed on both sides of the commit
+    print(f"write+commit takes {window:.3f}s; outcomes {outcomes}")
+    # Kills land on both sides of the commit point (the named-step test below
+    # pins each side deterministically; this one shows the spread).
+    assert outcomes["pre"] > 0 and outcomes["post"] > 0, outcomes
 
 
 @pytest.mark.parametrize("point,want", [("before-manifest", "pre"), ("after-manifest", "post")])

@@ -29,7 +29,7 @@ def all_keys(store):
 def test_add_matches_set_oracle(tmp_path_factory, seq, shard_bits, reopen):
     path = str(tmp_path_factory.mktemp("s") / "store")
     oracle = set()
-    store = SeenStore.open(path, create=True, shard_bits=shard_bits)
+    store = SeenStore.open(path, create=True, shard_bits=shard_bits, bloom_capacity=64, sync=False)
     try:
         for i, batch in enumerate(seq):
             want = add_naive(oracle, batch)
@@ -37,7 +37,7 @@ def test_add_matches_set_oracle(tmp_path_factory, seq, shard_bits, reopen):
             assert got.tolist() == want.tolist()
             if i < len(reopen) and reopen[i]:
                 store.close()
-                store = SeenStore.open(path)
+                store = SeenStore.open(path, bloom_capacity=64, sync=False)
             assert all_keys(store) == sorted(oracle)
         probe = np.array(sorted(oracle)[:5] + [12345678901], dtype=np.uint64)
         assert store.contains(probe).tolist() == [int(k) in oracle for k in probe]
@@ -100,10 +100,12 @@ def test_policy_layout_shard_mismatch_refused(store_dir):
 def test_leftovers_of_interrupted_merge_removed_on_open(store_dir):
     with SeenStore.open(store_dir, create=True, shard_bits=1) as s:
         s.add([1, 2**63 + 1])
-        live = set(os.listdir(store_dir))
+    live = set(os.listdir(store_dir))
+    assert "BLOOM" in live
     leftover = os.path.join(store_dir, "s0000-g0000000099.run")
     open(leftover, "wb").write(b"partial")
     open(os.path.join(store_dir, "MANIFEST.tmp"), "wb").write(b"{")
+    open(os.path.join(store_dir, "BLOOM.tmp.999"), "wb").write(b"half a filter")
     with SeenStore.open(store_dir, readonly=True):
         assert os.path.exists(leftover)  # readers never delete
     with SeenStore.open(store_dir) as s:
@@ -178,3 +180,66 @@ def test_shard_with_nothing_new_is_not_rewritten(store_dir, rng):
         now = {r["shard"]: r["file"] for r in s._doc["runs"]}
         assert now[0] == files[0] and now[1] != files[1]
         assert s.add(low).sum() == 0 and s.last_timings["bytes_written"] == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=batches, fpr=st.sampled_from([0.5, 0.1, 1e-3]))
+def test_exact_mode_same_answers_with_and_without_bloom(tmp_path_factory, seq, fpr):
+    d = tmp_path_factory.mktemp("b")
+    with SeenStore.open(str(d / "with"), create=True, shard_bits=2, bloom_capacity=8,
+                        bloom_fpr=fpr, sync=False) as a, \
+            SeenStore.open(str(d / "without"), create=True, shard_bits=2, bloom=False, sync=False) as b:
+        assert a.bloom is not None and b.bloom is None
+        for batch in seq:
+            keys = np.array(batch, dtype=np.uint64)
+            assert a.add(keys).tolist() == b.add(keys).tolist()
+            assert a.contains(keys).tolist() == b.contains(keys).tolist()
+        assert all_keys(a) == all_keys(b)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=batches, reopen=st.lists(st.booleans(), max_size=8))
+def test_approximate_mode_never_reports_a_key_new_twice(tmp_path_factory, seq, reopen):
+    path = str(tmp_path_factory.mktemp("a") / "store")
+    reported, offered = set(), set()
+    answered = 0
+    s = SeenStore.open(path, create=True, mode="approximate", bloom_capacity=8, bloom_fpr=0.5,
+                      sync=False)
+    try:
+        for i, batch in enumerate(seq):
+            mask = s.add(np.array(batch, dtype=np.uint64))
+            answered += s.last_timings["approx_answered"]
+            new = [k for k, m in zip(batch, mask) if m]
+            assert not reported & set(new) and len(new) == len(set(new))
+            assert set(new) <= set(batch) - offered  # never a key offered before
+            reported |= set(new)
+            offered |= set(batch)
+            if i < len(reopen) and reopen[i]:
+                s.close()
+                s = SeenStore.open(path, mode="approximate", bloom_capacity=8, bloom_fpr=0.5,
+                      sync=False)
+        assert set(all_keys(s)) == reported  # the store holds exactly what was handed out
+        assert s.stats()["counters"]["approx_answered"] == answered
+    finally:
+        s.close()
+
+
+def test_bloom_rebuilt_when_missing_stale_or_damaged(store_dir, rng):
+    keys = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+    with SeenStore.open(store_dir, create=True) as s:
+        s.add(keys)
+    bloom = os.path.join(store_dir, "BLOOM")
+    with SeenStore.open(store_dir) as s:
+        assert s._bloom_state == "loaded" and s.bloom.query(keys).all()
+    os.unlink(bloom)
+    with SeenStore.open(store_dir) as s:
+        assert s._bloom_state == "rebuilt (no file)" and s.bloom.query(keys).all()
+        s.checkpoint()
+        s.bloom.save(bloom, s.generation - 1)  # as if a crash came after a commit
+    with SeenStore.open(store_dir) as s:
+        assert s._bloom_state == "rebuilt (stale file)" and s.bloom.query(keys).all()
+    open(bloom, "wb").write(b"garbage")
+    with SeenStore.open(store_dir) as s:
+        assert s._bloom_state == "rebuilt (unreadable file)" and s.bloom.query(keys).all()
+        st_ = s.stats()["bloom"]
+        assert st_["bits_per_key"] > 8 and 0 < st_["fill_ratio"] < 1 and st_["expected_fpr"] < 0.01

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import warnings
 
 import click
 
@@ -28,10 +29,15 @@ def fail(message: str, code: int) -> "None":
     sys.exit(code)
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    click.echo(f"seenstore: warning: {message}", err=True)
+
+
 class _Group(click.Group):
     """A group that turns expected failures into one-line errors."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
+        warnings.showwarning = _one_line_warning
         try:
             return super().invoke(ctx)
         except SeenStoreError as e:
