@@ -311,14 +311,15 @@ class SeenStore:
         return _every_occurrence(keys, uniq[found])
 
     # ----------------------------------------------------------------- writing
-    def add(self, keys) -> np.ndarray:
+    def add(self, keys, progress=None) -> np.ndarray:
         """Admit ``keys``; return a mask aligned with them: True exactly where the
         key was never admitted before this call and this is its first occurrence
-        in the call. Durable on return (fsynced, committed)."""
+        in the call. Durable on return (fsynced, committed). ``progress``: called
+        as ``progress(shards_done, shards_total)`` as shard merges finish."""
         t0 = time.perf_counter()
         batch = Batch(as_keys(keys), self._new_share)
         t_sort = time.perf_counter() - t0
-        is_new = self.add_sorted(batch.uniq)
+        is_new = self.add_sorted(batch.uniq, progress)
         t1 = time.perf_counter()
         mask = batch.mask(is_new)
         self._new_share = is_new.mean() if len(is_new) else self._new_share
@@ -327,7 +328,7 @@ class SeenStore:
         self.last_timings["offered"] = len(batch.keys)
         return mask
 
-    def add_sorted(self, uniq: np.ndarray) -> np.ndarray:
+    def add_sorted(self, uniq: np.ndarray, progress=None) -> np.ndarray:
         """Admit sorted unique keys; return the mask of those that were new.
 
         Requires: ``uniq`` sorted ascending, unique, uint64. All shards the batch
@@ -335,9 +336,9 @@ class SeenStore:
         if self._lock is None:
             raise InvalidInputError(f"{self.path}: store was opened read-only")
         with self._mutex:
-            return self._add_sorted(uniq)
+            return self._add_sorted(uniq, progress)
 
-    def _add_sorted(self, uniq: np.ndarray) -> np.ndarray:
+    def _add_sorted(self, uniq: np.ndarray, progress) -> np.ndarray:
         timings = {"sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "merge_s": 0.0,
                    "commit_s": 0.0, "bytes_read": 0, "bytes_written": 0, "offered": len(uniq),
                    "unique": len(uniq), "new": 0, "bloom_negative": 0, "approx_answered": 0}
@@ -355,7 +356,7 @@ class SeenStore:
                 cand, cand_maybe = uniq[~maybe], None
                 n_approx = len(uniq) - len(cand)
                 timings["approx_answered"] = n_approx
-        cand_new = self._merge_all(cand, cand_maybe, timings)
+        cand_new = self._merge_all(cand, cand_maybe, timings, progress)
         if cand is uniq:
             is_new = cand_new
         else:
@@ -370,7 +371,8 @@ class SeenStore:
                                     self.bloom.target_fpr)
         return is_new
 
-    def _merge_all(self, uniq: np.ndarray, maybe: np.ndarray | None, timings: dict) -> np.ndarray:
+    def _merge_all(self, uniq: np.ndarray, maybe: np.ndarray | None, timings: dict,
+                   progress=None) -> np.ndarray:
         """Merge sorted unique ``uniq`` into every shard it touches and commit.
 
         ``maybe``: Bloom answers for ``uniq`` (exact mode) or None. A shard whose
@@ -385,8 +387,19 @@ class SeenStore:
         pd = policy_digest(self.policy_id)
         writers: dict[int, RunWriter] = {}
         t0 = time.perf_counter()
+        finished = [0]
+        finished_lock = threading.Lock()
 
         def job(shard: int):
+            try:
+                return merge_shard(shard)
+            finally:
+                with finished_lock:
+                    finished[0] += 1
+                    if progress is not None:
+                        progress(finished[0], len(jobs))
+
+        def merge_shard(shard: int):
             lo, hi = bounds[shard], bounds[shard + 1]
             reader = self._readers[shard]
             if maybe is not None:

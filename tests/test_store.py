@@ -243,3 +243,10 @@ def test_bloom_rebuilt_when_missing_stale_or_damaged(store_dir, rng):
         assert s._bloom_state == "rebuilt (unreadable file)" and s.bloom.query(keys).all()
         st_ = s.stats()["bloom"]
         assert st_["bits_per_key"] > 8 and 0 < st_["fill_ratio"] < 1 and st_["expected_fpr"] < 0.01
+
+
+def test_progress_reports_every_touched_shard(store_dir):
+    calls = []
+    with SeenStore.open(store_dir, create=True, shard_bits=2, sync=False) as s:
+        s.add([1, 2**62 + 1, 2**63 + 1], progress=lambda d, t: calls.append((d, t)))
+    assert sorted(calls) == [(1, 3), (2, 3), (3, 3)]

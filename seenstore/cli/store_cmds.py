@@ -47,7 +47,7 @@ def merge(batch, store_dir, new_out, as_json, create, wait):
     keys = read_batch_file(batch)
     t_read = time.perf_counter() - t0
     with _open(store_dir, create=create, wait=_wait(wait)) as store:
-        mask = store.add(keys)
+        mask = store.add(keys, progress=_progress_line() if sys.stderr.isatty() else None)
         timings = dict(store.last_timings)
         total_keys = len(store)
     n_new = int(mask.sum())
@@ -77,6 +77,13 @@ def merge(batch, store_dir, new_out, as_json, create, wait):
             f"time {result['seconds']:.3f}s: read {t_read:.3f}s, sort {timings.get('sort_s', 0):.3f}s, "
             f"merge {timings.get('merge_s', 0):.3f}s, commit {timings.get('commit_s', 0):.3f}s",
             err=out_err)
+
+
+def _progress_line():
+    """A progress callback drawing 'merging shards i/n' on the terminal's stderr."""
+    def show(done: int, total: int) -> None:
+        click.echo(f"\rmerging shards {done}/{total}", err=True, nl=done == total)
+    return show
 
 
 def _human_bytes(n: float) -> str:
