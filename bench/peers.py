@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from seenstore.benchrun import parse_count
+from seenstore.benchrun import dir_bytes, parse_count
 from seenstore.workload import CrawlStream
 
 PEERS = ("seenstore", "set", "sqlite", "rocksdb", "duckdb", "lmdb", "rbloom")
@@ -194,17 +194,6 @@ PEER_CLASSES = {"seenstore": SeenStorePeer, "set": SetPeer, "sqlite": SqlitePeer
 
 # ---------------------------------------------------------------- child side
 
-def _disk_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.stat(os.path.join(root, f)).st_blocks * 512
-            except OSError:
-                pass
-    return total
-
-
 def _check(peer, batch, got) -> tuple[bool, int]:
     """(correct, lost): exact peers must return exactly the fresh keys; approximate ones a
     subset of them (lost = fresh keys answered as seen)."""
@@ -261,7 +250,7 @@ def run_child(name: str, args, progress_path: str) -> None:
         "offered": offered, "correct": correct, "lost": lost,
         "approximate": bool(getattr(peer, "approximate", False)),
         "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "rss_base": rss_base, "disk_bytes": _disk_bytes(path) if os.path.exists(path) else 0,
+        "rss_base": rss_base, "disk_bytes": dir_bytes(path) if os.path.exists(path) else 0,
         "expected_total_new": stream.expected_total_new,
     }) + "\n")
 

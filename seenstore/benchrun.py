@@ -60,6 +60,18 @@ def _available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+def dir_bytes(path: str) -> int:
+    """Bytes allocated on disk (st_blocks x 512) by every file under ``path``."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+            except OSError:
+                pass  # removed meanwhile
+    return total
+
+
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process so far (Linux ru_maxrss is in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -154,6 +166,7 @@ class BenchResult:
     bad_batches: list = field(default_factory=list)
     disk: list = field(default_factory=list)
     store_stats: dict = field(default_factory=dict)
+    disk_bytes: int = 0  # allocated by the store directory after close (runs, BLOOM, ...)
     peak_rss: int = 0
     wall_s: float = 0.0
 
@@ -173,7 +186,7 @@ class BenchResult:
     def to_dict(self) -> dict:
         n = max(1, self.offered)
         store_keys = self.store_stats.get("keys") or 0
-        disk_bytes = self.store_stats.get("bytes_on_disk") or 0
+        disk_bytes = self.disk_bytes
         floor = self.floor_s()
         floor_direct = self.floor_s(direct=True)
         return {
@@ -295,6 +308,7 @@ def run_bench(
                 on_batch(row)
             del batch, mask
         res.store_stats = store.stats()
+    res.disk_bytes = dir_bytes(store_path)
     res.disk.append(disk_bandwidth(work, probe_bytes))
     res.peak_rss = peak_rss_bytes()
     res.wall_s = time.perf_counter() - t_start
