@@ -2,15 +2,47 @@
 
 The filter is a uint64 array of ``8 * n_blocks`` words; each key touches one
 64-byte block (8 words, 512 bits) and sets/tests ``k`` bits inside it. Bit
-positions come from ``locate`` (scheme 1, docs/bloom.md). A classic (unblocked)
-variant is kept for the benchmark that justifies the blocked design. Twins:
-tests/test_bloom_kernels.py.
+positions come from ``locate`` (scheme 1, docs/bloom.md). Batch kernels locate a
+group of keys and prefetch their blocks before touching them, so cache misses
+overlap. A classic (unblocked) variant is kept for the benchmark that justifies
+the blocked design. Twins: tests/test_bloom_kernels.py.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+
+def _prefetch_intrinsic(rw):
+    """An intrinsic ``f(arr, i)`` hinting the CPU to fetch ``arr[i]``'s cache line.
+
+    ``rw`` is 0 for a read, 1 for a write. A hint only: it never faults and has
+    no effect on results, so the twins ignore it.
+    """
+
+    @intrinsic
+    def prefetch(typingctx, arr, idx):
+        def codegen(context, builder, signature, args):
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = builder.module.declare_intrinsic("llvm.prefetch", fnty=fnty)
+            ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
+            # (address, rw, locality 3 = keep in all cache levels, 1 = data cache)
+            builder.call(fn, [ptr, ir.Constant(i32, rw), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return types.void(arr, idx), codegen
+
+    return prefetch
+
+
+prefetch_read = _prefetch_intrinsic(0)
+prefetch_write = _prefetch_intrinsic(1)
 
 
 @njit(cache=True, nogil=True)
@@ -34,8 +66,9 @@ def stream_word(seed, j):
 
 
 @njit(cache=True, nogil=True)
-def locate(key, n_blocks, pos):
-    """Fill ``pos`` (uint64[k]) with the key's k bit numbers (0..511); return its first word.
+def locate(key, n_blocks, pos, row):
+    """Fill ``pos[row]`` (uint64[:, k]) with the key's k bit numbers (0..511); return its
+    first word (8 * block). Rows, not row views: a view costs a reference count.
 
     Scheme 1: seed = fmix64(key); w1 = stream_word(seed, 1); block =
     ((w1 >> 32) * n_blocks) >> 32 (Requires: n_blocks < 2**32); then 9-bit fields
@@ -48,85 +81,96 @@ def locate(key, n_blocks, pos):
     pool = w & np.uint64(0xFFFFFFFF)
     avail = 32
     j = 1
-    for p in range(pos.shape[0]):
+    for p in range(pos.shape[1]):
         if avail < 9:
             j += 1
             pool = stream_word(seed, j)
             avail = 64
-        pos[p] = pool & np.uint64(511)
+        pos[row, p] = pool & np.uint64(511)
         pool >>= np.uint64(9)
         avail -= 9
     return block << np.uint64(3)
 
 
 @njit(cache=True, nogil=True)
-def set_bits(words, base, pos):
-    """Set bit ``pos[p]`` counted from word ``base``, for each p; True if any was clear."""
-    changed = False
-    for p in range(pos.shape[0]):
-        w = base + (pos[p] >> np.uint64(6))
+def set_bits(words, base, pos, row):
+    """Set bit ``pos[row, p]`` counted from word ``base``, each p; True if any was clear."""
+    clear = np.uint64(0)
+    for p in range(pos.shape[1]):
+        w = base + (pos[row, p] >> np.uint64(6))
+        bit = np.uint64(1) << (pos[row, p] & np.uint64(63))
         old = words[w]
-        new = old | (np.uint64(1) << (pos[p] & np.uint64(63)))
-        if new != old:
-            words[w] = new
-            changed = True
-    return changed
+        clear |= bit & ~old
+        words[w] = old | bit
+    return clear != np.uint64(0)
 
 
 @njit(cache=True, nogil=True)
-def all_bits_set(words, base, pos):
-    """True when bit ``pos[p]`` counted from word ``base`` is set for every p."""
-    for p in range(pos.shape[0]):
-        w = base + (pos[p] >> np.uint64(6))
-        if (words[w] >> (pos[p] & np.uint64(63))) & np.uint64(1) == np.uint64(0):
+def all_bits_set(words, base, pos, row):
+    """True when bit ``pos[row, p]`` counted from word ``base`` is set for every p."""
+    for p in range(pos.shape[1]):
+        w = base + (pos[row, p] >> np.uint64(6))
+        if (words[w] >> (pos[row, p] & np.uint64(63))) & np.uint64(1) == np.uint64(0):
             return False
     return True
 
 
 @njit(cache=True, nogil=True)
-def bloom_add(words, keys, k):
-    """Insert every key; return how many keys set at least one bit that was clear.
+def locate_group(words, keys, start, pos, bases, write):
+    """Locate keys[start : start + len(bases)] into ``pos`` rows and ``bases``; prefetch blocks.
 
-    Requires: words uint64 of length 8 * n_blocks, n_blocks < 2**32; keys uint64.
-    A key repeated (in this call or earlier) sets nothing and is not counted.
+    Fetching a group's blocks before touching any of them lets the CPU overlap
+    the cache misses (the filter is far larger than the caches). Returns the
+    number of keys located (fewer than len(bases) at the end of ``keys``).
     """
     n_blocks = np.uint64(words.shape[0] >> 3)
-    pos = np.empty(k, np.uint64)
-    fresh = 0
-    for i in range(keys.shape[0]):
-        if set_bits(words, locate(keys[i], n_blocks, pos), pos):
-            fresh += 1
-    return fresh
+    count = min(bases.shape[0], keys.shape[0] - start)
+    for g in range(count):
+        base = locate(keys[start + g], n_blocks, pos, g)
+        bases[g] = base
+        if write:
+            prefetch_write(words, base)
+        else:
+            prefetch_read(words, base)
+    return count
 
 
 @njit(cache=True, nogil=True)
-def bloom_query(words, keys, k, out):
-    """Set ``out[i]`` (bool) True when all k bits of ``keys[i]`` are set (maybe present).
-
-    Requires: as ``bloom_add``; ``out`` as long as ``keys``. Never writes ``words``.
-    """
-    n_blocks = np.uint64(words.shape[0] >> 3)
-    pos = np.empty(k, np.uint64)
-    for i in range(keys.shape[0]):
-        out[i] = all_bits_set(words, locate(keys[i], n_blocks, pos), pos)
-
-
-@njit(cache=True, nogil=True)
-def bloom_add_query(words, keys, k, out):
+def bloom_add_query(words, keys, k, group, out, want_out):
     """For each key in order: ``out[i]`` = maybe present before it, then insert it.
 
+    Requires: words uint64 of length 8 * n_blocks, n_blocks < 2**32; keys uint64;
+    k >= 1; group >= 1 (keys located ahead; 32 measured best); ``out`` bool as
+    long as ``keys`` when ``want_out``, else any bool array (left untouched).
     An earlier occurrence in the same call counts as present. Returns the number
-    of keys for which ``out[i]`` is False (each set at least one bit).
+    of keys that set at least one clear bit (those with ``out[i]`` False).
     """
-    n_blocks = np.uint64(words.shape[0] >> 3)
-    pos = np.empty(k, np.uint64)
+    pos = np.empty((group, k), np.uint64)
+    bases = np.empty(group, np.uint64)
     fresh = 0
-    for i in range(keys.shape[0]):
-        changed = set_bits(words, locate(keys[i], n_blocks, pos), pos)
-        out[i] = not changed
-        if changed:
-            fresh += 1
+    for start in range(0, keys.shape[0], group):
+        count = locate_group(words, keys, start, pos, bases, True)
+        for g in range(count):
+            changed = set_bits(words, bases[g], pos, g)
+            if want_out:
+                out[start + g] = not changed
+            if changed:
+                fresh += 1
     return fresh
+
+
+@njit(cache=True, nogil=True)
+def bloom_query(words, keys, k, group, out):
+    """Set ``out[i]`` (bool) True when all k bits of ``keys[i]`` are set (maybe present).
+
+    Requires: as ``bloom_add_query``; ``out`` as long as ``keys``. Never writes ``words``.
+    """
+    pos = np.empty((group, k), np.uint64)
+    bases = np.empty(group, np.uint64)
+    for start in range(0, keys.shape[0], group):
+        count = locate_group(words, keys, start, pos, bases, False)
+        for g in range(count):
+            out[start + g] = all_bits_set(words, bases[g], pos, g)
 
 
 @njit(cache=True, nogil=True)
@@ -153,37 +197,50 @@ def block_fill_histogram(words, words_per_block, hist):
 
 
 @njit(cache=True, nogil=True)
-def classic_locate(key, m, pos):
-    """Fill ``pos`` with the key's k bit numbers in a classic filter of m bits (m < 2**32).
+def classic_locate(key, m, pos, row):
+    """Fill ``pos[row]`` with the key's k bit numbers in a classic filter of m bits (m < 2**32).
 
     Position p is ((h >> 32) * m) >> 32 for p even and ((h & 0xFFFFFFFF) * m) >> 32
     for p odd, where h = stream_word(fmix64(key), p // 2 + 1).
     """
     seed = fmix64(key)
     h = np.uint64(0)
-    for p in range(pos.shape[0]):
+    for p in range(pos.shape[1]):
         if p % 2 == 0:
             h = stream_word(seed, p // 2 + 1)
-            pos[p] = ((h >> np.uint64(32)) * m) >> np.uint64(32)
+            pos[row, p] = ((h >> np.uint64(32)) * m) >> np.uint64(32)
         else:
-            pos[p] = ((h & np.uint64(0xFFFFFFFF)) * m) >> np.uint64(32)
+            pos[row, p] = ((h & np.uint64(0xFFFFFFFF)) * m) >> np.uint64(32)
 
 
 @njit(cache=True, nogil=True)
-def classic_add(words, keys, k):
+def classic_locate_group(words, keys, start, pos, write):
+    """As ``locate_group`` for the classic filter: fill ``pos`` rows, prefetch all k lines."""
+    m = np.uint64(words.shape[0]) << np.uint64(6)
+    count = min(pos.shape[0], keys.shape[0] - start)
+    for g in range(count):
+        classic_locate(keys[start + g], m, pos, g)
+        for p in range(pos.shape[1]):
+            if write:
+                prefetch_write(words, pos[g, p] >> np.uint64(6))
+            else:
+                prefetch_read(words, pos[g, p] >> np.uint64(6))
+    return count
+
+
+@njit(cache=True, nogil=True)
+def classic_add(words, keys, k, group):
     """Classic (unblocked) insert over m = 64 * len(words) bits: the benchmark baseline."""
-    m = np.uint64(words.shape[0]) << np.uint64(6)
-    pos = np.empty(k, np.uint64)
-    for i in range(keys.shape[0]):
-        classic_locate(keys[i], m, pos)
-        set_bits(words, np.uint64(0), pos)
+    pos = np.empty((group, k), np.uint64)
+    for start in range(0, keys.shape[0], group):
+        for g in range(classic_locate_group(words, keys, start, pos, True)):
+            set_bits(words, np.uint64(0), pos, g)
 
 
 @njit(cache=True, nogil=True)
-def classic_query(words, keys, k, out):
+def classic_query(words, keys, k, group, out):
     """Classic query, positions as ``classic_locate``; ``out[i]`` True = maybe present."""
-    m = np.uint64(words.shape[0]) << np.uint64(6)
-    pos = np.empty(k, np.uint64)
-    for i in range(keys.shape[0]):
-        classic_locate(keys[i], m, pos)
-        out[i] = all_bits_set(words, np.uint64(0), pos)
+    pos = np.empty((group, k), np.uint64)
+    for start in range(0, keys.shape[0], group):
+        for g in range(classic_locate_group(words, keys, start, pos, False)):
+            out[start + g] = all_bits_set(words, np.uint64(0), pos, g)

@@ -1,0 +1,199 @@
+"""BloomFilter: sizing, the FPR theory, batch semantics, figures, input checks.
+
+Theory is checked against simulation and against the filter's own bits; the
+API against simple invariants (no false negatives, n_added, cache refresh).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seenstore.bloom import BloomCounters, BloomFilter, blocked_fpr, classic_fpr, size_for
+from seenstore.errors import CorruptionError, InvalidInputError
+
+M64 = 2**64 - 1
+
+
+def rand_keys(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, M64, n, np.uint64, endpoint=True)
+
+
+def host_skewed_keys(n: int, seed: int, hosts: int = 50) -> np.ndarray:
+    """Top 20 bits from a Zipf(1.1) over a few hosts, low 44 bits random."""
+    rng = np.random.default_rng(seed)
+    host_ids = rng.integers(0, 2**20, hosts, np.uint64)
+    ranks = np.minimum(rng.zipf(1.1, n), hosts) - 1
+    low = rng.integers(0, 2**44, n, np.uint64)
+    return (host_ids[ranks] << np.uint64(44)) | low
+
+
+# -- theory -----------------------------------------------------------------
+
+
+def test_blocked_fpr_is_above_classic_and_monotone_in_load():
+    # Blocking only adds variance (uneven loads, shared bits), so at equal bits/key
+    # it is above the classic rate, by more as the target gets lower.
+    ratios = []
+    for bits_per_key, k in [(8, 5), (10, 7), (16, 11)]:
+        ratios.append(blocked_fpr(512 / bits_per_key, k) / classic_fpr(bits_per_key, k))
+    assert 1.0 < ratios[0] < ratios[1] < ratios[2]
+    loads = [1, 5, 20, 50, 100, 300]
+    assert all(blocked_fpr(a, 6) < blocked_fpr(b, 6) for a, b in itertools.pairwise(loads))
+    assert blocked_fpr(0, 6) == 0.0
+
+
+def test_blocked_fpr_single_key_per_block_by_hand():
+    # With exactly one key in a block the FPR is E[(X_k/512)^k]; for k=1 that is 1/512.
+    # Poisson(lam) keys: FPR = sum_i Pois(i) * (1 - (511/512)^i) for k = 1.
+    lam = 3.0
+    want = sum(math.exp(-lam) * lam**i / math.factorial(i) * (1 - (511 / 512) ** i)
+               for i in range(60))
+    assert blocked_fpr(lam, 1) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("keys_fn", [rand_keys, host_skewed_keys])
+def test_measured_fpr_matches_theory_on_uniform_and_host_skewed_keys(keys_fn):
+    bf = BloomFilter(n_blocks=2000, n_hashes=5)
+    bf.add(keys_fn(60_000, 1))  # 30 keys per block
+    probes = keys_fn(400_000, 2)
+    measured = bf.query(probes).mean()
+    theory = blocked_fpr(30.0, 5)
+    assert abs(measured / theory - 1) < 0.08, (measured, theory)
+    assert abs(bf.expected_fpr / theory - 1) < 0.05
+
+
+@settings(max_examples=15, deadline=None)
+@given(n_keys=st.integers(0, 10**10), log_fpr=st.floats(-9, math.log10(0.5)))
+def test_size_for_meets_target_and_is_minimal(n_keys, log_fpr):
+    fpr = 10**log_fpr
+    n_blocks, k = size_for(n_keys, fpr)
+    n = max(n_keys, 1)
+    assert blocked_fpr(n / n_blocks, k) <= fpr
+    if n_blocks > 1:  # one block fewer misses the target with every k
+        assert all(blocked_fpr(n / (n_blocks - 1), kk) > fpr for kk in range(1, 33))
+
+
+def test_for_capacity_figures():
+    bf = BloomFilter.for_capacity(1_000_000, 0.001)
+    assert (bf.n_blocks, bf.n_hashes) == size_for(1_000_000, 0.001)
+    assert bf.n_bits == 512 * bf.n_blocks == 8 * bf.nbytes
+    assert bf.words.dtype == np.uint64 and bf.words.shape == (8 * bf.n_blocks,)
+    assert bf.bits_per_key == bf.n_bits / 1_000_000
+    assert bf.capacity == 1_000_000 and bf.target_fpr == 0.001
+    assert bf.theoretical_fpr(1_000_000) <= 0.001
+    assert bf.n_added == 0 and bf.fill_ratio == 0.0 and bf.expected_fpr == 0.0
+
+
+@pytest.mark.parametrize("n_keys, fpr", [(-1, 0.01), (10, 0.0), (10, 0.6), (10, 1e-10),
+                                         (2.5, 0.01), (10**13, 1e-9)])
+def test_for_capacity_rejects_bad_arguments(n_keys, fpr):
+    with pytest.raises(InvalidInputError):
+        BloomFilter.for_capacity(n_keys, fpr)
+
+
+# -- batch semantics --------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(keys=st.lists(st.one_of(st.sampled_from([0, 2**63, M64]), st.integers(0, M64)),
+                     max_size=200),
+       n_blocks=st.integers(1, 8))
+def test_add_query_semantics(keys, n_blocks):
+    arr = np.array(keys, np.uint64)
+    a = BloomFilter(n_blocks, 4)
+    out = a.add_query(arr)
+    assert a.query(arr).all()  # no false negatives
+    seen = set()
+    for key, maybe in zip(keys, out):
+        if key in seen:
+            assert maybe  # an earlier occurrence in the same call counts
+        seen.add(key)
+    assert a.n_added == int((~out).sum())
+    b = BloomFilter(n_blocks, 4)
+    b.add(arr)
+    assert np.array_equal(a.words, b.words) and a.n_added == b.n_added
+    b.add(arr)  # re-adding sets nothing
+    assert b.n_added == a.n_added
+
+
+def test_query_accepts_strided_views_and_empty():
+    bf = BloomFilter.for_capacity(1000, 0.01)
+    keys = rand_keys(200, 3)
+    bf.add(keys[::2])
+    assert bf.query(keys[::2]).all()
+    assert bf.query(np.empty(0, np.uint64)).shape == (0,)
+    assert bf.add_query(np.empty(0, np.uint64)).shape == (0,)
+
+
+@pytest.mark.parametrize("bad", [[1, 2, 3], np.arange(3), np.zeros((2, 2), np.uint64),
+                                 np.arange(3, dtype=np.float64), 7])
+def test_bad_keys_raise_invalid_input(bad):
+    bf = BloomFilter(4, 3)
+    for op in (bf.add, bf.query, bf.add_query):
+        with pytest.raises(InvalidInputError):
+            op(bad)
+
+
+@pytest.mark.parametrize("n_blocks, k", [(0, 3), (2**32, 3), (4, 0), (4, 65)])
+def test_constructor_rejects_bad_shape(n_blocks, k):
+    with pytest.raises(InvalidInputError):
+        BloomFilter(n_blocks, k)
+
+
+# -- figures ----------------------------------------------------------------
+
+
+def test_fill_ratio_and_expected_fpr_follow_the_bits_and_refresh_after_writes():
+    bf = BloomFilter(50, 6)
+    for step in range(3):
+        bf.add(rand_keys(1500, 10 + step))
+        per_block = np.unpackbits(bf.words.view(np.uint8)).reshape(-1, 512).sum(axis=1)
+        assert bf.fill_ratio == pytest.approx(per_block.sum() / bf.n_bits, rel=1e-12)
+        want = np.mean((per_block / 512.0) ** 6)
+        assert bf.expected_fpr == pytest.approx(want, rel=1e-12)
+    before = bf.fill_ratio
+    bf.add_query(rand_keys(1500, 99))
+    assert bf.fill_ratio > before
+
+
+# -- mode bookkeeping -------------------------------------------------------
+
+
+def test_counters_exact_mode_measure_the_false_positive_rate():
+    c = BloomCounters()
+    maybe = np.array([False, False, True, True, True, False])
+    is_new = np.array([True, True, True, False, False, True])
+    c.record_exact(maybe, is_new)
+    c.record_exact(np.array([True, False]), np.array([True, True]))
+    assert (c.negatives, c.positives, c.false_positives, c.exact_new) == (4, 4, 2, 6)
+    assert c.measured_fpr == 2 / 6 and c.approx_answered == 0
+    with pytest.raises(InvalidInputError):
+        c.record_exact(np.array([True]), np.array([True, False]))
+
+
+def test_counters_approximate_mode_and_round_trip():
+    c = BloomCounters()
+    assert c.measured_fpr is None
+    c.record_approximate(np.array([True, False, True]))
+    assert (c.negatives, c.positives, c.approx_answered, c.exact_new) == (1, 2, 2, 0)
+    assert BloomCounters.from_dict(c.to_dict()) == c
+    assert BloomCounters.from_dict({"negatives": 3}) == BloomCounters(negatives=3)
+    for bad in ({"negatives": -1}, {"positives": 1.5}, {"approx_answered": "2"}):
+        with pytest.raises(CorruptionError):
+            BloomCounters.from_dict(bad)
+
+
+def test_stats_dict_matches_properties():
+    bf = BloomFilter.for_capacity(5000, 0.01)
+    bf.add(rand_keys(3000, 5))
+    st_ = bf.stats()
+    assert st_["fill_ratio"] == bf.fill_ratio and st_["expected_fpr"] == bf.expected_fpr
+    assert st_["n_added"] == bf.n_added and st_["bits_per_key"] == bf.bits_per_key
+    assert st_["theoretical_fpr"] == bf.theoretical_fpr(bf.n_added)
+    assert 0 < st_["expected_fpr"] < 0.01
