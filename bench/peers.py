@@ -287,7 +287,8 @@ def run_peer(name: str, args) -> dict:
         row.update(status=f"timeout after {args.time_limit:.0f} s ({done:,} keys done)",
                    offered=done, seconds=secs, correct=all(b["ok"] for b in batches))
     elif final is None:
-        row.update(status=f"crashed (exit {proc.returncode}): {err.strip()[-300:]}")
+        last = (err.strip().splitlines() or ["no message"])[-1]
+        row.update(status=f"crashed (exit {proc.returncode}): {last[-200:]}".replace("|", "/"))
     else:
         row.update(final)
     return row

@@ -3,7 +3,8 @@
 #
 #   bash bench/run_all.sh           # full: peers at 1e7 and 1e8, scaling to 1e9, bench 1e8 + 1e9
 #   bash bench/run_all.sh --quick   # minutes: peers at 1e6 and 1e7, scaling to 1e8, bench 1e7 + 1e8
-#   --steps=peers,scaling,bench     # run only these steps (default all), then render everything
+#   --steps=peers,scaling,bench     # run only these steps, in this order (default all), then
+#                                   # render everything
 #   --render-only                   # rewrite RESULTS.md from the logs of earlier runs
 #   --snapshot                      # measure the committed seenstore (git archive HEAD into
 #                                   # scratch/), not the working tree others may be editing
@@ -39,7 +40,6 @@ OUT=bench/results
 mkdir -p "$LOGS" "$OUT"
 PY=${PYTHON:-python}
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
-has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 code_of() { cat "$LOGS/$1.code" 2>/dev/null || echo "unknown code version"; }
 
 if [[ -n $STEPS ]]; then
@@ -55,30 +55,35 @@ if [[ -n $STEPS ]]; then
   (cd / && "$PY" -c "import seenstore; print('measuring', seenstore.__file__)") >&2
 fi
 
-if has_step peers; then
-  for k in "${PEER_KEYS[@]}"; do
-    echo "[$(stamp)] peers $k" >&2
-    echo "$CODE, $(stamp)" > "$LOGS/peers-$k.code"
-    "$PY" bench/peers.py --keys "$k" --time-limit "$PEER_LIMIT" \
-      --plot "$OUT/peers-$k.png" --json "$LOGS/peers-$k.json" > "$LOGS/peers-$k.md"
-  done
-fi
-if has_step scaling; then
-  echo "[$(stamp)] scaling" >&2
-  echo "$CODE, $(stamp)" > "$LOGS/scaling.code"
-  "$PY" bench/scaling.py --max-keys "$SCALE_MAX" --plot "$OUT/scaling.png" \
-    --json "$LOGS/scaling.json" > "$LOGS/scaling.txt"
-fi
-if has_step bench; then
-  for k in "${BENCH_KEYS[@]}"; do
-    echo "[$(stamp)] seenstore bench $k" >&2
-    echo "$CODE, $(stamp)" > "$LOGS/bench-$k.code"
-    rc=0
-    seenstore bench --keys "$k" --quiet --plot "$OUT/bench-$k.png" --save "$LOGS/bench-$k.json" \
-      > "$LOGS/bench-$k.txt" || rc=$?
-    echo "$rc" > "$LOGS/bench-$k.rc"
-  done
-fi
+BENCH_DIR=bench
+[[ $SNAPSHOT == 1 && -n $STEPS ]] && BENCH_DIR=$SNAP/bench  # scripts from the snapshot too
+IFS=, read -r -a step_list <<< "$STEPS"
+for step in ${step_list[@]+"${step_list[@]}"}; do
+  case $step in
+    peers)
+      for k in "${PEER_KEYS[@]}"; do
+        echo "[$(stamp)] peers $k" >&2
+        echo "$CODE, $(stamp)" > "$LOGS/peers-$k.code"
+        "$PY" "$BENCH_DIR/peers.py" --keys "$k" --time-limit "$PEER_LIMIT" \
+          --plot "$OUT/peers-$k.png" --json "$LOGS/peers-$k.json" > "$LOGS/peers-$k.md"
+      done ;;
+    scaling)
+      echo "[$(stamp)] scaling" >&2
+      echo "$CODE, $(stamp)" > "$LOGS/scaling.code"
+      "$PY" "$BENCH_DIR/scaling.py" --max-keys "$SCALE_MAX" --plot "$OUT/scaling.png" \
+        --json "$LOGS/scaling.json" > "$LOGS/scaling.txt" ;;
+    bench)
+      for k in "${BENCH_KEYS[@]}"; do
+        echo "[$(stamp)] seenstore bench $k" >&2
+        echo "$CODE, $(stamp)" > "$LOGS/bench-$k.code"
+        rc=0
+        seenstore bench --keys "$k" --quiet \
+          --plot "$OUT/bench-$k.png" --save "$LOGS/bench-$k.json" > "$LOGS/bench-$k.txt" || rc=$?
+        echo "$rc" > "$LOGS/bench-$k.rc"
+      done ;;
+    *) echo "unknown step $step (peers, scaling, bench)" >&2; exit 2 ;;
+  esac
+done
 
 echo "[$(stamp)] writing bench/RESULTS.md" >&2
 versions=$("$PY" - <<'EOF'
