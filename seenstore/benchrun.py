@@ -248,9 +248,12 @@ def run_bench(
     store_path: str,
     probe_bytes: int,
     on_batch: Callable[[dict], None] | None = None,
+    bloom_capacity: int | None = None,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
 
+    ``bloom_capacity``: keys the store's Bloom filter is sized for (None: the store's
+    default, which starts small and is rebuilt 2x larger whenever it fills).
     Requires: ``store_path`` does not exist yet (the run creates it). Returns a
     BenchResult; the caller decides what a failed verification means (exit code)."""
     from .store import SeenStore
@@ -262,11 +265,12 @@ def run_bench(
         "keys": stream.total_keys, "batch": stream.batch_size, "reoffer": stream.reoffer,
         "dup": stream.dup, "seed": stream.seed, "host_bits": stream.host_bits,
         "n_hosts": stream.n_hosts, "dir": work, "probe_bytes": probe_bytes,
+        "bloom_capacity": bloom_capacity,
     })
     t_start = time.perf_counter()
     res.warmup_s = _warm_up(work)
     res.disk.append(disk_bandwidth(work, probe_bytes))
-    with SeenStore.open(store_path, create=True) as store:
+    with SeenStore.open(store_path, create=True, bloom_capacity=bloom_capacity) as store:
         for plan in stream.plan():
             t0 = time.perf_counter()
             batch = stream.batch(*plan)

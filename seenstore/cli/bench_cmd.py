@@ -48,6 +48,8 @@ def _print_text(r: dict) -> None:
     echo = click.echo
     echo(f"keys offered     {r['offered']:,} in {len(r['batches'])} batches of {p['batch']:,} "
          f"(reoffer {p['reoffer']}, dup {p['dup']}, seed {p['seed']})")
+    cap = p.get("bloom_capacity")
+    echo("bloom capacity   " + (f"{cap:,} keys" if cap else "store default (2^20, grows 2x)"))
     echo(f"new keys         {r['new']:,} (expected {r['expected_new']:,}): "
          + ("VERIFIED" if r["verified"] else f"WRONG in batches {r['bad_batches']}"))
     echo(f"store total      {r['store_s']:.2f} s  = {r['keys_per_s'] / 1e6:.2f} M keys/s"
@@ -129,14 +131,18 @@ def write_plot(r: dict, path: str) -> None:
 @click.option("--keep", is_flag=True, help="Keep the benchmark store afterwards.")
 @click.option("--probe-bytes", type=COUNT, default=None,
               help="Size of the dd-style disk probe file (default: 8 B x keys, 64 MiB..1 GiB).")
+@click.option("--bloom-capacity", type=COUNT, default=None,
+              help="Keys the Bloom filter is sized for (default: the stream's distinct keys, "
+                   "as an operator who knows the crawl's scale would; 0: the store's default, "
+                   "which starts at 2^20 and is rebuilt 2x larger each time it fills).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON object to FILE.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of ns/key per stage for each batch.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, as_json, save, plot,
-          quiet):
+def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, as_json,
+          save, plot, quiet):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
     Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
@@ -158,6 +164,9 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, as_json
     batch = batch or default_batch_size(total)
     stream = CrawlStream(total, batch, reoffer, dup, seed=seed)
     probe = probe_bytes or min(1 << 30, max(64 << 20, 8 * total))
+    if bloom_capacity is None:
+        bloom_capacity = stream.expected_total_new
+    bloom_capacity = bloom_capacity or None
     own_dir = work_dir is None
     if own_dir:
         work_dir = tempfile.mkdtemp(prefix="seenstore-bench-")
@@ -166,7 +175,7 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, as_json
     store_path = os.path.join(work_dir, "bench-store")
     created = not os.path.exists(store_path)
     try:
-        res = _run(stream, store_path, probe, quiet)
+        res = _run(stream, store_path, probe, quiet, bloom_capacity)
     finally:
         if not keep:
             if own_dir:
@@ -193,9 +202,10 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, as_json
         fail(f"new-key counts differ from the expectation in batches {r['bad_batches']}", 1)
 
 
-def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool) -> BenchResult:
+def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
+         bloom_capacity: int | None) -> BenchResult:
     if quiet:
-        return run_bench(stream, store_path, probe)
+        return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity)
     with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
                            show_pos=True, item_show_func=lambda s: s) as bar:
 
@@ -203,4 +213,4 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool) -> Bench
             n = max(1, row["offered"])
             bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
-        return run_bench(stream, store_path, probe, on_batch)
+        return run_bench(stream, store_path, probe, on_batch, bloom_capacity)
