@@ -18,7 +18,14 @@ from .errors import InvalidInputError
 from .kernels.fingerprint import fingerprint_batch, host_hashes
 from .kernels.url import OK, ROUTE, SCHEME, normalise_batch
 from .layout import DEFAULT_LAYOUT, Layout
-from .normalise import DEFAULT_MAX_LENGTH, Rejection, check_base, host_span, try_normalise
+from .normalise import (
+    DEFAULT_MAX_LENGTH,
+    Rejection,
+    check_base,
+    count_reasons,
+    host_span,
+    try_normalise,
+)
 from .policy import DEFAULT_POLICY, Policy
 from .urlbuffer import URLBuffer
 
@@ -42,10 +49,7 @@ class FastBatch:
         return self.canonical.tolist()
 
     def reason_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for _, r in self.rejected:
-            counts[r.value] = counts.get(r.value, 0) + 1
-        return counts
+        return count_reasons(self.rejected)
 
 
 def normalise_urls(
@@ -61,27 +65,29 @@ def normalise_urls(
     return normalise_buffer(URLBuffer.from_strs(urls, base=base), policy, layout, max_length)
 
 
-def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH):
-    """The kernel alone: (out bytes, out offsets, status int8) for every URL of ``ub``;
-    URL i's output is out[offsets[i]:offsets[i+1]], empty unless status[i] == OK."""
+def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH, host_bits: int = 20):
+    """The kernel alone: (out bytes, out offsets, status int8, keys uint64) for every
+    URL of ``ub``; URL i's output is out[offsets[i]:offsets[i+1]], empty and without
+    a key unless status[i] == OK."""
     n = len(ub)
     if ub.bases is None:
         (bdata, boffs), ids = _NO_BASE, np.full(n, -1, dtype=np.int64)
     else:
         bdata, boffs, ids = ub.bases.data, ub.bases.offsets, ub.base_ids
     status = np.empty(n, dtype=np.int8)
+    keys = np.zeros(n, dtype=np.uint64)
     out_offsets = np.empty(n + 1, dtype=np.int64)
     out_offsets[0] = 0
     size = int(ub.offsets[-1] - ub.offsets[0])
     out = np.empty(size + size // 4 + 8 * n + 4096, dtype=np.uint8)
     i = o = 0
     while True:
-        i, o = normalise_batch(ub.data, ub.offsets, bdata, boffs, ids, max_length, out,
-                               out_offsets, status, i, o)
+        i, o = normalise_batch(ub.data, ub.offsets, bdata, boffs, ids, max_length, host_bits,
+                               out, out_offsets, status, keys, i, o)
         if i == n:
             break
         out.resize(max(2 * len(out), 4096 + 3 * len(out) // 2), refcheck=False)
-    return out, out_offsets, status
+    return out, out_offsets, status, keys
 
 
 def _route_policy_hosts(out, out_offsets, status, policy: Policy) -> None:
@@ -113,7 +119,7 @@ def normalise_buffer(
     Per-URL bases are ``ub.base(i)``; a base that does not parse rejects its URLs
     (``unparsable``) as the scalar ``try_normalise`` does. Never raises per URL."""
     policy = policy or DEFAULT_POLICY
-    out, out_offsets, status = run_kernel(ub, max_length)
+    out, out_offsets, status, keys = run_kernel(ub, max_length, layout.host_bits)
     if policy.rules:
         _route_policy_hosts(out, out_offsets, status, policy)
     rejected: list[tuple[int, Rejection]] = [(int(i), Rejection.SCHEME)
@@ -134,8 +140,13 @@ def normalise_buffer(
     positions = np.flatnonzero(accepted)
     data, offsets = _merge(out, out_offsets, routed, accepted, pieces)
     canonical = URLBuffer(data, offsets)
-    keys = fingerprint_batch(data, offsets, layout.host_bits)
-    return FastBatch(canonical, positions, keys, rejected, len(routed))
+    if len(pieces):  # keys of the scalar path's results, by the same kernel as fingerprint()
+        ins = routed[accepted[routed]]
+        pdata = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        poffs = np.zeros(len(pieces) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=poffs[1:])
+        keys[ins] = fingerprint_batch(pdata, poffs, layout.host_bits)
+    return FastBatch(canonical, positions, keys[accepted], rejected, len(routed))
 
 
 def scalar_one(item, base: str | None, policy: Policy, max_length: int,

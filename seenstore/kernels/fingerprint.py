@@ -16,15 +16,6 @@ from .xxh3 import xxh3_64
 
 
 @njit(cache=True, nogil=True)
-def _find(buf, c, lo, hi):
-    """First index in [lo, hi) where buf == c, or -1."""
-    for j in range(lo, hi):
-        if buf[j] == c:
-            return j
-    return -1
-
-
-@njit(cache=True, nogil=True)
 def host_span(buf, s, e):
     """(start, end) of the host of the URL buf[s:e], exactly as the scalar
     ``normalise.host_span``: after the first ``://`` (else from s), up to the first
@@ -34,20 +25,23 @@ def host_span(buf, s, e):
         if buf[j] == 58 and buf[j + 1] == 47 and buf[j + 2] == 47:  # "://"
             start = j + 3
             break
+    # One pass over the authority: the last '@' and the first ':' and ']' after it.
+    colon = close = -1
     end = e
     for j in range(start, e):
         c = buf[j]
         if c == 47 or c == 63 or c == 35:  # / ? #
             end = j
             break
-    for j in range(end - 1, start - 1, -1):
-        if buf[j] == 64:  # @
+        if c == 64:  # @
             start = j + 1
-            break
+            colon = close = -1
+        elif c == 58 and colon < 0:
+            colon = j
+        elif c == 93 and close < 0:
+            close = j
     if start < end and buf[start] == 91:  # [
-        close = _find(buf, 93, start, end)
         return start, (end if close < 0 else close + 1)
-    colon = _find(buf, 58, start, end)
     return start, (end if colon < 0 else colon)
 
 
