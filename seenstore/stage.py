@@ -1,0 +1,569 @@
+"""DedupStage: the streaming dedup stage a crawler embeds (docs/stage.md).
+
+``offer(keys or URLs)`` returns at once the items certainly new, each handed out
+exactly once in the store's life with its payload beside it. Check and claim are
+one synchronous step under one lock (no await): an exact cache of recent keys
+drops repeats, the store's Bloom filter admits negatives, positives are held
+until the next merge, which runs in a background thread while offers fill the
+other buffer. Admitted keys sit in a write-ahead log (wal.py) until merged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Self
+
+import numpy as np
+
+from . import wal as walmod
+from .batch import as_keys, prepare
+from .bloom import BloomFilter
+from .errors import InvalidInputError, MismatchError
+from .fastpath import normalise_urls
+from .fingerprint import fingerprint_many
+from .normalise import normalise_many
+from .policy import DEFAULT_POLICY, Policy
+from .store import DEFAULT_BLOOM_FPR, SeenStore
+
+MODES = ("exact", "approximate")
+DEFAULT_BUDGET_BYTES = 64 << 20  # keys of one buffer, 8 bytes each: 8 Mi keys
+DEFAULT_CACHE_KEYS = 1 << 22     # recent-key cache entries, 8 bytes each: 32 MiB
+CLAIM_FPR = 1e-3                 # a buffer's claim filter; a false positive only holds a key
+MAX_CAP_BITS = 24                # host buckets for caps: top min(H, 24) bits of the key
+FAST_PATH_MIN_URLS = 64          # smaller URL offers take the scalar normaliser
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: slot = (key * _MIX) >> (64 - bits)
+_EMPTY = np.empty(0, dtype=np.uint64)
+
+
+@dataclass
+class Admitted:
+    """Keys handed out by one call (each exactly once in the store's life) and their
+    payloads, aligned (``payloads`` is None when no offer carried any). The first
+    ``now`` are this call's own items, admitted at once; the rest were held by
+    earlier offers and found new by a merge. ``rejected``: (index in this call,
+    Rejection) for offered URLs that have no canonical form."""
+
+    keys: np.ndarray
+    payloads: list | None = None
+    now: int = 0
+    rejected: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self):
+        """(key as int, payload) pairs."""
+        pl = self.payloads if self.payloads is not None else [None] * len(self.keys)
+        return zip(self.keys.tolist(), pl)
+
+
+class _Buffer:
+    """Keys claimed since the last swap. ``admitted``: handed out, logged in WAL
+    segment ``wal_seq``; ``consumed``: certainly new, refused by a host cap (merged,
+    never handed out); ``held``: maybe seen, ``held_payloads`` aligned with their
+    concatenation; ``claims``: a Bloom filter holding every key of the three."""
+
+    def __init__(self, claim_shape: tuple[int, int, int]):
+        self.admitted: list[np.ndarray] = []
+        self.consumed: list[np.ndarray] = []
+        self.held: list[np.ndarray] = []
+        self.held_payloads: list = []
+        self.any_payload = False
+        self.n_keys = 0
+        self.n_held = 0
+        n_blocks, k, capacity = claim_shape
+        self.claims = BloomFilter(n_blocks, k, capacity=capacity, target_fpr=CLAIM_FPR)
+        self.wal_seq: int | None = None
+
+
+def _slots(keys: np.ndarray, bits: int) -> np.ndarray:
+    """Top ``bits`` bits of ``key * _MIX`` as intp indices. Requires: 1 <= bits <= 62."""
+    h = np.multiply(keys, _MIX)
+    np.right_shift(h, np.uint64(64 - bits), out=h)
+    return h.view(np.int64)
+
+
+class DedupStage:
+    """Open with ``DedupStage.open``. Thread-safe; from asyncio, call ``offer`` (or
+    ``offer_async``) from the loop: the check-and-claim inside is one synchronous step."""
+
+    def __init__(self, store: SeenStore, *, mode: str, budget_bytes: int, cache_keys: int,
+                 host_cap: int | None, wal_sync, policy: Policy | None, replay: dict):
+        self.store = store
+        self.mode = mode
+        self.policy = policy
+        self.layout = store.layout
+        self.budget_bytes = budget_bytes
+        self.buffer_keys = max(1, budget_bytes // 8)
+        self.replay = replay
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seenstore-merge")
+        self._wal = walmod.WalWriter(store.path, replay["next_seq"], wal_sync)
+        shape = BloomFilter.for_capacity(max(self.buffer_keys, 1024), CLAIM_FPR)
+        self._claim_shape = (shape.n_blocks, shape.n_hashes, shape.capacity)
+        self._cur = _Buffer(self._claim_shape)
+        self._merging: _Buffer | None = None
+        self._future: Future | None = None
+        self._swaps = 0
+        self._merged = 0
+        self._ready: list[tuple[np.ndarray, list | None]] = []
+        self._error: BaseException | None = None
+        self._closed = False
+        self._scratch = np.empty(0, dtype=np.int64)
+        self.cache_keys = 0 if cache_keys < 2 else 1 << (int(cache_keys) - 1).bit_length()
+        self._cache_bits = self.cache_keys.bit_length() - 1
+        self._cache = None
+        if self.cache_keys:
+            self._cache = np.zeros(self.cache_keys, dtype=np.uint64)
+            self._cache[0] = 1  # empty slot s holds a key whose slot is not s (slot(0) = 0)
+        self.host_cap = host_cap
+        self._cap_bits = min(self.layout.host_bits, MAX_CAP_BITS)
+        self._counts = (np.zeros(1 << self._cap_bits, dtype=np.int64)
+                        if host_cap is not None else None)
+        self._stats = dict.fromkeys(
+            ("offered", "urls_offered", "rejected_urls", "in_call_duplicates", "cache_lookups",
+             "cache_hits", "admitted_now", "admitted_after_merge", "held", "held_seen",
+             "approx_answered", "refused_by_cap", "merges", "merged_keys", "anomalies"), 0)
+        self._stats.update(merge_s=0.0, blocked_s=0.0, last_merge_s=0.0)
+
+    # ----------------------------------------------------------------- opening
+    @classmethod
+    def open(cls, store_dir: str, create: bool = False, *, mode: str = "exact",
+             budget_bytes: int = DEFAULT_BUDGET_BYTES, cache_keys: int = DEFAULT_CACHE_KEYS,
+             host_cap: int | None = None, wal_sync: str | float = walmod.SYNC_ALWAYS,
+             policy: Policy | None = None, layout=None, shard_bits: int | None = None,
+             sync: bool = True, wait: float | None = 0.0, bloom_fpr: float = DEFAULT_BLOOM_FPR,
+             bloom_capacity: int | None = None) -> DedupStage:
+        """Open the store at ``store_dir`` as its one writer and replay the WAL.
+
+        ``mode``: "exact" (Bloom positives are held for the merge) or "approximate"
+        (a Bloom positive counts as seen at once). ``budget_bytes``: keys per buffer
+        x 8 (two buffers exist; a merge starts when one fills). ``cache_keys``:
+        recent-key cache entries (rounded up to a power of 2; 0 = none).
+        ``host_cap``: refuse keys of a host bucket beyond this many admitted since
+        open (None = no cap). ``wal_sync``: "always" | seconds | "never"
+        (docs/stage.md). ``policy``: the URL policy (its identity must be the
+        store's). Other arguments go to ``SeenStore.open``. Raises what it raises
+        (LockedError for a second writer) and InvalidInputError."""
+        if mode not in MODES:
+            raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
+        for name, v, lo in (("budget_bytes", budget_bytes, 8), ("cache_keys", cache_keys, 0)):
+            if not isinstance(v, (int, np.integer)) or v < lo:
+                raise InvalidInputError(f"{name} must be an int >= {lo}, got {v!r}")
+        if host_cap is not None and (not isinstance(host_cap, (int, np.integer)) or host_cap < 0):
+            raise InvalidInputError(f"host_cap must be None or an int >= 0, got {host_cap!r}")
+        if cache_keys > 1 << 40:
+            raise InvalidInputError(f"cache_keys too large: {cache_keys}")
+        # The store always runs exact: the stage answers Bloom positives itself in
+        # approximate mode, so every key it hands the store is merged (docs/stage.md).
+        store = SeenStore.open(store_dir, create, layout=layout, shard_bits=shard_bits,
+                               policy_id=policy.identity if policy else None, wait=wait,
+                               mode="exact", bloom=True, bloom_fpr=bloom_fpr,
+                               bloom_capacity=bloom_capacity, sync=sync)
+        try:
+            replay = replay_wal(store)
+            return cls(store, mode=mode, budget_bytes=int(budget_bytes),
+                       cache_keys=int(cache_keys), host_cap=host_cap, wal_sync=wal_sync,
+                       policy=policy, replay=replay)
+        except BaseException:
+            store.close(save_bloom=False)
+            raise
+
+    # ------------------------------------------------------------------ offers
+    def offer(self, items, payloads=None, *, base: str | None = None) -> Admitted:
+        """Offer keys (uint64 array or ints) or URLs (str/bytes; a single str is
+        one URL). Returns at once the items admitted now (certainly new, durable
+        per ``wal_sync``) plus any held items a finished merge found new.
+        ``payloads``: one per item (default for URLs: the URL text as offered).
+        May block only when both buffers are full (a merge in flight)."""
+        keys, pl, rejected = self._prepare(items, payloads, base)
+        self._make_room()
+        now_keys, now_pl, lsn = self._claim_and_log(keys, pl)
+        if lsn and self._wal.sync == walmod.SYNC_ALWAYS:
+            self._guard(self._wal.sync_upto, lsn)
+        return self._result(now_keys, now_pl, rejected)
+
+    async def offer_async(self, items, payloads=None, *, base: str | None = None) -> Admitted:
+        """``offer`` that never blocks the event loop: it awaits a merge in flight
+        when both buffers are full, then checks and claims synchronously (no await
+        between them), then awaits the WAL fsync (group commit) before returning."""
+        keys, pl, rejected = self._prepare(items, payloads, base)
+        while (fut := self._room_or_future()) is not None:
+            await asyncio.wrap_future(fut)
+        now_keys, now_pl, lsn = self._claim_and_log(keys, pl)  # no await from check to claim
+        if lsn and self._wal.sync == walmod.SYNC_ALWAYS:
+            await asyncio.get_running_loop().run_in_executor(
+                None, self._guard, self._wal.sync_upto, lsn)
+        return self._result(now_keys, now_pl, rejected)
+
+    def poll(self) -> Admitted:
+        """Held items that finished merges found new since the last call. Never blocks."""
+        return self._result(_EMPTY, None, [])
+
+    def flush(self) -> Admitted:
+        """Merge everything offered before this call; return every item not yet
+        handed out. Afterwards every key offered before is in the store (durable)."""
+        target = self._flush_target()
+        while (fut := self._flush_step(target)) is not None:
+            self._wait(fut)
+        return self._result(_EMPTY, None, [])
+
+    async def flush_async(self) -> Admitted:
+        """``flush`` awaiting the merges instead of blocking the event loop."""
+        target = self._flush_target()
+        while (fut := self._flush_step(target)) is not None:
+            await asyncio.wrap_future(fut)
+        return self._result(_EMPTY, None, [])
+
+    # ---------------------------------------------------------------- internals
+    def _prepare(self, items, payloads, base) -> tuple[np.ndarray, list | None, list]:
+        """Keys, payloads aligned with them (or None) and URL rejections. Validates only."""
+        if self._closed:
+            raise InvalidInputError("the dedup stage is closed")
+        if isinstance(items, (str, bytes)):
+            items = [items]
+        is_urls = (not isinstance(items, np.ndarray) and hasattr(items, "__len__")
+                   and len(items) > 0 and isinstance(items[0], (str, bytes)))
+        if payloads is not None and (not hasattr(payloads, "__len__")
+                                     or len(payloads) != len(items)):
+            raise InvalidInputError("payloads must have one entry per offered item")
+        if not is_urls:
+            keys = as_keys(items)
+            return keys, (list(payloads) if payloads is not None else None), []
+        policy = self._url_policy()
+        if len(items) >= FAST_PATH_MIN_URLS:
+            fb = normalise_urls(items, base, policy, self.layout)
+            keys, positions, rejected = fb.keys, fb.positions.tolist(), fb.rejected
+        else:
+            nb = normalise_many(items, base, policy)
+            keys = fingerprint_many(nb.urls, self.layout)
+            positions, rejected = nb.positions, nb.rejected
+        src = payloads if payloads is not None else items
+        with self._lock:
+            self._stats["urls_offered"] += len(items)
+            self._stats["rejected_urls"] += len(rejected)
+        return keys, [src[i] for i in positions], rejected
+
+    def _url_policy(self) -> Policy:
+        if self.policy is not None:
+            return self.policy
+        if self.store.policy_id != DEFAULT_POLICY.identity:
+            raise MismatchError(
+                f"{self.store.path}: store was built with policy {self.store.policy_id!r}; "
+                "open the stage with that policy to offer URLs")
+        return DEFAULT_POLICY
+
+    def _check(self) -> None:
+        """Requires: lock held. Raise the error that stopped the stage, if any."""
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise InvalidInputError("the dedup stage is closed")
+
+    def _guard(self, fn, *args):
+        """Run ``fn``; a failure stops the stage (keys may be claimed and not handed out)."""
+        try:
+            return fn(*args)
+        except BaseException as e:
+            with self._lock:
+                self._error = self._error or e
+            raise
+
+    def _room_or_future(self) -> Future | None:
+        """None when the current buffer has room (swapping if it is full and no
+        merge runs), else the future of the merge in flight to wait for."""
+        with self._lock:
+            self._check()
+            if self._cur.n_keys < self.buffer_keys:
+                return None
+            if self._merging is None:
+                self._guard(self._swap_locked)
+                return None
+            return self._future
+
+    def _make_room(self) -> None:
+        while (fut := self._room_or_future()) is not None:
+            self._wait(fut)
+
+    def _wait(self, fut: Future) -> None:
+        t = time.perf_counter()
+        wait([fut])
+        with self._lock:
+            self._stats["blocked_s"] += time.perf_counter() - t
+
+    def _claim_and_log(self, keys, payloads):
+        with self._lock:
+            self._check()
+            out = self._guard(self._claim, keys, payloads)
+            if self._cur.n_keys >= self.buffer_keys and self._merging is None:
+                self._guard(self._swap_locked)
+            return out
+
+    def _first_occurrences(self, keys: np.ndarray) -> np.ndarray:
+        """True where no earlier position holds the same key, as far as one scatter
+        into a 2n-slot table shows (a missed repeat is caught by the claim filter)."""
+        n = len(keys)
+        if n < 2:
+            return np.ones(n, dtype=np.bool_)
+        bits = (2 * n - 1).bit_length()
+        if len(self._scratch) < 1 << bits:
+            self._scratch = np.empty(1 << bits, dtype=np.int64)
+        slot = _slots(keys, bits)
+        pos = np.arange(n)
+        self._scratch[slot[::-1]] = pos[::-1]  # last write wins: the first occurrence
+        owner = self._scratch[slot]
+        return (owner == pos) | (keys[owner] != keys)
+
+    def _claim(self, keys: np.ndarray, payloads: list | None):
+        """Check and claim ``keys`` (lock held); return (admitted keys, their
+        payloads, WAL position to sync or 0). The one place keys are claimed."""
+        st = self._stats
+        n = len(keys)
+        st["offered"] += n
+        if n == 0:
+            return _EMPTY, ([] if payloads is not None else None), 0
+        idx = np.flatnonzero(self._first_occurrences(keys))
+        k = keys[idx]
+        st["in_call_duplicates"] += n - len(idx)
+        cslot = None
+        if self._cache is not None:
+            cslot = _slots(k, self._cache_bits)
+            miss = np.flatnonzero(self._cache[cslot] != k)
+            st["cache_lookups"] += len(k)
+            st["cache_hits"] += len(k) - len(miss)
+            idx, k, cslot = idx[miss], k[miss], cslot[miss]
+        seen_k, buf = k, self._cur
+        in_store = self.store.bloom.query(k)
+        if self.mode == "approximate":  # a Bloom positive counts as seen
+            st["approx_answered"] += int(in_store.sum())
+            keep = np.flatnonzero(~in_store)
+            idx, k, in_store = idx[keep], k[keep], in_store[keep]
+        pending = buf.claims.add_query(k)  # claims every key, in-call repeats included
+        if self._merging is not None:
+            pending |= self._merging.claims.query(k)
+        held = pending | in_store
+        a_idx, a_keys = idx[~held], k[~held]
+        if self._counts is not None and len(a_keys):
+            ok = self._cap_allow(a_keys)
+            if not ok.all():
+                buf.consumed.append(a_keys[~ok])
+                st["refused_by_cap"] += int(len(ok) - ok.sum())
+                a_idx, a_keys = a_idx[ok], a_keys[ok]
+        if held.any():
+            h_idx = idx[held]
+            buf.held.append(k[held])
+            if payloads is not None:
+                buf.any_payload = True
+                buf.held_payloads.extend([payloads[i] for i in h_idx.tolist()])
+            else:
+                buf.held_payloads.extend([None] * len(h_idx))
+            buf.n_held += len(h_idx)
+            st["held"] += len(h_idx)
+        if cslot is not None:
+            self._cache[cslot] = seen_k
+        buf.n_keys += len(k)
+        st["admitted_now"] += len(a_keys)
+        lsn = 0
+        if len(a_keys):
+            buf.admitted.append(a_keys)
+            lsn = self._wal.append(a_keys)
+        a_pl = [payloads[i] for i in a_idx.tolist()] if payloads is not None else None
+        return a_keys, a_pl, lsn
+
+    def _cap_allow(self, keys: np.ndarray) -> np.ndarray:
+        """Mask of ``keys`` (in order) their host bucket still has room for; counts them.
+        Requires: lock held, caps on."""
+        n = len(keys)
+        if self._cap_bits:
+            b = (keys >> np.uint64(64 - self._cap_bits)).astype(np.int64)
+        else:
+            b = np.zeros(n, dtype=np.int64)
+        order = np.argsort(b, kind="stable")
+        sb = b[order]
+        starts = np.flatnonzero(np.r_[True, sb[1:] != sb[:-1]])
+        rank = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+        ok = np.empty(n, dtype=np.bool_)
+        ok[order] = self._counts[sb] + rank < self.host_cap
+        ub, c = np.unique(b[ok], return_counts=True)
+        self._counts[ub] += c
+        return ok
+
+    # ------------------------------------------------------------------ merges
+    def _swap_locked(self) -> None:
+        """Start merging the current buffer. Requires: lock held, no merge in flight."""
+        buf = self._cur
+        buf.wal_seq = self._wal.rotate()
+        self._cur = _Buffer(self._claim_shape)
+        self._merging = buf
+        self._swaps += 1
+        self._future = self._pool.submit(self._merge_job, buf)
+
+    def _flush_target(self) -> int:
+        with self._lock:
+            self._check()
+            return self._swaps + (1 if self._cur.n_keys else 0)
+
+    def _flush_step(self, target: int) -> Future | None:
+        """The merge to wait for before swap number ``target`` is merged, or None."""
+        with self._lock:
+            self._check()
+            if self._merged >= target:
+                return None
+            if self._merging is None:
+                self._guard(self._swap_locked)
+            return self._future
+
+    def _merge_job(self, buf: _Buffer) -> None:
+        try:
+            t0 = time.perf_counter()
+            keys, payloads, anomalies, n_merged, n_held_seen = self._merge(buf)
+            with self._lock:
+                if self._counts is not None and len(keys):
+                    ok = self._cap_allow(keys)
+                    self._stats["refused_by_cap"] += int(len(ok) - ok.sum())
+                    if payloads is not None:
+                        payloads = [p for p, o in zip(payloads, ok.tolist()) if o]
+                    keys = keys[ok]
+                if len(keys):
+                    self._ready.append((keys, payloads))
+                st = self._stats
+                st["admitted_after_merge"] += len(keys)
+                st["held_seen"] += n_held_seen
+                st["anomalies"] += anomalies
+                st["merges"] += 1
+                st["merged_keys"] += n_merged
+                st["last_merge_s"] = time.perf_counter() - t0
+                st["merge_s"] += st["last_merge_s"]
+                self._merging = None
+                self._merged += 1
+            self._wal.remove(buf.wal_seq)  # its keys are committed
+        except BaseException as e:
+            with self._lock:
+                self._error = self._error or e
+            raise
+
+    def _merge(self, buf: _Buffer):
+        """Merge ``buf`` into the store (committed on return) and resolve its held
+        keys: new in the store, not claimed as certain in ``buf``, first holder wins.
+        Returns (keys found new in offer order, payloads or None, anomalies, merged, held seen)."""
+        certain = np.concatenate(buf.admitted + buf.consumed) if buf.admitted or buf.consumed \
+            else _EMPTY
+        held = np.concatenate(buf.held) if buf.held else _EMPTY
+        uniq = prepare(np.concatenate([certain, held]))
+        is_new = self.store.add_sorted(uniq)
+        certain = np.sort(certain)
+        # a certainly-new key the store already held: must never happen (counted)
+        anomalies = int(len(certain) - is_new[np.searchsorted(uniq, certain)].sum())
+        if len(held) == 0:
+            return _EMPTY, None, anomalies, len(uniq), 0
+        hu, first = np.unique(held, return_index=True)
+        new = is_new[np.searchsorted(uniq, hu)]
+        if len(certain):
+            p = np.minimum(np.searchsorted(certain, hu), len(certain) - 1)
+            new &= certain[p] != hu
+        order = np.sort(first[new])
+        payloads = [buf.held_payloads[i] for i in order.tolist()] if buf.any_payload else None
+        return held[order], payloads, anomalies, len(uniq), int(len(hu) - new.sum())
+
+    def _result(self, now_keys: np.ndarray, now_pl: list | None, rejected: list,
+                raise_error: bool = True) -> Admitted:
+        """``Admitted`` of this call's keys plus every ready merge result (taken once)."""
+        with self._lock:
+            if raise_error and self._error is not None and not self._ready and not len(now_keys):
+                raise self._error
+            ready, self._ready = self._ready, []
+        if not ready:
+            return Admitted(now_keys, now_pl, len(now_keys), rejected)
+        keys = np.concatenate([now_keys] + [k for k, _ in ready])
+        if now_pl is None and all(p is None for _, p in ready):
+            return Admitted(keys, None, len(now_keys), rejected)
+        pl = list(now_pl) if now_pl is not None else [None] * len(now_keys)
+        for k, p in ready:
+            pl.extend(p if p is not None else [None] * len(k))
+        return Admitted(keys, pl, len(now_keys), rejected)
+
+    # ------------------------------------------------------------ maintenance
+    def stats(self) -> dict:
+        """Counters since open, current buffers, WAL and configuration (docs/stage.md)."""
+        with self._lock:
+            s = dict(self._stats)
+            s["buffer_keys"] = self._cur.n_keys
+            s["held_pending"] = self._cur.n_held + (self._merging.n_held if self._merging else 0)
+            s["merging"] = self._merging is not None
+            s["hosts_at_cap"] = (int(np.count_nonzero(self._counts >= self.host_cap))
+                                 if self._counts is not None else 0)
+        s["cache_hit_rate"] = s["cache_hits"] / s["cache_lookups"] if s["cache_lookups"] else None
+        s["answered_without_waiting"] = (1 - s["held"] / s["offered"]) if s["offered"] else None
+        handed = s["admitted_now"] + s["admitted_after_merge"]
+        s["new_without_waiting"] = s["admitted_now"] / handed if handed else None
+        s.update(wal_bytes=self._wal.live_bytes, wal_bytes_written=self._wal.bytes_written,
+                 wal_records=self._wal.records, wal_fsyncs=self._wal.fsyncs,
+                 replay=dict(self.replay), store_keys=len(self.store), mode=self.mode,
+                 budget_bytes=self.budget_bytes, buffer_capacity_keys=self.buffer_keys,
+                 cache_keys=self.cache_keys, host_cap=self.host_cap, wal_sync=self._wal.sync)
+        return s
+
+    def close(self, flush: bool = True) -> Admitted:
+        """Merge what is buffered (``flush=True``), stop the merge thread, close the
+        WAL and the store; return every item not yet handed out. ``flush=False``
+        keeps the buffered admitted keys in the WAL for the next open and forgets
+        held ones (they were never handed out; offer them again)."""
+        if self._closed:
+            return Admitted(_EMPTY)
+        res = Admitted(_EMPTY)
+        try:
+            if flush and self._error is None:
+                res = self.flush()
+        finally:
+            self._pool.shutdown(wait=True)
+            with self._lock:
+                self._closed = True
+            try:
+                self._wal.close()
+            finally:
+                self.store.close(save_bloom=self._error is None)
+        # plus what the merge in flight found (flush=False or after an error)
+        return self._result(res.keys, res.payloads, [], raise_error=False)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        res = self.close(flush=exc_type is None)
+        if exc_type is None and len(res):
+            warnings.warn(f"DedupStage closed by a with block dropped {len(res)} new items "
+                          "(call flush() and use its result before leaving)", stacklevel=2)
+
+
+def replay_wal(store: SeenStore) -> dict:
+    """Merge the keys of every WAL segment in the store's directory (those not in
+    the store yet) and delete the segments. Returns figures and the next segment
+    seq. Requires: ``store`` open as the writer."""
+    segs = walmod.list_segments(store.path)
+    parts, records, torn = [], 0, 0
+    for _, path in segs:
+        keys, info = walmod.read_segment(path)
+        parts.append(keys)
+        records += info["records"]
+        torn += info["torn_bytes"]
+    keys = np.concatenate(parts) if parts else _EMPTY
+    new = int(store.add(keys).sum()) if len(keys) else 0
+    for _, path in segs:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    if segs and store.sync:
+        walmod._fsync_dir(store.path)
+    return {"segments": len(segs), "records": records, "keys": len(keys),
+            "merged_new": new, "torn_bytes": torn,
+            "next_seq": (segs[-1][0] + 1) if segs else 1}
+
+
+__all__ = ["Admitted", "DedupStage", "replay_wal"]
