@@ -41,12 +41,15 @@ def parse_count(text: str) -> int:
 
 
 def default_batch_size(total_keys: int, share: float = 0.25) -> int:
-    """Batch size for ``share`` of the available memory, in [1e5, 1e8] and <= total_keys."""
+    """Batch size for ``share`` of the available memory, in [1e5, 1e8] and <= total_keys,
+    then evened out so that all batches of the run have (nearly) the same size."""
     avail = _available_memory()
     b = int(avail * share / BYTES_PER_OFFERED_KEY)
     b = max(100_000, min(100_000_000, b))
     b = int(float(f"{b:.1g}"))  # one significant digit: 93,752,123 -> 90,000,000
-    return max(1, min(b, total_keys))
+    b = max(1, min(b, total_keys))
+    n_batches = -(-total_keys // b)
+    return -(-total_keys // n_batches)  # equal batches: no small, costly remainder
 
 
 def _available_memory() -> int:
@@ -295,6 +298,8 @@ def run_bench(
                 "bytes_written": int(tm.get("bytes_written", 0)),
                 **{f"{s}_s": float(tm.get(f"{s}_s", 0.0)) for s in STAGES[1:]},
             }
+            # time inside add() that the store's timings do not name
+            row["other_s"] = t_add - sum(row[f"{s}_s"] for s in STAGES[1:])
             res.batches.append(row)
             res.stage_s["generate"] += t_gen
             for s in STAGES[1:]:

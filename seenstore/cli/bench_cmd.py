@@ -54,6 +54,8 @@ def _print_text(r: dict) -> None:
          + ("VERIFIED" if r["verified"] else f"WRONG in batches {r['bad_batches']}"))
     echo(f"store total      {r['store_s']:.2f} s  = {r['keys_per_s'] / 1e6:.2f} M keys/s"
          f"  = {ns['store_total']:.1f} ns/key (generate not included)")
+    echo("                 (ns/key below is per offered key; 'other' = time inside add() that "
+         "last_timings does not name)")
     echo("ns/key by stage  " + "  ".join(f"{s} {ns[s]:.1f}" for s in STAGES)
          + f"  other {ns['other']:.1f}")
     echo(f"bytes read       {r['bytes_read']:,}   written {r['bytes_written']:,}")
@@ -76,14 +78,17 @@ def _print_text(r: dict) -> None:
     echo(f"JIT warm-up      {r['warmup_s']:.2f} s (not in timings); wall {r['wall_s']:.1f} s")
 
 
+ROW_STAGES = STAGES + ("other",)
+
+
 def _print_batches(batches: list) -> None:
     click.echo(f"{'batch':>5} {'stored':>13} {'offered':>11} {'new':>11} {'ns/key':>7}  "
-               + " ".join(f"{s[:6]:>6}" for s in STAGES) + f" {'MB rd':>7} {'MB wr':>7}")
+               + " ".join(f"{s[:6]:>6}" for s in ROW_STAGES) + f" {'MB rd':>7} {'MB wr':>7}")
     for b in batches:
         n = max(1, b["offered"])
         click.echo(f"{b['batch']:>5} {b['stored_before']:>13,} {b['offered']:>11,} "
                    f"{b['new']:>11,} {b['add_s'] / n * 1e9:>7.1f}  "
-                   + " ".join(f"{b[s + '_s'] / n * 1e9:>6.1f}" for s in STAGES)
+                   + " ".join(f"{b[s + '_s'] / n * 1e9:>6.1f}" for s in ROW_STAGES)
                    + f" {b['bytes_read'] / 1e6:>7.0f} {b['bytes_written'] / 1e6:>7.0f}"
                    + ("" if b["ok"] else "  WRONG"))
 
@@ -99,7 +104,7 @@ def write_plot(r: dict, path: str) -> None:
     x = [b["stored_before"] / 1e6 for b in bs]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     bottom = [0.0] * len(bs)
-    for s in STAGES:
+    for s in ROW_STAGES:
         y = [b[f"{s}_s"] / max(1, b["offered"]) * 1e9 for b in bs]
         ax.bar(range(len(bs)), y, bottom=bottom, label=s)
         bottom = [a + c for a, c in zip(bottom, y)]
