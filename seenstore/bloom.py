@@ -11,6 +11,7 @@ counts. Kernels: seenstore/kernels/bloom.py.
 from __future__ import annotations
 
 import errno
+import functools
 import math
 import os
 import struct
@@ -96,6 +97,7 @@ def classic_fpr(bits_per_key: float, k: int) -> float:
     return (1.0 - math.exp(-k / bits_per_key)) ** k
 
 
+@functools.lru_cache(maxsize=256)  # ~1,400 FPR evaluations: worth remembering
 def size_for(n_keys: int, fpr: float) -> tuple[int, int]:
     """``(n_blocks, k)`` of the smallest filter whose ``blocked_fpr`` at n_keys is <= fpr.
 
