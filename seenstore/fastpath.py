@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import InvalidInputError
 from .kernels.fingerprint import fingerprint_batch, host_hashes
-from .kernels.url import OK, ROUTE, SCHEME, normalise_batch
+from .kernels.url import OK, ROUTE, SCHEME, normalise_batch, splice
 from .layout import DEFAULT_LAYOUT, Layout
 from .normalise import (
     DEFAULT_MAX_LENGTH,
@@ -127,26 +127,43 @@ def normalise_buffer(
     routed = np.flatnonzero(status == ROUTE)
     accepted = status == OK
     pieces: list[bytes] = []
+    piece_of = np.full(len(ub), -1, dtype=np.int64)
     usable: dict[str, bool] = {}
+    bases: dict[int, str] = {}
     for i in routed.tolist():
         item = ub.strs[i] if ub.strs is not None else ub.raw(i)
-        r = scalar_one(item, ub.base(i), policy, max_length, usable)
+        bid = -1 if ub.base_ids is None else int(ub.base_ids[i])
+        base = None
+        if bid >= 0:
+            base = bases.get(bid)
+            if base is None:
+                base = bases[bid] = ub.bases[bid]
+        r = scalar_one(item, base, policy, max_length, usable)
         if isinstance(r, Rejection):
             rejected.append((i, r))
         else:
             accepted[i] = True
+            piece_of[i] = len(pieces)
             pieces.append(r.encode("utf-8"))
     rejected.sort()
     positions = np.flatnonzero(accepted)
-    data, offsets = _merge(out, out_offsets, routed, accepted, pieces)
-    canonical = URLBuffer(data, offsets)
-    if len(pieces):  # keys of the scalar path's results, by the same kernel as fingerprint()
-        ins = routed[accepted[routed]]
-        pdata = np.frombuffer(b"".join(pieces), dtype=np.uint8)
-        poffs = np.zeros(len(pieces) + 1, dtype=np.int64)
+    if not len(routed):  # the kernel's output is already compact: non-OK URLs wrote nothing
+        offsets = np.zeros(len(positions) + 1, dtype=np.int64)
+        offsets[1:] = out_offsets[positions + 1]
+        data = out[: out_offsets[-1]]
+    else:
+        pdata, poffs = _join(pieces)
+        data, offsets = splice(out, out_offsets, accepted, piece_of, pdata, poffs)
+        if pieces:  # keys of the scalar path's results, by the same kernel as fingerprint()
+            keys[piece_of >= 0] = fingerprint_batch(pdata, poffs, layout.host_bits)
+    return FastBatch(URLBuffer(data, offsets), positions, keys[accepted], rejected, len(routed))
+
+
+def _join(pieces: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    poffs = np.zeros(len(pieces) + 1, dtype=np.int64)
+    if pieces:
         np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=poffs[1:])
-        keys[ins] = fingerprint_batch(pdata, poffs, layout.host_bits)
-    return FastBatch(canonical, positions, keys[accepted], rejected, len(routed))
+    return np.frombuffer(bytearray(b"".join(pieces)), dtype=np.uint8), poffs
 
 
 def scalar_one(item, base: str | None, policy: Policy, max_length: int,
@@ -171,33 +188,3 @@ def scalar_one(item, base: str | None, policy: Policy, max_length: int,
                 return Rejection.UNPARSABLE
             base = None
     return try_normalise(item, base, policy, max_length)
-
-
-def _merge(out, out_offsets, routed, accepted, pieces):
-    """Canonical bytes/offsets of the accepted URLs in input order: the kernel's
-    output with the bytes of every routed URL (possibly written by the kernel before
-    a policy rule routed it) replaced by its scalar result (``pieces``, in order of
-    the routed URLs the scalar path accepted). Kernel output of other non-OK URLs is empty."""
-    lengths = np.diff(out_offsets)
-    lengths[routed] = 0
-    ins = routed[accepted[routed]]
-    lengths[ins] = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-    lengths = lengths[accepted]
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if not len(routed):
-        return out[: out_offsets[-1]], offsets
-    data = np.empty(int(offsets[-1]), dtype=np.uint8)
-    it = iter(pieces)
-    src = w = 0
-    for i in routed.tolist():
-        cut = int(out_offsets[i])  # kernel bytes of the URLs before i
-        data[w : w + cut - src] = out[src:cut]
-        w += cut - src
-        src = int(out_offsets[i + 1])
-        if accepted[i]:
-            piece = next(it)
-            data[w : w + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
-            w += len(piece)
-    data[w:] = out[src : out_offsets[-1]]
-    return data, offsets

@@ -19,24 +19,27 @@ from .xxh3 import xxh3_64  # frozen algorithm; after editing xxh3.py clear __pyc
 OK, ROUTE, SCHEME = 0, 1, 2
 
 # Byte classes (bit flags), one entry per byte value.
-C_ROUTE = 1  # never handled here: controls, space, non-ASCII, backslash
-C_PATH_ENC = 2  # percent-encoded by WHATWG in a path: " < > ^ ` { }
-C_QUERY_ENC = 4  # percent-encoded by WHATWG in a special URL's query: " ' < >
+C_ROUTE = 1  # never handled here: controls, DEL, backslash
+C_PATH_ENC = 2  # percent-encoded by WHATWG in a path: space " < > ^ ` { } and >= 0x80
+C_QUERY_ENC = 4  # percent-encoded by WHATWG in a special URL's query: space " ' < > >= 0x80
 C_HOST = 8  # accepted in a host here: A-Z a-z 0-9 - . _
 C_HEX = 16
 C_UNRESERVED = 32  # RFC 3986: A-Z a-z 0-9 - . _ ~
 C_SCHEME = 64  # A-Z a-z 0-9 + - .
 C_PATH_END = 128  # / ? #
 C_QUERY_END = 256  # '#'
+C_HIGH = 512  # >= 0x80: part of a UTF-8 sequence
 
 
 def _classes() -> np.ndarray:
     t = np.zeros(256, dtype=np.uint16)
     alnum = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
     for b in range(256):
-        if b <= 0x20 or b >= 0x7F or b == 0x5C:
+        if b < 0x20 or b == 0x7F or b == 0x5C:
             t[b] |= C_ROUTE
-    for ch, flag in ((b'"<>^`{}', C_PATH_ENC), (b"\"'<>", C_QUERY_ENC), (alnum + b"-._", C_HOST),
+        if b >= 0x80:
+            t[b] |= C_HIGH | C_PATH_ENC | C_QUERY_ENC
+    for ch, flag in ((b' "<>^`{}', C_PATH_ENC), (b" \"'<>", C_QUERY_ENC), (alnum + b"-._", C_HOST),
                      (b"0123456789ABCDEFabcdef", C_HEX), (alnum + b"-._~", C_UNRESERVED),
                      (alnum + b"+-.", C_SCHEME), (b"/?#", C_PATH_END), (b"#", C_QUERY_END)):
         for b in ch:
@@ -243,10 +246,16 @@ def _emit(sp, j, e, op, o, enc_flag, stop_flag):
                 break
             if f & C_ROUTE:
                 return j, -1, 0
-            _st(op, o, PCT)
-            _st(op, o + 1, _hexdigit(c >> 4))
-            _st(op, o + 2, _hexdigit(c & 15))
-            o += 3
+            m = _utf8_seq(sp, j, e) if f & C_HIGH else 1
+            if m == 0:
+                return j, -1, 0
+            for t in range(m):
+                c = _ld(sp, j + t)
+                _st(op, o, PCT)
+                _st(op, o + 1, _hexdigit(c >> 4))
+                _st(op, o + 2, _hexdigit(c & 15))
+                o += 3
+            j += m - 1
             pct = 1
         else:
             if c == PCT:
@@ -339,10 +348,57 @@ def _escapes(op, lo, hi):
 
 @njit(cache=True, nogil=True)
 def _clean(sp, s, e):
-    """True if sp[s:e] has no byte the fast path refuses (control, space, non-ASCII, \\)."""
+    """True if sp[s:e] is printable ASCII without backslash (no space, no control)."""
     for j in range(s, e):
-        if CLS[_ld(sp, j)] & C_ROUTE:
+        c = _ld(sp, j)
+        if c <= 32 or CLS[c] & (C_ROUTE | C_HIGH):
             return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _utf8_seq(sp, j, e):
+    """Length (2-4) of the valid UTF-8 sequence at sp[j:e] (lead byte >= 0x80), or 0
+    if invalid (as Python's strict decoder) or a C1 control U+0080-U+009F."""
+    b0 = _ld(sp, j)
+    if 0xC2 <= b0 <= 0xDF:
+        if j + 1 >= e or not 0x80 <= _ld(sp, j + 1) <= 0xBF:
+            return 0
+        return 0 if b0 == 0xC2 and _ld(sp, j + 1) <= 0x9F else 2
+    if 0xE0 <= b0 <= 0xEF:
+        n = 3
+        lo = 0xA0 if b0 == 0xE0 else 0x80
+        hi = 0x9F if b0 == 0xED else 0xBF
+    elif 0xF0 <= b0 <= 0xF4:
+        n = 4
+        lo = 0x90 if b0 == 0xF0 else 0x80
+        hi = 0x8F if b0 == 0xF4 else 0xBF
+    else:
+        return 0
+    if j + n > e or not lo <= _ld(sp, j + 1) <= hi:
+        return 0
+    for t in range(2, n):
+        if not 0x80 <= _ld(sp, j + t) <= 0xBF:
+            return 0
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _fragment_ok(sp, j, e):
+    """True if the dropped fragment sp[j:e] holds nothing the scalar path would reject
+    or strip (controls, tab/newline, invalid UTF-8, C1 controls) nor a backslash."""
+    while j < e:
+        c = _ld(sp, j)
+        f = CLS[c]
+        if f & C_ROUTE:
+            return False
+        if f & C_HIGH:
+            m = _utf8_seq(sp, j, e)
+            if m == 0:
+                return False
+            j += m
+        else:
+            j += 1
     return True
 
 
@@ -396,7 +452,7 @@ def _finish(sp, j, e, op, o, ps, pct):
         de -= 1
     qs = o
     j, o, p = _query(sp, j, e, op, o)
-    if o < 0 or not _clean(sp, j, e):
+    if o < 0 or not _fragment_ok(sp, j, e):
         return ROUTE, 0, 0, 0, 0, 0
     return OK, o, ps, de, qs, pct | p
 
@@ -409,9 +465,10 @@ def _copy(sp, a, b, op, o):
 
 
 @njit(cache=True, nogil=True)
-def _relative(sp, s, e, bp, b_ps, b_de, b_qs, b_end, op, o):
+def _relative(sp, s, e, bp, b_ps, b_de, b_qs, b_end, b_pct, op, o):
     """Resolve the relative reference sp[s:e] against a parsed base at bp (WHATWG
-    href, no fragment: path at [b_ps, b_qs), dir end b_de, query up to b_end)."""
+    href, no fragment: path at [b_ps, b_qs), dir end b_de, query up to b_end;
+    b_pct = 1 if it holds a '%')."""
     https = _ld(bp, 4) == 115
     if e - s >= 2 and _ld(sp, s) == SLASH and _ld(sp, s + 1) == SLASH:
         if e - s >= 3 and _ld(sp, s + 2) == SLASH:
@@ -421,21 +478,22 @@ def _relative(sp, s, e, bp, b_ps, b_de, b_qs, b_end, op, o):
         o = _copy(bp, 0, b_ps + 1, op, o)
         ps = o - 1
         j, o, pct = _path(sp, s + 1, e, op, o, ps + 1)
-        return _finish(sp, j, e, op, o, ps, pct)
+        return _finish(sp, j, e, op, o, ps, pct)  # the base's path is not kept
     if s == e or _ld(sp, s) == HASH or _ld(sp, s) == QMARK:
         take = b_end if (s == e or _ld(sp, s) == HASH) else b_qs
         o0 = o
         o = _copy(bp, 0, take, op, o)
         j = s
+        qp = 0
         if take == b_qs:
-            j, o, _ = _query(sp, s, e, op, o)
-        if o < 0 or not _clean(sp, j, e):
+            j, o, qp = _query(sp, s, e, op, o)
+        if o < 0 or not _fragment_ok(sp, j, e):
             return ROUTE, 0, 0, 0, 0, 0
-        return OK, o, o0 + b_ps, o0 + b_de, o0 + b_qs, 1  # the base may hold escapes
+        return OK, o, o0 + b_ps, o0 + b_de, o0 + b_qs, b_pct | qp
     o0 = o
     o = _copy(bp, 0, b_de, op, o)
     j, o, pct = _path(sp, s, e, op, o, o0 + b_ps + 1)
-    return _finish(sp, j, e, op, o, o0 + b_ps, pct | 1)
+    return _finish(sp, j, e, op, o, o0 + b_ps, pct | b_pct)
 
 
 @njit(cache=True, nogil=True)
@@ -463,6 +521,54 @@ def _same(ap, a0, a1, b0, b1):
 
 
 @njit(cache=True, nogil=True)
+def _one(sp, s, e, has_base, exact_ok, b_ok, bp, b_ps, b_de, b_qs, b_end, b_pct, op, o):
+    """Status, end, path start and pct flag of the URL sp[s:e] written at op[o:]
+    (before escape normalisation); b_* describe its parsed base if has_base.
+    exact_ok: an input starting exactly with http:// or https:// may skip the base
+    (false for a respelled input: the scalar path tests the raw one)."""
+    if not has_base:
+        st, end, ps, _, _, pct = _absolute(sp, s, e, op, o)
+        return st, end, ps, pct
+    kind, j = _scheme(sp, s, e)
+    if kind <= 1 and exact_ok and _exact_http(sp, s, e):
+        # the scalar path parses these without looking at the base
+        st, end, ps, _, _, pct = _after_scheme(sp, j, e, op, o, kind == 1)
+        return st, end, ps, pct
+    if kind == 2 or not b_ok:
+        return ROUTE, o, 0, 0  # the scalar path decides what a bad base means
+    if kind == 3:
+        return (SCHEME if _clean(sp, s, e) else ROUTE), o, 0, 0
+    if kind <= 1:
+        st, end, ps, _, _, pct = _after_scheme(sp, j, e, op, o, kind == 1)
+    else:
+        st, end, ps, _, _, pct = _relative(sp, s, e, bp, b_ps, b_de, b_qs, b_end, b_pct, op, o)
+    return st, end, ps, pct
+
+
+@njit(cache=True, nogil=True)
+def _respell(sp, s, e, tp):
+    """Copy sp[s:e] to tp as WHATWG reads it: without tab/LF/CR, with '\\' as '/'
+    before the first '?' or '#'. Returns the copy's length, or -1 if it is sp[s:e]."""
+    changed = False
+    in_path = True
+    m = 0
+    for j in range(s, e):
+        c = _ld(sp, j)
+        if c == 9 or c == 10 or c == 13:
+            changed = True
+            continue
+        if in_path:
+            if c == 92:
+                c = SLASH
+                changed = True
+            elif c == QMARK or c == HASH:
+                in_path = False
+        _st(tp, m, c)
+        m += 1
+    return m if changed else -1
+
+
+@njit(cache=True, nogil=True)
 def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bits, out,
                     out_offsets, status, keys, start, o):
     """Normalise URLs start.. of src/offsets (bases: bsrc/boffsets, base_ids -1 = none)
@@ -483,52 +589,47 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
     bmax = 0
     for b in range(boffsets.shape[0] - 1):
         bmax = max(bmax, boffsets[b + 1] - boffsets[b])
+    umax = 0
+    for i in range(start, n):
+        umax = max(umax, offsets[i + 1] - offsets[i])
     bh = np.empty(3 * bmax + 32, dtype=np.uint8)
+    tmp = np.empty(umax + 1, dtype=np.uint8)
     sp = src.ctypes.data
     op = out.ctypes.data
     bsp = bsrc.ctypes.data
     bp = bh.ctypes.data
+    tp = tmp.ctypes.data
     cap = out.shape[0]
     cached = -1  # base id whose parse bh holds
     b_ok = False
-    b_ps = b_de = b_qs = b_end = 0
+    b_ps = b_de = b_qs = b_end = b_pct = 0
     for i in range(start, n):
         s = offsets[i]
         e = offsets[i + 1]
         bid = base_ids[i]
         if o + 3 * (e - s) + 3 * bmax + 32 > cap:
             return i, o
+        if bid >= 0 and bid != cached:
+            b0 = boffsets[bid]
+            b1 = boffsets[bid + 1]
+            if cached < 0 or not _same(bsp, b0, b1, boffsets[cached], boffsets[cached + 1]):
+                b_ok = False
+                if _clean(bsp, b0, b1):
+                    bst, b_end, b_ps, b_de, b_qs, b_pct = _absolute(bsp, b0, b1, bp, 0)
+                    b_ok = bst == OK
+            cached = bid
         st = ROUTE
         end = o
         ps = pct = 0
-        if e - s <= max_length:
-            if bid < 0:
-                st, end, ps, _, _, pct = _absolute(sp, s, e, op, o)
-            else:
-                kind, j = _scheme(sp, s, e)
-                if kind <= 1 and _exact_http(sp, s, e):
-                    # the scalar path parses these without looking at the base
-                    st, end, ps, _, _, pct = _after_scheme(sp, j, e, op, o, kind == 1)
-                elif kind != 2:
-                    if bid != cached:
-                        b0 = boffsets[bid]
-                        b1 = boffsets[bid + 1]
-                        if cached < 0 or not _same(bsp, b0, b1, boffsets[cached],
-                                                   boffsets[cached + 1]):
-                            b_ok = False
-                            if _clean(bsp, b0, b1):
-                                bst, b_end, b_ps, b_de, b_qs, _ = _absolute(bsp, b0, b1, bp, 0)
-                                b_ok = bst == OK
-                        cached = bid
-                    if not b_ok:
-                        st = ROUTE  # the scalar path decides what a bad base means
-                    elif kind == 3:
-                        st = SCHEME if _clean(sp, s, e) else ROUTE
-                    elif kind <= 1:
-                        st, end, ps, _, _, pct = _after_scheme(sp, j, e, op, o, kind == 1)
-                    else:
-                        st, end, ps, _, _, pct = _relative(sp, s, e, bp, b_ps, b_de, b_qs,
-                                                           b_end, op, o)
+        # WHATWG strips leading/trailing C0 controls and spaces: leave those to the scalar path.
+        if e - s <= max_length and (s == e or (_ld(sp, s) > 32 and _ld(sp, e - 1) > 32)):
+            st, end, ps, pct = _one(sp, s, e, bid >= 0, True, b_ok, bp, b_ps, b_de, b_qs,
+                                    b_end, b_pct, op, o)
+            if st == ROUTE:
+                m = _respell(sp, s, e, tp)
+                if m >= 0:
+                    st, end, ps, pct = _one(tp, 0, m, bid >= 0, False, b_ok, bp, b_ps, b_de,
+                                            b_qs, b_end, b_pct, op, o)
             if st == OK and pct:
                 end = _escapes(op, ps, end)
             if st == OK and end - o > max_length:
@@ -544,3 +645,39 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
             o = end
         out_offsets[i + 1] = o
     return n, o
+
+
+@njit(cache=True, nogil=True)
+def splice(out, out_offsets, accepted, piece_of, pdata, poffsets):
+    """The accepted URLs' bytes in input order, as (data, offsets): URL i's bytes are
+    pdata[poffsets[p]:poffsets[p+1]] if p = piece_of[i] >= 0 (a scalar-path result),
+    else out[out_offsets[i]:out_offsets[i+1]] (the kernel's). Requires: int64
+    offsets, accepted bool and piece_of int64 of one entry per URL."""
+    n = accepted.shape[0]
+    count = 0
+    total = 0
+    for i in range(n):
+        if accepted[i]:
+            count += 1
+            p = piece_of[i]
+            if p >= 0:
+                total += poffsets[p + 1] - poffsets[p]
+            else:
+                total += out_offsets[i + 1] - out_offsets[i]
+    data = np.empty(total, dtype=np.uint8)
+    offsets = np.empty(count + 1, dtype=np.int64)
+    offsets[0] = 0
+    w = 0
+    k = 0
+    for i in range(n):
+        if accepted[i]:
+            p = piece_of[i]
+            if p >= 0:
+                a, b, src = poffsets[p], poffsets[p + 1], pdata
+            else:
+                a, b, src = out_offsets[i], out_offsets[i + 1], out
+            data[w : w + b - a] = src[a:b]
+            w += b - a
+            k += 1
+            offsets[k] = w
+    return data, offsets
