@@ -130,9 +130,11 @@ def normalise_buffer(
     piece_of = np.full(len(ub), -1, dtype=np.int64)
     usable: dict[str, bool] = {}
     bases: dict[int, str] = {}
-    for i in routed.tolist():
-        item = ub.strs[i] if ub.strs is not None else ub.raw(i)
-        bid = -1 if ub.base_ids is None else int(ub.base_ids[i])
+    mv = memoryview(ub.data)
+    starts, ends = ub.offsets[routed].tolist(), ub.offsets[routed + 1].tolist()
+    bids = [-1] * len(routed) if ub.base_ids is None else ub.base_ids[routed].tolist()
+    for i, a, b, bid in zip(routed.tolist(), starts, ends, bids):
+        item = ub.strs[i] if ub.strs is not None else bytes(mv[a:b])
         base = None
         if bid >= 0:
             base = bases.get(bid)

@@ -34,7 +34,7 @@ SCHEMES = ["http", "https", "HTTP", "hTtPs", "ftp", "file", "ws", "wss", "mailto
 SEPS = ["://", ":", ":/", ":///", ":\\\\", "://\t"]
 USERINFO = ["", "", "", "user@", "u:p@", "@"]
 LABELS = ["example", "EXAMPLE", "a", "a-b", "a_b", "xn--nxasmq6b", "XN--a", "1a", "09", "0x7f",
-          "b2", "", "é", "%41", "ex ample", "[::1]", "!", "com", "org"]
+          "b2", "", "é", "%41", "ex ample", "[::1]", "!", "com", "org", "1", "255", "256", "0"]
 PORTS = ["", "", "", ":", ":80", ":443", ":0", ":080", ":8080", ":65535", ":65536", ":8a",
          ":0000000000443"]
 SEGMENTS = ["", ".", "..", "%2e", "%2E%2e", ".%2E", "%2e.", "a", "A", "%41", "%7e", "%7E", "%2f",
@@ -86,9 +86,11 @@ clean_path = st.lists(clean_segment, max_size=6).map("/".join)
 clean_query = st.one_of(st.just(""), st.lists(
     st.one_of(st.sampled_from(QPIECES + UNICODE), escape_every_byte()),
     max_size=5).map(lambda q: "?" + "".join(q)))
-clean_host = st.lists(st.sampled_from(["example", "EXAMPLE", "a", "a-b", "a_b", "b2", "com", "1a",
-                                       "ex\tample"]),
-                      min_size=1, max_size=4).map(".".join).flatmap(
+clean_host = st.one_of(
+    st.lists(st.sampled_from(["example", "EXAMPLE", "a", "a-b", "a_b", "b2", "com", "1a",
+                              "ex\tample"]), min_size=1, max_size=4).map(".".join),
+    st.lists(st.sampled_from(["1", "0", "10", "255", "256", "01", "4a"]), min_size=3,
+             max_size=5).map(".".join)).flatmap(
     lambda h: st.sampled_from([h, h + ".", h.upper()]))
 
 

@@ -65,6 +65,25 @@ def _ld(typingctx, addr, i):
 
 
 @intrinsic
+def _ld64(typingctx, addr, i):
+    """The 8 bytes at address addr + i as one uint64 (unaligned, native order)."""
+    def codegen(context, builder, sig, args):
+        ptr = builder.inttoptr(builder.add(args[0], args[1]), ir.IntType(64).as_pointer())
+        return builder.load(ptr, align=1)
+    return types.uint64(types.uintp, types.intp), codegen
+
+
+@intrinsic
+def _st64(typingctx, addr, i, v):
+    """Store the uint64 v at address addr + i (unaligned, native order)."""
+    def codegen(context, builder, sig, args):
+        ptr = builder.inttoptr(builder.add(args[0], args[1]), ir.IntType(64).as_pointer())
+        builder.store(args[2], ptr, align=1)
+        return context.get_dummy_value()
+    return types.void(types.uintp, types.intp, types.uint64), codegen
+
+
+@intrinsic
 def _st(typingctx, addr, i, v):
     """Store the low byte of v at address addr + i."""
     def codegen(context, builder, sig, args):
@@ -193,6 +212,31 @@ def _port(sp, j, e, op, o, https):
 
 
 @njit(cache=True, nogil=True)
+def _dotted_quad(sp, a, b):
+    """True if sp[a:b] is an IPv4 address the WHATWG parser serialises unchanged:
+    four decimal parts 0-255 without leading zeros, no trailing dot."""
+    parts = 0
+    j = a
+    while j < b:
+        k = j
+        v = 0
+        while k < b and 48 <= _ld(sp, k) <= 57 and k - j < 3:
+            v = v * 10 + _ld(sp, k) - 48
+            k += 1
+        if k == j or v > 255 or (_ld(sp, j) == 48 and k - j > 1):
+            return False
+        parts += 1
+        if k == b:
+            break
+        if _ld(sp, k) != DOT:
+            return False
+        j = k + 1
+        if j == b:
+            return False  # trailing dot: the serialisation drops it
+    return parts == 4 and j < b
+
+
+@njit(cache=True, nogil=True)
 def _authority(sp, j, e, op, o, https):
     """Parse ``host[:port]`` at sp[j:], write the lowercase host and non-default port
     at op[o:]. Returns (index after the authority, new o), or (j, -1) to route."""
@@ -224,7 +268,7 @@ def _authority(sp, j, e, op, o, https):
         while k > h0 and _ld(sp, k - 1) != DOT:
             k -= 1
         last_label = k
-    if last_label < j and 48 <= _ld(sp, last_label) <= 57:
+    if last_label < j and 48 <= _ld(sp, last_label) <= 57 and not _dotted_quad(sp, h0, j):
         return j, -1
     if j < e and _ld(sp, j) == COLON:
         return _port(sp, j + 1, e, op, o, https)
@@ -459,8 +503,14 @@ def _finish(sp, j, e, op, o, ps, pct):
 
 @njit(cache=True, nogil=True)
 def _copy(sp, a, b, op, o):
-    for j in range(a, b):
-        _st(op, o + j - a, _ld(sp, j))
+    """Copy sp[a:b] to op[o:] (8 bytes at a time); returns o + b - a."""
+    k = 0
+    while a + k + 8 <= b:
+        _st64(op, o + k, _ld64(sp, a + k))
+        k += 8
+    while a + k < b:
+        _st(op, o + k, _ld(sp, a + k))
+        k += 1
     return o + b - a
 
 
@@ -512,11 +562,18 @@ def _exact_http(sp, s, e):
 @njit(cache=True, nogil=True)
 def _same(ap, a0, a1, b0, b1):
     """True if the bytes ap[a0:a1] equal ap[b0:b1]."""
-    if a1 - a0 != b1 - b0:
+    n = a1 - a0
+    if n != b1 - b0:
         return False
-    for k in range(a1 - a0):
+    k = 0
+    while k + 8 <= n:
+        if _ld64(ap, a0 + k) != _ld64(ap, b0 + k):
+            return False
+        k += 8
+    while k < n:
         if _ld(ap, a0 + k) != _ld(ap, b0 + k):
             return False
+        k += 1
     return True
 
 
@@ -664,20 +721,19 @@ def splice(out, out_offsets, accepted, piece_of, pdata, poffsets):
                 total += poffsets[p + 1] - poffsets[p]
             else:
                 total += out_offsets[i + 1] - out_offsets[i]
-    data = np.empty(total, dtype=np.uint8)
+    data = np.empty(total + 8, dtype=np.uint8)
     offsets = np.empty(count + 1, dtype=np.int64)
     offsets[0] = 0
+    dp, op, pp = data.ctypes.data, out.ctypes.data, pdata.ctypes.data
     w = 0
     k = 0
     for i in range(n):
         if accepted[i]:
             p = piece_of[i]
             if p >= 0:
-                a, b, src = poffsets[p], poffsets[p + 1], pdata
+                w = _copy(pp, poffsets[p], poffsets[p + 1], dp, w)
             else:
-                a, b, src = out_offsets[i], out_offsets[i + 1], out
-            data[w : w + b - a] = src[a:b]
-            w += b - a
+                w = _copy(op, out_offsets[i], out_offsets[i + 1], dp, w)
             k += 1
             offsets[k] = w
-    return data, offsets
+    return data[:total], offsets
