@@ -9,14 +9,14 @@ through the scalar ``try_normalise``, and the results are merged in input order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import InvalidInputError
 from .kernels.fingerprint import fingerprint_batch, host_hashes
-from .kernels.url import OK, ROUTE, SCHEME, normalise_batch, splice
+from .kernels.url import OK, ROUTE, SCHEME, join_lines, normalise_batch, splice
 from .layout import DEFAULT_LAYOUT, Layout
 from .normalise import (
     DEFAULT_MAX_LENGTH,
@@ -43,10 +43,17 @@ class FastBatch:
     keys: np.ndarray
     rejected: list[tuple[int, Rejection]]
     routed: int
+    n: int  # how many input URLs
 
     @property
     def urls(self) -> list[str]:
         return self.canonical.tolist()
+
+    def lines(self, select: np.ndarray) -> bytes:
+        """The canonical URLs k with select[k] (bool, aligned with ``keys``), one per
+        line, each ending in a newline: what ``seenstore add`` prints."""
+        c = self.canonical
+        return join_lines(c.data, c.offsets, np.asarray(select, dtype=bool)).tobytes()
 
     def reason_counts(self) -> dict[str, int]:
         return count_reasons(self.rejected)
@@ -63,6 +70,25 @@ def normalise_urls(
     path does). Raises InvalidInputError for a bad ``base``, like ``normalise_many``."""
     check_base(base)
     return normalise_buffer(URLBuffer.from_strs(urls, base=base), policy, layout, max_length)
+
+
+def iter_batches(
+    source,
+    *,
+    base: str | None = None,
+    policy: Policy | None = None,
+    layout: Layout = DEFAULT_LAYOUT,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    batch_lines: int = 1_000_000,
+    pairs: bool = False,
+) -> Iterator[FastBatch]:
+    """FastBatches of ``batch_lines`` non-blank lines each (the last may be shorter)
+    of a path or binary stream, read in blocks (``URLBuffer.iter_file``; ``pairs``:
+    ``base<TAB>href`` lines). Memory is bounded by the batch, not the input.
+    Raises InvalidInputError for a bad ``base``, like ``normalise_many``."""
+    check_base(base)
+    for ub in URLBuffer.iter_file(source, pairs=pairs, base=base, chunk_urls=batch_lines):
+        yield normalise_buffer(ub, policy, layout, max_length)
 
 
 def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH, host_bits: int = 20):
@@ -158,7 +184,8 @@ def normalise_buffer(
         data, offsets = splice(out, out_offsets, accepted, piece_of, pdata, poffs)
         if pieces:  # keys of the scalar path's results, by the same kernel as fingerprint()
             keys[piece_of >= 0] = fingerprint_batch(pdata, poffs, layout.host_bits)
-    return FastBatch(URLBuffer(data, offsets), positions, keys[accepted], rejected, len(routed))
+    return FastBatch(URLBuffer(data, offsets), positions, keys[accepted], rejected, len(routed),
+                     len(ub))
 
 
 def _join(pieces: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

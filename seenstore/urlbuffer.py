@@ -71,6 +71,12 @@ class URLBuffer:
             return None
         return self.bases[int(self.base_ids[i])]
 
+    def slice(self, a: int, b: int) -> URLBuffer:
+        """URLs a..b-1 as a URLBuffer sharing this one's bytes (no copy)."""
+        ids = None if self.base_ids is None else self.base_ids[a:b]
+        strs = None if self.strs is None else self.strs[a:b]
+        return URLBuffer(self.data, self.offsets[a : b + 1], self.bases, ids, strs)
+
     def tolist(self) -> list[str]:
         return [self[i] for i in range(len(self))]
 
@@ -282,39 +288,47 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
             continue
         pending.append(ub)
         npending += len(ub)
-        if npending >= chunk_urls:
-            yield concat(pending)
-            pending, npending = [], 0
-    if pending and npending:
-        yield concat(pending)
+        while npending >= chunk_urls:  # exactly chunk_urls URLs per yielded buffer
+            whole = concat(pending) if len(pending) > 1 else pending[0]
+            yield whole.slice(0, chunk_urls)
+            rest = whole.slice(chunk_urls, len(whole))
+            pending, npending = ([rest], len(rest)) if len(rest) else ([], 0)
+    if npending:
+        yield concat(pending) if len(pending) > 1 else pending[0]
 
 
 def _blocks(f: BinaryIO, block_bytes: int) -> Iterator[np.ndarray]:
-    """Yield uint8 arrays of whole lines (each ending in ``\\n`` except maybe the last)."""
-    carry = b""
-    readinto = getattr(f, "readinto", None)
+    """Yield uint8 views of whole lines (each ending in ``\\n`` except maybe the last),
+    reading at most ``block_bytes`` per call (``readinto1`` where the stream has it, so
+    a pipe's lines are processed as they arrive). A view is valid only until the
+    next one is requested (one buffer is reused); a line longer than it grows it."""
+    buf = bytearray(block_bytes)
+    carry = 0
+    readinto = getattr(f, "readinto1", None) or getattr(f, "readinto", None)
     while True:
+        if carry == len(buf):  # a fresh, larger buffer: views of the old one may live on
+            bigger = bytearray(2 * len(buf))
+            bigger[:carry] = buf
+            buf = bigger
         if readinto is not None:
-            buf = bytearray(len(carry) + block_bytes)
-            buf[: len(carry)] = carry
-            got = readinto(memoryview(buf)[len(carry) :]) or 0
-            chunk = memoryview(buf)[: len(carry) + got]
+            with memoryview(buf) as mv:
+                got = readinto(mv[carry:]) or 0
         else:
-            got_b = f.read(block_bytes) or b""
-            got = len(got_b)
-            chunk = memoryview(carry + got_b)
+            data = f.read(len(buf) - carry) or b""
+            got = len(data)
+            buf[carry : carry + got] = data
+        n = carry + got
         if got == 0:
-            if len(carry):
-                yield np.frombuffer(carry, dtype=np.uint8)
+            if carry:
+                yield np.frombuffer(buf, dtype=np.uint8, count=carry)
             return
-        arr = np.frombuffer(chunk, dtype=np.uint8)
-        nl = np.flatnonzero(arr == _NL)
-        if len(nl) == 0:  # a line longer than the block: keep reading
-            carry = bytes(chunk)
+        cut = buf.rfind(b"\n", 0, n) + 1
+        if cut == 0:  # no complete line yet: keep reading
+            carry = n
             continue
-        cut = int(nl[-1]) + 1
-        carry = bytes(chunk[cut:])
-        yield arr[:cut]
+        yield np.frombuffer(buf, dtype=np.uint8, count=cut)
+        buf[: n - cut] = buf[cut:n]
+        carry = n - cut
 
 
 def _gather(block: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

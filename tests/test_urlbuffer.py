@@ -68,8 +68,8 @@ def test_from_stream_matches_line_oracle(text, pairs, base, block, readinto):
 def test_iter_file_chunks_concatenate_to_whole(text, pairs, block, chunk_urls):
     parts = list(URLBuffer.iter_file(io.BytesIO(text), pairs=pairs, block_bytes=block,
                                      chunk_urls=chunk_urls))
-    assert all(len(p) > 0 for p in parts)
-    assert all(len(p) >= chunk_urls for p in parts[:-1])
+    assert all(len(p) == chunk_urls for p in parts[:-1])
+    assert not parts or 0 < len(parts[-1]) <= chunk_urls
     whole = URLBuffer.from_bytes(text, pairs=pairs)
     assert _listing(concat(parts)) == _listing(whole)
 
@@ -123,6 +123,14 @@ def test_invalid_layouts_are_refused():
         URLBuffer(d, np.array([0, 3], np.int64), base_ids=np.zeros(1, np.int64))
     with pytest.raises(InvalidInputError):
         URLBuffer.from_file(io.BytesIO(b"a"), block_bytes=0)
+
+
+def test_slice_shares_bytes_and_keeps_bases():
+    ub = URLBuffer.from_bytes(b"http://p/\tz\nw\nhttp://q/\ty\n", pairs=True, base="http://g/")
+    part = ub.slice(1, 3)
+    assert _listing(part) == (["w", "y"], ["http://g/", "http://q/"])
+    assert part.data is ub.data
+    assert len(ub.slice(2, 2)) == 0
 
 
 def test_concat_mixes_based_and_unbased_parts():
