@@ -15,6 +15,7 @@ from contextlib import nullcontext
 
 import click
 
+from ..fastpath import iter_batches
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, check_base, normalise_many
@@ -135,8 +136,8 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
 @click.option("--batch-lines", type=click.IntRange(min=1), default=DEFAULT_BATCH_LINES,
               show_default=True, help="Lines per batch (one durable store commit each).")
 @click.option("--scalar", is_flag=True,
-              help="Use the scalar reference path (xxhash + ada-url per URL); "
-                   "today it is the only path.")
+              help="Use the scalar reference path (ada-url + xxhash per URL) instead of the "
+                   "batch fast path (docs/fastpath.md); same output, slower.")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
 def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, scalar, wait):
@@ -160,18 +161,30 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, scala
             SeenStore.open(store_dir or default_store_dir(), create=True,
                            policy_id=policy.identity, wait=None if wait < 0 else wait) as store:
         layout = store.layout
-        lines = (ln for ln in _lines(stream) if ln)
-        for chunk in _chunks(lines, batch_lines):
-            read += len(chunk)
-            batch = normalise_many(chunk, base, policy, max_length)
-            for reason, n in batch.reason_counts().items():
-                counts[reason] = counts.get(reason, 0) + n
-            if not batch.urls:
-                continue
-            mask = store.add(fingerprint_many(batch.urls, layout))
-            fresh = [u for u, m in zip(batch.urls, mask.tolist()) if m]
-            new += len(fresh)
-            _write(fresh)
-            sys.stdout.flush()
+        if scalar:
+            lines = (ln for ln in _lines(stream) if ln)
+            for chunk in _chunks(lines, batch_lines):
+                read += len(chunk)
+                batch = normalise_many(chunk, base, policy, max_length)
+                for reason, n in batch.reason_counts().items():
+                    counts[reason] = counts.get(reason, 0) + n
+                if not batch.urls:
+                    continue
+                mask = store.add(fingerprint_many(batch.urls, layout))
+                fresh = [u for u, m in zip(batch.urls, mask.tolist()) if m]
+                new += len(fresh)
+                _write(fresh)
+                sys.stdout.flush()
+        else:  # the batch fast path: same results (tests/test_fastpath_agreement.py)
+            for fb in iter_batches(stream, base=base, policy=policy, layout=layout,
+                                   max_length=max_length, batch_lines=batch_lines):
+                read += fb.n
+                for reason, n in fb.reason_counts().items():
+                    counts[reason] = counts.get(reason, 0) + n
+                if len(fb.keys):
+                    mask = store.add(fb.keys)
+                    new += int(mask.sum())
+                    sys.stdout.buffer.write(fb.lines(mask))
+                    sys.stdout.flush()
     rejected = sum(counts.values())
     _summary("add", counts, f"read {read}, new {new}, seen {read - new - rejected}, ")
