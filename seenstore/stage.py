@@ -22,11 +22,12 @@ from typing import Self
 import numpy as np
 
 from . import wal as walmod
-from .batch import as_keys, prepare
+from .batch import as_keys
 from .bloom import BloomFilter
 from .errors import InvalidInputError, MismatchError
 from .fastpath import normalise_urls
 from .fingerprint import fingerprint_many
+from .kernels.batch import unique_sorted
 from .normalise import normalise_many
 from .policy import DEFAULT_POLICY, Policy
 from .store import DEFAULT_BLOOM_FPR, SeenStore
@@ -130,7 +131,7 @@ class DedupStage:
             ("offered", "urls_offered", "rejected_urls", "in_call_duplicates", "cache_lookups",
              "cache_hits", "admitted_now", "admitted_after_merge", "held", "held_seen",
              "approx_answered", "refused_by_cap", "merges", "merged_keys", "anomalies"), 0)
-        self._stats.update(merge_s=0.0, blocked_s=0.0, last_merge_s=0.0)
+        self._stats.update(merge_s=0.0, blocked_s=0.0, flush_wait_s=0.0, last_merge_s=0.0)
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -178,9 +179,10 @@ class DedupStage:
     # ------------------------------------------------------------------ offers
     def offer(self, items, payloads=None, *, base: str | None = None) -> Admitted:
         """Offer keys (uint64 array or ints) or URLs (str/bytes; a single str is
-        one URL). Returns at once the items admitted now (certainly new, durable
-        per ``wal_sync``) plus any held items a finished merge found new.
-        ``payloads``: one per item (default for URLs: the URL text as offered).
+        one URL; relative ones are resolved against ``base``). Returns at once the
+        items admitted now (certainly new, durable per ``wal_sync``) plus any held
+        items a finished merge found new. ``payloads``: one per item (default for
+        URLs: the canonical URL, absolute, as the key was computed from it).
         May block only when both buffers are full (a merge in flight)."""
         keys, pl, rejected = self._prepare(items, payloads, base)
         self._make_room()
@@ -211,7 +213,7 @@ class DedupStage:
         handed out. Afterwards every key offered before is in the store (durable)."""
         target = self._flush_target()
         while (fut := self._flush_step(target)) is not None:
-            self._wait(fut)
+            self._wait(fut, "flush_wait_s")
         return self._result(_EMPTY, None, [])
 
     async def flush_async(self) -> Admitted:
@@ -239,16 +241,17 @@ class DedupStage:
         policy = self._url_policy()
         if len(items) >= FAST_PATH_MIN_URLS:
             fb = normalise_urls(items, base, policy, self.layout)
-            keys, positions, rejected = fb.keys, fb.positions.tolist(), fb.rejected
+            keys, positions, canonical, rejected = fb.keys, fb.positions, fb.urls, fb.rejected
         else:
             nb = normalise_many(items, base, policy)
             keys = fingerprint_many(nb.urls, self.layout)
-            positions, rejected = nb.positions, nb.rejected
-        src = payloads if payloads is not None else items
+            positions, canonical, rejected = nb.positions, nb.urls, nb.rejected
         with self._lock:
             self._stats["urls_offered"] += len(items)
             self._stats["rejected_urls"] += len(rejected)
-        return keys, [src[i] for i in positions], rejected
+        if payloads is None:
+            return keys, canonical, rejected
+        return keys, [payloads[i] for i in np.asarray(positions).tolist()], rejected
 
     def _url_policy(self) -> Policy:
         if self.policy is not None:
@@ -289,13 +292,13 @@ class DedupStage:
 
     def _make_room(self) -> None:
         while (fut := self._room_or_future()) is not None:
-            self._wait(fut)
+            self._wait(fut, "blocked_s")
 
-    def _wait(self, fut: Future) -> None:
+    def _wait(self, fut: Future, counter: str) -> None:
         t = time.perf_counter()
         wait([fut])
         with self._lock:
-            self._stats["blocked_s"] += time.perf_counter() - t
+            self._stats[counter] += time.perf_counter() - t
 
     def _claim_and_log(self, keys, payloads):
         with self._lock:
@@ -452,12 +455,18 @@ class DedupStage:
         """Merge ``buf`` into the store (committed on return) and resolve its held
         keys: new in the store, not claimed as certain in ``buf``, first holder wins.
         Returns (keys found new in offer order, payloads or None, anomalies, merged, held seen)."""
-        certain = np.concatenate(buf.admitted + buf.consumed) if buf.admitted or buf.consumed \
-            else _EMPTY
-        held = np.concatenate(buf.held) if buf.held else _EMPTY
-        uniq = prepare(np.concatenate([certain, held]))
+        # the merge owns the keys now: drop the buffer's lists as they are copied
+        parts, buf.admitted, buf.consumed = buf.admitted + buf.consumed, [], []
+        certain = np.concatenate(parts) if parts else _EMPTY
+        parts, buf.held = buf.held, []
+        held = np.concatenate(parts) if parts else _EMPTY
+        del parts
+        every = np.concatenate([certain, held])
+        every.sort()
+        uniq = unique_sorted(every)
+        del every
         is_new = self.store.add_sorted(uniq)
-        certain = np.sort(certain)
+        certain.sort()
         # a certainly-new key the store already held: must never happen (counted)
         anomalies = int(len(certain) - is_new[np.searchsorted(uniq, certain)].sum())
         if len(held) == 0:
@@ -560,7 +569,7 @@ def replay_wal(store: SeenStore) -> dict:
         except FileNotFoundError:
             pass
     if segs and store.sync:
-        walmod._fsync_dir(store.path)
+        walmod.fsync_dir(store.path)
     return {"segments": len(segs), "records": records, "keys": len(keys),
             "merged_new": new, "torn_bytes": torn,
             "next_seq": (segs[-1][0] + 1) if segs else 1}

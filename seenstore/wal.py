@@ -65,7 +65,7 @@ def _io_error(e: OSError, what: str) -> StoreIOError:
     return StoreIOError(f"{what}: {e.strerror or e}")
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -212,7 +212,7 @@ class WalWriter:
         if self.sync != SYNC_NEVER:  # the file's name must survive power loss too
             try:
                 os.fsync(fd)
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
             except OSError as e:
                 raise _io_error(e, f"{path}: cannot sync new WAL segment") from e
             self.fsyncs += 1

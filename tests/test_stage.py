@@ -193,15 +193,21 @@ def test_in_call_repeats_first_occurrence_wins(store_dir):
     stage.close()
 
 
-def test_urls_are_normalised_and_the_text_is_the_payload(store_dir):
+def test_urls_are_normalised_and_the_canonical_url_is_the_payload(store_dir):
     stage = DedupStage.open(store_dir, create=True, sync=False, wal_sync=wal.SYNC_NEVER)
     urls = ["HTTP://Example.com:80/a", "http://example.com/a#x", "mailto:me@x.org",
             "https://example.com/b"]
     res = stage.offer(urls)
-    assert [p for _, p in res] == ["HTTP://Example.com:80/a", "https://example.com/b"]
+    assert [p for _, p in res] == ["http://example.com/a", "https://example.com/b"]
     assert [(i, r.value) for i, r in res.rejected] == [(2, "scheme")]
+    res = stage.offer(["../c/./d", "e?x=%7e"], base="http://example.com/a/b")
+    assert [p for _, p in res] == ["http://example.com/c/d", "http://example.com/a/e?x=~"]
+    res = stage.offer(["http://example.com/f", "bad:"], payloads=["id-f", "id-bad"])
+    assert list(res) == [(res.keys[0], "id-f")]  # a caller's payloads instead
     big = [f"http://h{i % 7}.test/p{i}" for i in range(200)]  # the batch fast path
-    assert len(stage.offer(big + big)) == 200
+    res = stage.offer(big + big, payloads=big + big)
+    assert [p for _, p in res] == big
+    assert len(stage.offer(["HTTP://H3.test/p3", "http://h3.test/p3#z"] * 40)) == 0
     assert len(stage.offer("https://example.com/b")) == 0  # a single str is one URL
     stage.close()
 
