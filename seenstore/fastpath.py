@@ -9,8 +9,9 @@ through the scalar ``try_normalise``, and the results are merged in input order.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,6 +45,7 @@ class FastBatch:
     rejected: list[tuple[int, Rejection]]
     routed: int
     n: int  # how many input URLs
+    seconds: dict[str, float] = field(default_factory=dict)  # kernel / scalar / merge time
 
     @property
     def urls(self) -> list[str]:
@@ -145,15 +147,40 @@ def normalise_buffer(
     Per-URL bases are ``ub.base(i)``; a base that does not parse rejects its URLs
     (``unparsable``) as the scalar ``try_normalise`` does. Never raises per URL."""
     policy = policy or DEFAULT_POLICY
+    t0 = time.perf_counter()
     out, out_offsets, status, keys = run_kernel(ub, max_length, layout.host_bits)
     if policy.rules:
         _route_policy_hosts(out, out_offsets, status, policy)
+    t1 = time.perf_counter()
     rejected: list[tuple[int, Rejection]] = [(int(i), Rejection.SCHEME)
                                              for i in np.flatnonzero(status == SCHEME)]
     routed = np.flatnonzero(status == ROUTE)
     accepted = status == OK
-    pieces: list[bytes] = []
     piece_of = np.full(len(ub), -1, dtype=np.int64)
+    pieces = _scalar_fallback(ub, routed, policy, max_length, accepted, piece_of, rejected)
+    rejected.sort()
+    t2 = time.perf_counter()
+    positions = np.flatnonzero(accepted)
+    if not len(routed):  # the kernel's output is already compact: non-OK URLs wrote nothing
+        offsets = np.zeros(len(positions) + 1, dtype=np.int64)
+        offsets[1:] = out_offsets[positions + 1]
+        data = out[: out_offsets[-1]]
+    else:
+        pdata, poffs = _join(pieces)
+        data, offsets = splice(out, out_offsets, accepted, piece_of, pdata, poffs)
+        if pieces:  # keys of the scalar path's results, by the same kernel as fingerprint()
+            keys[piece_of >= 0] = fingerprint_batch(pdata, poffs, layout.host_bits)
+    fb = FastBatch(URLBuffer(data, offsets), positions, keys[accepted], rejected, len(routed),
+                   len(ub))
+    fb.seconds = {"kernel": t1 - t0, "scalar": t2 - t1, "merge": time.perf_counter() - t2}
+    return fb
+
+
+def _scalar_fallback(ub, routed, policy, max_length, accepted, piece_of, rejected) -> list[bytes]:
+    """Run the scalar path on the URLs ``routed``: set accepted[i] and piece_of[i] (index
+    into the returned UTF-8 results) for each one it accepts, append (i, reason) to
+    ``rejected`` for the others."""
+    pieces: list[bytes] = []
     usable: dict[str, bool] = {}
     bases: dict[int, str] = {}
     mv = memoryview(ub.data)
@@ -173,19 +200,7 @@ def normalise_buffer(
             accepted[i] = True
             piece_of[i] = len(pieces)
             pieces.append(r.encode("utf-8"))
-    rejected.sort()
-    positions = np.flatnonzero(accepted)
-    if not len(routed):  # the kernel's output is already compact: non-OK URLs wrote nothing
-        offsets = np.zeros(len(positions) + 1, dtype=np.int64)
-        offsets[1:] = out_offsets[positions + 1]
-        data = out[: out_offsets[-1]]
-    else:
-        pdata, poffs = _join(pieces)
-        data, offsets = splice(out, out_offsets, accepted, piece_of, pdata, poffs)
-        if pieces:  # keys of the scalar path's results, by the same kernel as fingerprint()
-            keys[piece_of >= 0] = fingerprint_batch(pdata, poffs, layout.host_bits)
-    return FastBatch(URLBuffer(data, offsets), positions, keys[accepted], rejected, len(routed),
-                     len(ub))
+    return pieces
 
 
 def _join(pieces: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

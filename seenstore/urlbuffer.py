@@ -72,10 +72,20 @@ class URLBuffer:
         return self.bases[int(self.base_ids[i])]
 
     def slice(self, a: int, b: int) -> URLBuffer:
-        """URLs a..b-1 as a URLBuffer sharing this one's bytes (no copy)."""
-        ids = None if self.base_ids is None else self.base_ids[a:b]
+        """URLs a..b-1 as a URLBuffer sharing this one's bytes (no copy). Its bases
+        are the range of bases those URLs use, so a slice never drags all of them."""
         strs = None if self.strs is None else self.strs[a:b]
-        return URLBuffer(self.data, self.offsets[a : b + 1], self.bases, ids, strs)
+        bases = ids = None
+        if self.base_ids is not None:
+            ids = self.base_ids[a:b]
+            used = ids[ids >= 0]
+            if len(used):
+                lo, hi = int(used.min()), int(used.max()) + 1
+                bases = self.bases.slice(lo, hi)
+                ids = np.where(ids >= 0, ids - lo, -1)
+            else:
+                ids = None
+        return URLBuffer(self.data, self.offsets[a : b + 1], bases, ids, strs)
 
     def tolist(self) -> list[str]:
         return [self[i] for i in range(len(self))]
