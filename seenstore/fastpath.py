@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from .errors import InvalidInputError
 from .kernels.fingerprint import fingerprint_batch, host_hashes
-from .kernels.url import OK, ROUTE, SCHEME, join_lines, normalise_batch, splice
+from .kernels.url import OK, ROUTE, SCHEME, gather, normalise_batch
 from .layout import DEFAULT_LAYOUT, Layout
 from .normalise import (
     DEFAULT_MAX_LENGTH,
@@ -37,15 +38,27 @@ _NO_BASE = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64)
 class FastBatch:
     """``canonical[k]`` (with key ``keys[k]``) is the canonical form of input
     ``positions[k]`` (increasing); ``rejected`` lists (input index, reason) for
-    every other input; ``routed`` counts inputs the scalar path handled."""
+    every other input; ``routed`` counts inputs the scalar path handled.
+    The canonical bytes stay where the kernel and the scalar path wrote them
+    (``parts``) until ``canonical`` or ``lines`` asks for them."""
 
-    canonical: URLBuffer
     positions: np.ndarray
     keys: np.ndarray
     rejected: list[tuple[int, Rejection]]
     routed: int
     n: int  # how many input URLs
+    parts: tuple = field(repr=False)  # (out, out_offsets, accepted, piece_of, pdata, poffsets)
     seconds: dict[str, float] = field(default_factory=dict)  # kernel / scalar / merge time
+
+    @cached_property
+    def canonical(self) -> URLBuffer:
+        """The accepted URLs' canonical forms in one buffer (Arrow layout)."""
+        out, out_offsets, accepted, piece_of, pdata, poffs = self.parts
+        if not self.routed:  # the kernel's output is already compact: non-OK wrote nothing
+            offsets = np.zeros(len(self.positions) + 1, dtype=np.int64)
+            offsets[1:] = out_offsets[self.positions + 1]
+            return URLBuffer(out[: out_offsets[-1]], offsets)
+        return URLBuffer(*gather(out, out_offsets, accepted, piece_of, pdata, poffs, 0))
 
     @property
     def urls(self) -> list[str]:
@@ -54,8 +67,10 @@ class FastBatch:
     def lines(self, select: np.ndarray) -> bytes:
         """The canonical URLs k with select[k] (bool, aligned with ``keys``), one per
         line, each ending in a newline: what ``seenstore add`` prints."""
-        c = self.canonical
-        return join_lines(c.data, c.offsets, np.asarray(select, dtype=bool)).tobytes()
+        out, out_offsets, _, piece_of, pdata, poffs = self.parts
+        chosen = np.zeros(self.n, dtype=bool)
+        chosen[self.positions[np.asarray(select, dtype=bool)]] = True
+        return gather(out, out_offsets, chosen, piece_of, pdata, poffs, 1)[0].tobytes()
 
     def reason_counts(self) -> dict[str, int]:
         return count_reasons(self.rejected)
@@ -161,17 +176,11 @@ def normalise_buffer(
     rejected.sort()
     t2 = time.perf_counter()
     positions = np.flatnonzero(accepted)
-    if not len(routed):  # the kernel's output is already compact: non-OK URLs wrote nothing
-        offsets = np.zeros(len(positions) + 1, dtype=np.int64)
-        offsets[1:] = out_offsets[positions + 1]
-        data = out[: out_offsets[-1]]
-    else:
-        pdata, poffs = _join(pieces)
-        data, offsets = splice(out, out_offsets, accepted, piece_of, pdata, poffs)
-        if pieces:  # keys of the scalar path's results, by the same kernel as fingerprint()
-            keys[piece_of >= 0] = fingerprint_batch(pdata, poffs, layout.host_bits)
-    fb = FastBatch(URLBuffer(data, offsets), positions, keys[accepted], rejected, len(routed),
-                   len(ub))
+    pdata, poffs = _join(pieces)
+    if pieces:  # keys of the scalar path's results, by the same kernel as fingerprint()
+        keys[piece_of >= 0] = fingerprint_batch(pdata, poffs, layout.host_bits)
+    fb = FastBatch(positions, keys[accepted], rejected, len(routed), len(ub),
+                   (out, out_offsets, accepted, piece_of, pdata, poffs))
     fb.seconds = {"kernel": t1 - t0, "scalar": t2 - t1, "merge": time.perf_counter() - t2}
     return fb
 

@@ -705,22 +705,23 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
 
 
 @njit(cache=True, nogil=True)
-def splice(out, out_offsets, accepted, piece_of, pdata, poffsets):
-    """The accepted URLs' bytes in input order, as (data, offsets): URL i's bytes are
+def gather(out, out_offsets, select, piece_of, pdata, poffsets, newline):
+    """The strings i with select[i], in order, as (data, offsets): string i is
     pdata[poffsets[p]:poffsets[p+1]] if p = piece_of[i] >= 0 (a scalar-path result),
-    else out[out_offsets[i]:out_offsets[i+1]] (the kernel's). Requires: int64
-    offsets, accepted bool and piece_of int64 of one entry per URL."""
-    n = accepted.shape[0]
+    else out[out_offsets[i]:out_offsets[i+1]] (the kernel's); with ``newline`` each
+    is followed by '\\n' (inside its offsets span). Requires: int64 offsets,
+    select bool and piece_of int64 with one entry per string."""
+    n = select.shape[0]
     count = 0
     total = 0
     for i in range(n):
-        if accepted[i]:
+        if select[i]:
             count += 1
             p = piece_of[i]
             if p >= 0:
-                total += poffsets[p + 1] - poffsets[p]
+                total += poffsets[p + 1] - poffsets[p] + newline
             else:
-                total += out_offsets[i + 1] - out_offsets[i]
+                total += out_offsets[i + 1] - out_offsets[i] + newline
     data = np.empty(total + 8, dtype=np.uint8)
     offsets = np.empty(count + 1, dtype=np.int64)
     offsets[0] = 0
@@ -728,32 +729,15 @@ def splice(out, out_offsets, accepted, piece_of, pdata, poffsets):
     w = 0
     k = 0
     for i in range(n):
-        if accepted[i]:
+        if select[i]:
             p = piece_of[i]
             if p >= 0:
                 w = _copy(pp, poffsets[p], poffsets[p + 1], dp, w)
             else:
                 w = _copy(op, out_offsets[i], out_offsets[i + 1], dp, w)
+            if newline:
+                _st(dp, w, 10)
+                w += 1
             k += 1
             offsets[k] = w
     return data[:total], offsets
-
-
-@njit(cache=True, nogil=True)
-def join_lines(data, offsets, select):
-    """The strings i with select[i] set, each followed by '\\n', as one uint8 array.
-    Requires: int64 offsets (n+1), bool select (n)."""
-    n = select.shape[0]
-    total = 0
-    for i in range(n):
-        if select[i]:
-            total += offsets[i + 1] - offsets[i] + 1
-    res = np.empty(total + 8, dtype=np.uint8)
-    rp, dp = res.ctypes.data, data.ctypes.data
-    w = 0
-    for i in range(n):
-        if select[i]:
-            w = _copy(dp, offsets[i], offsets[i + 1], rp, w)
-            _st(rp, w, 10)
-            w += 1
-    return res[:total]
