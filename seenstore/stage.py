@@ -78,6 +78,7 @@ class _Buffer:
         self.any_payload = False
         self.n_keys = 0
         self.n_held = 0
+        self.n_approx = 0  # keys answered seen by the Bloom filter alone (approximate mode)
         n_blocks, k, capacity = claim_shape
         self.claims = BloomFilter(n_blocks, k, capacity=capacity, target_fpr=CLAIM_FPR)
         self.wal_seq: int | None = None
@@ -345,6 +346,7 @@ class DedupStage:
         in_store = self.store.bloom.query(k)
         if self.mode == "approximate":  # a Bloom positive counts as seen
             st["approx_answered"] += int(in_store.sum())
+            buf.n_approx += int(in_store.sum())  # made durable by this buffer's merge
             keep = np.flatnonzero(~in_store)
             idx, k, in_store = idx[keep], k[keep], in_store[keep]
         pending = buf.claims.add_query(k)  # claims every key, in-call repeats included
@@ -410,7 +412,7 @@ class DedupStage:
     def _flush_target(self) -> int:
         with self._lock:
             self._check()
-            return self._swaps + (1 if self._cur.n_keys else 0)
+            return self._swaps + (1 if self._cur.n_keys or self._cur.n_approx else 0)
 
     def _flush_step(self, target: int) -> Future | None:
         """The merge to wait for before swap number ``target`` is merged, or None."""
@@ -465,7 +467,7 @@ class DedupStage:
         every.sort()
         uniq = unique_sorted(every)
         del every
-        is_new = self.store.add_sorted(uniq)
+        is_new = self.store.add_sorted(uniq, approx_answered=buf.n_approx)
         certain.sort()
         # a certainly-new key the store already held: must never happen (counted)
         anomalies = int(len(certain) - is_new[np.searchsorted(uniq, certain)].sum())

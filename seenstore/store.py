@@ -328,23 +328,27 @@ class SeenStore:
         self.last_timings["offered"] = len(batch.keys)
         return mask
 
-    def add_sorted(self, uniq: np.ndarray, progress=None) -> np.ndarray:
+    def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0) -> np.ndarray:
         """Admit sorted unique keys; return the mask of those that were new.
 
         Requires: ``uniq`` sorted ascending, unique, uint64. All shards the batch
-        touches are committed together, or none (on any error)."""
+        touches are committed together, or none (on any error).
+        ``approx_answered``: keys a caller (the streaming stage) answered as seen
+        from a Bloom positive alone; added to the durable counter with this commit."""
         if self._lock is None:
             raise InvalidInputError(f"{self.path}: store was opened read-only")
         with self._mutex:
-            return self._add_sorted(uniq, progress)
+            return self._add_sorted(uniq, progress, approx_answered)
 
-    def _add_sorted(self, uniq: np.ndarray, progress) -> np.ndarray:
+    def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0) -> np.ndarray:
         timings = {"sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "merge_s": 0.0,
                    "commit_s": 0.0, "bytes_read": 0, "bytes_written": 0, "offered": len(uniq),
                    "unique": len(uniq), "new": 0, "bloom_negative": 0, "approx_answered": 0}
         self.last_timings = timings
         is_new = np.zeros(len(uniq), dtype=np.bool_)
         if len(uniq) == 0:
+            if approx_answered:
+                self._commit_counters(approx_answered)
             return is_new
         t0 = time.perf_counter()
         maybe = self.bloom.query(uniq) if self.bloom is not None else None
@@ -355,7 +359,8 @@ class SeenStore:
             if self.mode == "approximate":  # a Bloom positive counts as seen
                 cand, cand_maybe = uniq[~maybe], None
                 n_approx = len(uniq) - len(cand)
-                timings["approx_answered"] = n_approx
+        n_approx += approx_answered
+        timings["approx_answered"] = n_approx
         cand_new = self._merge_all(cand, cand_maybe, timings, progress)
         if cand is uniq:
             is_new = cand_new
