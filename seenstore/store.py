@@ -511,6 +511,7 @@ class SeenStore:
             except OSError:
                 pass
         keys = len(self)
+        wal = [n for n in os.listdir(self.path) if n.startswith("stage-") and n.endswith(".wal")]
         return {
             "path": self.path,
             "keys": keys,
@@ -527,6 +528,9 @@ class SeenStore:
             "run_format": f"{RUN_MAJOR}.{RUN_MINOR}",
             "manifest_format": f"{manifest.MAJOR}.{manifest.MINOR}",
             "counters": {"approx_answered": 0, **self._doc["counters"]},
+            # keys a DedupStage handed out but has not merged yet (replayed on its open)
+            "wal_segments": len(wal),
+            "wal_bytes": sum(os.path.getsize(os.path.join(self.path, n)) for n in wal),
             "mode": self.mode,
             "bloom": self._bloom_stats(keys),
             "created": self._doc.get("created"),
@@ -544,6 +548,7 @@ class SeenStore:
         return {
             "state": state, "bytes": bf.nbytes, "n_hashes": bf.n_hashes,
             "capacity": bf.capacity, "target_fpr": bf.target_fpr,
+            "bits_per_key_at_capacity": bf.n_bits / max(bf.capacity, 1),
             "bits_per_key": bf.n_bits / keys if keys else None,
             "bytes_per_key": bf.nbytes / keys if keys else None,
             "fill_ratio": bf.fill_ratio, "expected_fpr": bf.expected_fpr,

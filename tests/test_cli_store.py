@@ -174,3 +174,19 @@ def test_help_explains_commands():
     assert code == 0 and "merge" in out and "verify" in out and "SEENSTORE_DIR" in out
     code, out, _ = run("merge", "--help")
     assert code == 0 and "little-endian uint64" in out
+
+
+def test_merge_and_stats_show_bloom_figures_and_approximate_mode(batch, store_dir):
+    code, out, _ = run("merge", batch, "--store", store_dir, "--json")
+    r = json.loads(out)
+    assert r["bloom_negative"] == 4 and r["bloom"]["n_hashes"] > 0
+    code, out, _ = run("merge", batch, "--store", store_dir, "--mode", "approximate")
+    assert code == 0 and "4 answered seen by the filter alone" in out
+    code, out, _ = run("stats", "--store", store_dir)
+    assert "bits/key at its capacity" in out and "expected FPR now" in out
+    assert "4 keys answered seen by the Bloom filter alone" in out
+    code, out, _ = run("stats", "--store", store_dir, "--json")
+    s = json.loads(out)
+    assert s["counters"]["approx_answered"] == 4 and 0 < s["bloom"]["fill_ratio"] < 1
+    code, out, _ = run("merge", batch, "--store", store_dir, "--json", "--no-bloom")
+    assert json.loads(out)["bloom"] is None and json.loads(out)["new"] == 0

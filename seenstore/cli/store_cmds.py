@@ -34,8 +34,14 @@ def _wait(value: float):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--create/--no-create", default=True, show_default=True,
               help="Create the store if it does not exist.")
+@click.option("--mode", type=click.Choice(["exact", "approximate"]), default="exact",
+              show_default=True,
+              help="approximate: a Bloom-filter positive counts as seen without a disk check "
+                   "(a new key may be skipped, never reported twice).")
+@click.option("--bloom/--no-bloom", default=True, show_default=True,
+              help="Keep the Bloom filter (loaded from BLOOM or rebuilt from the runs).")
 @wait_option
-def merge(batch, store_dir, new_out, as_json, create, wait):
+def merge(batch, store_dir, new_out, as_json, create, mode, bloom, wait):
     """Admit the keys of BATCH (raw little-endian uint64 fingerprints, any order,
     repeats allowed) into the store as one atomic batch.
 
@@ -46,10 +52,11 @@ def merge(batch, store_dir, new_out, as_json, create, wait):
     t0 = time.perf_counter()
     keys = read_batch_file(batch)
     t_read = time.perf_counter() - t0
-    with _open(store_dir, create=create, wait=_wait(wait)) as store:
+    with _open(store_dir, create=create, wait=_wait(wait), mode=mode, bloom=bloom) as store:
         mask = store.add(keys, progress=_progress_line() if sys.stderr.isatty() else None)
         timings = dict(store.last_timings)
         total_keys = len(store)
+        bloom_stats = store.stats()["bloom"] if bloom else None
     n_new = int(mask.sum())
     if new_out is not None:
         data = keys[mask].astype("<u8").tobytes()
@@ -63,7 +70,10 @@ def merge(batch, store_dir, new_out, as_json, create, wait):
         "batch": batch, "offered": int(len(keys)), "unique": int(timings.get("unique", 0)),
         "new": n_new, "already_seen": int(timings.get("unique", 0)) - n_new,
         "store_keys": total_keys, "seconds": round(time.perf_counter() - t0, 6),
-        "read_s": round(t_read, 6),
+        "read_s": round(t_read, 6), "mode": mode,
+        "bloom_negative": timings.get("bloom_negative", 0),
+        "approx_answered": timings.get("approx_answered", 0),
+        "bloom": bloom_stats,
         **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in timings.items()
            if k.endswith("_s") or k.startswith("bytes_")},
     }
@@ -75,8 +85,16 @@ def merge(batch, store_dir, new_out, as_json, create, wait):
             f"offered {result['offered']:,}  unique {result['unique']:,}  new {n_new:,}  "
             f"already seen {result['already_seen']:,}  (store now {total_keys:,} keys)\n"
             f"time {result['seconds']:.3f}s: read {t_read:.3f}s, sort {timings.get('sort_s', 0):.3f}s, "
-            f"merge {timings.get('merge_s', 0):.3f}s, commit {timings.get('commit_s', 0):.3f}s",
+            f"bloom {timings.get('bloom_s', 0):.3f}s, merge {timings.get('merge_s', 0):.3f}s, "
+            f"commit {timings.get('commit_s', 0):.3f}s",
             err=out_err)
+        if bloom_stats:
+            approx = (f", {result['approx_answered']:,} answered seen by the filter alone"
+                      if mode == "approximate" else "")
+            click.echo(
+                f"bloom: {result['bloom_negative']:,} certainly new{approx}; "
+                f"{_human_bytes(bloom_stats['bytes'])}, fill {bloom_stats['fill_ratio']:.1%}, "
+                f"expected FPR now {_pct(bloom_stats['expected_fpr'])}", err=out_err)
 
 
 def _progress_line():
@@ -84,6 +102,10 @@ def _progress_line():
     def show(done: int, total: int) -> None:
         click.echo(f"\rmerging shards {done}/{total}", err=True, nl=done == total)
     return show
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.3g}%"
 
 
 def _human_bytes(n: float) -> str:
@@ -115,10 +137,22 @@ def stats(store_dir, as_json):
         ("generation", str(s["generation"])),
         ("formats", f"run {s['run_format']}, manifest {s['manifest_format']}"),
         ("batches", f"{s['counters']['batches']:,} committed"),
+        ("approximate", f"{s['counters']['approx_answered']:,} keys answered seen by the "
+                        f"Bloom filter alone"),
     ]
-    for extra in ("bloom",):
-        if extra in s and s[extra]:
-            lines.append((extra, s[extra] if isinstance(s[extra], str) else json.dumps(s[extra])))
+    if s["wal_segments"]:
+        lines.append(("stage WAL", f"{s['wal_segments']} segments, {_human_bytes(s['wal_bytes'])} "
+                                   "(not merged yet: replayed when the stage reopens)"))
+    b = s.get("bloom")
+    if b:
+        per_stored = f", {b['bits_per_key']:.1f} per key stored now" if b["bits_per_key"] else ""
+        lines.append(("bloom", (
+            f"{_human_bytes(b['bytes'])} = {b['bits_per_key_at_capacity']:.1f} bits/key at its "
+            f"capacity of {b['capacity']:,} keys{per_stored}; k={b['n_hashes']}, "
+            f"fill {b['fill_ratio']:.1%}, expected FPR now {_pct(b['expected_fpr'])} "
+            f"(target {_pct(b['target_fpr'])}); {b['state']}")))
+    else:
+        lines.append(("bloom", "none saved (a writer builds it from the runs)"))
     for k, v in lines:
         click.echo(f"{k:>14}: {v}")
 
