@@ -121,6 +121,8 @@ def _is_pct2e(sp, j):
 def _dots(sp, a, b):
     """1 if sp[a:b] is a WHATWG single-dot segment, 2 if double-dot, else 0."""
     n = b - a
+    if n == 0 or n > 6 or (_ld(sp, a) != DOT and _ld(sp, a) != PCT):
+        return 0  # the common case, decided by one well-predicted branch
     if n == 1:
         return 1 if _ld(sp, a) == DOT else 0
     if n == 2:
@@ -449,8 +451,8 @@ def _fragment_ok(sp, j, e):
 @njit(cache=True, nogil=True)
 def _absolute(sp, s, e, op, o):
     """WHATWG href (fragment dropped, escapes untouched) of the absolute http(s) URL
-    sp[s:e] at op[o:]. Returns (status, end, path start, dir end, query start, pct);
-    dir end is after the path's last '/', query start = end if there is no query."""
+    sp[s:e] at op[o:]. Returns (status, end, path start, 0, query start, pct); query
+    start = end if there is no query (the 0 is a slot kept for the tuple's shape)."""
     kind, j = _scheme(sp, s, e)
     if kind == 3 and _clean(sp, s, e):
         return SCHEME, o, o, o, o, 0
@@ -491,14 +493,11 @@ def _finish(sp, j, e, op, o, ps, pct):
     the result tuple of _absolute (ROUTE if o < 0 on entry or a refused byte)."""
     if o < 0:
         return ROUTE, 0, 0, 0, 0, 0
-    de = o
-    while _ld(op, de - 1) != SLASH:
-        de -= 1
     qs = o
     j, o, p = _query(sp, j, e, op, o)
     if o < 0 or not _fragment_ok(sp, j, e):
         return ROUTE, 0, 0, 0, 0, 0
-    return OK, o, ps, de, qs, pct | p
+    return OK, o, ps, 0, qs, pct | p
 
 
 @njit(cache=True, nogil=True)
@@ -539,7 +538,7 @@ def _relative(sp, s, e, bp, b_ps, b_de, b_qs, b_end, b_pct, op, o):
             j, o, qp = _query(sp, s, e, op, o)
         if o < 0 or not _fragment_ok(sp, j, e):
             return ROUTE, 0, 0, 0, 0, 0
-        return OK, o, o0 + b_ps, o0 + b_de, o0 + b_qs, b_pct | qp
+        return OK, o, o0 + b_ps, 0, o0 + b_qs, b_pct | qp
     o0 = o
     o = _copy(bp, 0, b_de, op, o)
     j, o, pct = _path(sp, s, e, op, o, o0 + b_ps + 1)
@@ -672,8 +671,11 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
             if cached < 0 or not _same(bsp, b0, b1, boffsets[cached], boffsets[cached + 1]):
                 b_ok = False
                 if _clean(bsp, b0, b1):
-                    bst, b_end, b_ps, b_de, b_qs, b_pct = _absolute(bsp, b0, b1, bp, 0)
+                    bst, b_end, b_ps, _, b_qs, b_pct = _absolute(bsp, b0, b1, bp, 0)
                     b_ok = bst == OK
+                    b_de = b_qs  # after the last '/' of the base's path
+                    while _ld(bp, b_de - 1) != SLASH:
+                        b_de -= 1
             cached = bid
         st = ROUTE
         end = o
