@@ -66,7 +66,11 @@ def check_base(base: str | None) -> None:
     A bad base is the caller's error, not a per-URL rejection."""
     if base is None:
         return
-    if not isinstance(base, str) or _CONTROL.search(base) or not ada_url.check_url(base):
+    try:
+        ok = isinstance(base, str) and not _CONTROL.search(base) and ada_url.check_url(base)
+    except UnicodeEncodeError:  # lone surrogates: no UTF-8 spelling
+        ok = False
+    if not ok:
         raise InvalidInputError(f"invalid base URL: {base!r}")
 
 

@@ -45,3 +45,21 @@ def test_add_fast_equals_scalar(tmp_path_factory, lines, batch, with_policy, crl
     with SeenStore.open(str(d / "fast"), readonly=True) as a, \
             SeenStore.open(str(d / "scalar"), readonly=True) as b:
         assert a.policy_id == b.policy_id and len(a) == len(b)
+
+
+BASES = ["", "http://p.example/a/b", "https://Q.example:443/x/", "not a url", "http://[bad/"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(BASES), st.sampled_from(PIECES)), max_size=25),
+       st.sampled_from([1, 4, 1000]))
+def test_add_pairs_fast_equals_scalar(tmp_path_factory, pairs, batch):
+    """--pairs: 'BASE<TAB>HREF' lines resolve each href against its own base."""
+    d = tmp_path_factory.mktemp("p")
+    text = "".join((f"{b}\t{h}" if b else h) + "\n" for b, h in pairs)
+    extra = ["--pairs", "--base", "http://base.example/d/", "--batch-lines", str(batch)]
+    fast = _add(str(d / "fast"), text, extra)
+    scalar = _add(str(d / "scalar"), text, extra + ["--scalar"])
+    assert fast == scalar
+    if ("http://p.example/a/b", "rel/../y") in pairs:
+        assert "http://p.example/a/y\n" in fast[0]

@@ -220,3 +220,10 @@ def test_fast_and_public_parsers_agree():
              ("http://ü.de/ä", None), ("x", "mailto:a@b")]
     for url, base in cases:
         assert _parse(url, base) == _parse_public(url, base)
+
+
+def test_base_with_lone_surrogate_is_a_typed_error():
+    from seenstore.errors import InvalidInputError
+    from seenstore.normalise import check_base
+    with pytest.raises(InvalidInputError):
+        check_base("http://a.example/\udcff")

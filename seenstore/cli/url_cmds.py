@@ -15,10 +15,11 @@ from contextlib import nullcontext
 
 import click
 
-from ..fastpath import iter_batches
+from ..fastpath import iter_batches, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
-from ..normalise import DEFAULT_MAX_LENGTH, check_base, normalise_many
+from ..normalise import (DEFAULT_MAX_LENGTH, NormalisedBatch, Rejection, check_base,
+                         normalise_many)
 from ..policy import load_policy
 from . import default_store_dir, main, store_option
 
@@ -33,6 +34,24 @@ policy_option = click.option(
 max_length_option = click.option(
     "--max-length", type=click.IntRange(min=16), default=DEFAULT_MAX_LENGTH, show_default=True,
     metavar="BYTES", help="Reject URLs longer than this (input or canonical form).")
+
+
+def _normalise_pairs(lines, base, policy, max_length) -> NormalisedBatch:
+    """The scalar path for 'BASE<TAB>HREF' lines: each href against its own base
+    (a base that is not a valid URL rejects its relative hrefs, as the fast path does)."""
+    out, usable = NormalisedBatch(), {}
+    for i, line in enumerate(lines):
+        href, own = line, base
+        if b"\t" in line:
+            raw_base, href = line.split(b"\t", 1)
+            own = raw_base.decode("utf-8", "surrogateescape")
+        r = scalar_one(href, own, policy, max_length, usable)
+        if isinstance(r, Rejection):
+            out.rejected.append((i, r))
+        else:
+            out.urls.append(r)
+            out.positions.append(i)
+    return out
 
 
 def _lines(stream) -> Iterator[bytes]:
@@ -135,12 +154,15 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
 @max_length_option
 @click.option("--batch-lines", type=click.IntRange(min=1), default=DEFAULT_BATCH_LINES,
               show_default=True, help="Lines per batch (one durable store commit each).")
+@click.option("--pairs", is_flag=True,
+              help="Lines may be 'BASE<TAB>HREF': HREF is resolved against its own BASE "
+                   "(links grouped by the page they came from); lines without a tab use --base.")
 @click.option("--scalar", is_flag=True,
               help="Use the scalar reference path (ada-url + xxhash per URL) instead of the "
                    "batch fast path (docs/fastpath.md); same output, slower.")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
-def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, scalar, wait):
+def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait):
     """Admit the URLs of SOURCE (a file, or '-' for stdin) and print the new ones.
 
     Each URL is normalised and fingerprinted, and the store admits the keys; only
@@ -165,7 +187,10 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, scala
             lines = (ln for ln in _lines(stream) if ln)
             for chunk in _chunks(lines, batch_lines):
                 read += len(chunk)
-                batch = normalise_many(chunk, base, policy, max_length)
+                if pairs:
+                    batch = _normalise_pairs(chunk, base, policy, max_length)
+                else:
+                    batch = normalise_many(chunk, base, policy, max_length)
                 for reason, n in batch.reason_counts().items():
                     counts[reason] = counts.get(reason, 0) + n
                 if not batch.urls:
@@ -177,7 +202,7 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, scala
                 sys.stdout.flush()
         else:  # the batch fast path: same results (tests/test_fastpath_agreement.py)
             for fb in iter_batches(stream, base=base, policy=policy, layout=layout,
-                                   max_length=max_length, batch_lines=batch_lines):
+                                   max_length=max_length, batch_lines=batch_lines, pairs=pairs):
                 read += fb.n
                 for reason, n in fb.reason_counts().items():
                     counts[reason] = counts.get(reason, 0) + n
