@@ -84,7 +84,6 @@ class SeenStore:
         self.threads = 2
         self.last_timings: dict = {}
         self.sync = True  # fsync on commit (see open)
-        self._new_share = 1.0  # share of new keys in the last batch: picks Batch's strategy
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -317,12 +316,11 @@ class SeenStore:
         in the call. Durable on return (fsynced, committed). ``progress``: called
         as ``progress(shards_done, shards_total)`` as shard merges finish."""
         t0 = time.perf_counter()
-        batch = Batch(as_keys(keys), self._new_share)
+        batch = Batch(as_keys(keys))
         t_sort = time.perf_counter() - t0
         is_new = self.add_sorted(batch.uniq, progress)
         t1 = time.perf_counter()
         mask = batch.mask(is_new)
-        self._new_share = is_new.mean() if len(is_new) else self._new_share
         self.last_timings["sort_s"] = t_sort
         self.last_timings["align_s"] = time.perf_counter() - t1
         self.last_timings["offered"] = len(batch.keys)
@@ -351,7 +349,15 @@ class SeenStore:
                 self._commit_counters(approx_answered)
             return is_new
         t0 = time.perf_counter()
-        maybe = self.bloom.query(uniq) if self.bloom is not None else None
+        maybe = None
+        if self.bloom is not None and self.mode == "exact":
+            # Insert now, in the same pass as the query: every key of the batch is
+            # in the store once it commits, and if it does not, extra bits only
+            # make a positive that the disk check answers.
+            maybe = self.bloom.add_query(uniq)
+            self._bloom_dirty = True
+        elif self.bloom is not None:
+            maybe = self.bloom.query(uniq)
         timings["bloom_s"] = time.perf_counter() - t0
         cand, cand_maybe, n_approx = uniq, maybe, 0
         if maybe is not None:
@@ -369,8 +375,9 @@ class SeenStore:
         if n_approx and not timings["new"]:
             self._commit_counters(n_approx)  # nothing written, but the count is durable
         if self.bloom is not None and timings["new"]:
-            self.bloom.add(uniq[is_new])
-            self._bloom_dirty = True
+            if self.mode == "approximate":  # only what was stored: positives are final here
+                self.bloom.add(uniq[is_new])
+                self._bloom_dirty = True
             if self.bloom.n_added > self.bloom.capacity:  # keep the FPR at its target
                 self._rebuild_bloom(2 * max(len(self), self.bloom.capacity),
                                     self.bloom.target_fpr)

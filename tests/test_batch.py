@@ -1,4 +1,4 @@
-"""Batch: both alignment strategies give the brief's mask, against a set oracle."""
+"""Batch: the brief's mask against a set oracle, at every partitioning of the join."""
 
 import numpy as np
 import pytest
@@ -8,31 +8,32 @@ from conftest import EDGE_KEYS
 from naive import add_naive
 from seenstore.batch import Batch, as_keys, read_batch_file
 from seenstore.errors import InvalidInputError
-from seenstore.kernels.batch import unique_first
+from seenstore.kernels.batch import mark_first_new
 
 key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.integers(0, 20))
 
 
 @settings(max_examples=200, deadline=None)
 @given(keys=st.lists(key, max_size=60), seen=st.sets(key, max_size=30))
-def test_both_strategies_match_oracle(keys, seen):
+def test_mask_matches_oracle(keys, seen):
     arr = as_keys(keys)
     want = add_naive(set(seen), keys)
-    for share in (0.0, 1.0):
-        b = Batch(arr, expect_new_share=share)
-        assert b.uniq.tolist() == sorted(set(keys))
-        is_new = np.array([int(k) not in seen for k in b.uniq], dtype=bool)
-        assert b.mask(is_new).tolist() == want.tolist()
+    b = Batch(arr)
+    assert b.uniq.tolist() == sorted(set(keys))
+    is_new = np.array([int(k) not in seen for k in b.uniq], dtype=bool)
+    assert b.mask(is_new).tolist() == want.tolist()
+    new = b.uniq[is_new]
+    for part_bits in (0, 1, 3, 6):  # the partitioned join, forced on small inputs
+        assert mark_first_new(arr, new, part_bits).tolist() == want.tolist()
 
 
-@settings(max_examples=100, deadline=None)
-@given(keys=st.lists(key, max_size=60))
-def test_unique_first_gives_first_positions(keys):
-    arr = np.array(keys, dtype=np.uint64)
-    order = np.argsort(arr)  # not stable: the kernel must still find the first index
-    uniq, first = unique_first(arr[order], order)
-    assert uniq.tolist() == sorted(set(keys))
-    assert first.tolist() == [keys.index(int(u)) for u in uniq]
+def test_partitioned_join_at_scale_equals_unpartitioned(rng):
+    keys = rng.integers(0, 2**64, 600_000, dtype=np.uint64)
+    keys[:100_000] = keys[300_000:400_000]  # repeats: first occurrence must win
+    new = np.unique(keys)[:300_000]  # above the 2^18 partitioning threshold
+    auto = mark_first_new(keys, new)
+    assert np.array_equal(auto, mark_first_new(keys, new, 0))
+    assert auto.sum() == len(new)
 
 
 def test_batch_file_reading(tmp_path):

@@ -1,9 +1,9 @@
-"""Batch kernels: collapse a batch to sorted unique keys, and map answers back.
+"""Batch kernels: collapse a sorted batch to unique keys, and map answers back.
 
-Two ways to align the merge's answers with the caller's input order:
-``unique_sorted`` + ``mark_first_new`` (sort, then an open-addressing table of
-the new keys: cheap when few keys are new), or ``unique_first`` over an argsort
-(constant cost, better when most keys are new). Twins: tests/naive.py.
+``unique_sorted`` drops repeats from a sorted array; ``mark_first_new`` marks,
+in input order, the first occurrence of each key of a set of new keys (a
+radix-partitioned hash join, so its tables stay in cache at any batch size).
+Twins: tests/naive.py and the tests' set oracles.
 """
 
 from __future__ import annotations
@@ -29,72 +29,96 @@ def unique_sorted(a):
 
 
 @njit(cache=True, nogil=True)
-def _slot(key, mask):
+def _mix(key):
     # splitmix64 finaliser: spreads keys whose top bits are a skewed host hash
     z = key
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return np.int64(z & mask)
+    return z ^ (z >> np.uint64(31))
 
 
 @njit(cache=True, nogil=True)
-def mark_first_new(keys, new_keys):
+def _partition(keys, shift, n_parts):
+    """Stable counting-sort scatter of ``keys`` (with their positions) by the top
+    bits of their mix. Returns (keys, positions, start of each part + end)."""
+    n = keys.shape[0]
+    starts = np.zeros(n_parts + 1, dtype=np.int64)
+    for i in range(n):
+        starts[np.int64(_mix(keys[i]) >> shift) + 1] += 1
+    for p in range(n_parts):
+        starts[p + 1] += starts[p]
+    fill = starts[:-1].copy()
+    out_keys = np.empty(n, dtype=np.uint64)
+    out_pos = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        p = np.int64(_mix(keys[i]) >> shift)
+        j = fill[p]
+        out_keys[j] = keys[i]
+        out_pos[j] = i
+        fill[p] = j + 1
+    return out_keys, out_pos, starts
+
+
+@njit(cache=True, nogil=True)
+def mark_first_new(keys, new_keys, part_bits=-1):
     """Mask over ``keys`` (input order): True at the first occurrence of each key
-    that is in ``new_keys``. Requires: ``new_keys`` unique (uint64)."""
+    that is in ``new_keys``. Requires: ``new_keys`` unique (uint64).
+
+    Radix-partitioned hash join: both sides are scattered by the top ``part_bits``
+    bits of a mix of the key (stable, so input order is kept within a part), then
+    each part gets an open-addressing table small enough for the L2 cache. A
+    part_bits of -1 picks about 8192 new keys per part."""
     n = keys.shape[0]
     m = new_keys.shape[0]
     out = np.zeros(n, dtype=np.bool_)
-    if m == 0:
+    if m == 0 or n == 0:
         return out
+    if part_bits < 0:  # partition only once the table outgrows the caches (~4 MiB)
+        part_bits = 0
+        if m > (1 << 18):
+            while (m >> part_bits) > 8192 and part_bits < 16:
+                part_bits += 1
+    n_parts = 1 << part_bits
+    shift = np.uint64(64 - part_bits) if part_bits > 0 else np.uint64(63)
+    if part_bits == 0:
+        nk, nstart = new_keys, np.array([0, m], dtype=np.int64)
+        ik, ipos, istart = keys, np.arange(n, dtype=np.int64), np.array([0, n], dtype=np.int64)
+    else:
+        nk, _, nstart = _partition(new_keys, shift, n_parts)
+        ik, ipos, istart = _partition(keys, shift, n_parts)
+    biggest = 1
+    for p in range(n_parts):
+        if nstart[p + 1] - nstart[p] > biggest:
+            biggest = nstart[p + 1] - nstart[p]
     size = 1
-    while size < 2 * m:
+    while size < 2 * biggest:
         size *= 2
-    mask = np.uint64(size - 1)
-    table = np.full(size, -1, dtype=np.int64)  # index into new_keys, -1 = empty
-    for t in range(m):
-        s = _slot(new_keys[t], mask)
-        while table[s] != -1:
-            s = (s + 1) & (size - 1)
-        table[s] = t
-    claimed = np.zeros(m, dtype=np.bool_)
-    for i in range(n):
-        key = keys[i]
-        s = _slot(key, mask)
-        while True:
-            t = table[s]
-            if t == -1:
-                break
-            if new_keys[t] == key:
-                if not claimed[t]:
-                    claimed[t] = True
-                    out[i] = True
-                break
-            s = (s + 1) & (size - 1)
+    table = np.empty(size, dtype=np.uint64)
+    used = np.zeros(size, dtype=np.uint8)  # 0 empty, 1 key unclaimed, 2 key claimed
+    for p in range(n_parts):
+        lo, hi = nstart[p], nstart[p + 1]
+        if lo == hi:
+            continue
+        psize = 1
+        while psize < 2 * (hi - lo):
+            psize *= 2
+        pmask = np.uint64(psize - 1)
+        used[:psize] = 0
+        for t in range(lo, hi):
+            key = nk[t]
+            s = np.int64(_mix(key) & pmask)
+            while used[s] != 0:
+                s = (s + 1) & (psize - 1)
+            table[s] = key
+            used[s] = 1
+        for j in range(istart[p], istart[p + 1]):
+            key = ik[j]
+            s = np.int64(_mix(key) & pmask)
+            while used[s] != 0:
+                if table[s] == key:
+                    if used[s] == 1:
+                        used[s] = 2
+                        out[ipos[j]] = True
+                    break
+                s = (s + 1) & (psize - 1)
     return out
-
-
-@njit(cache=True, nogil=True)
-def unique_first(sorted_keys, order):
-    """Unique keys and the first input position of each.
-
-    Requires: ``sorted_keys = keys[order]`` for a permutation ``order`` that sorts
-    ``keys`` (stable or not). Returns ``(uniq, first)``: unique keys ascending and,
-    for each, the smallest index ``i`` with ``keys[i] == uniq[k]``."""
-    n = sorted_keys.shape[0]
-    uniq = np.empty(n, dtype=np.uint64)
-    first = np.empty(n, dtype=np.int64)
-    m = 0
-    k = 0
-    while k < n:
-        key = sorted_keys[k]
-        best = order[k]
-        k += 1
-        while k < n and sorted_keys[k] == key:
-            if order[k] < best:
-                best = order[k]
-            k += 1
-        uniq[m] = key
-        first[m] = best
-        m += 1
-    return uniq[:m].copy(), first[:m].copy()
