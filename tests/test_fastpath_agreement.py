@@ -226,3 +226,16 @@ def test_whatwg_vectors_agree():
     # (measured: 120 normalised, 34 scheme rejections, 737 routed of 891).
     assert int((status == OK).sum()) >= 110 and int((status != ROUTE).sum()) >= 140
     assert np.all(np.diff(fb.positions) > 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(urls=st.lists(st.sampled_from([
+    "http://a.example/x", "HTTP://A.example:80/x#f", "/rel?q=1", "rel/../y", "mailto:x@y",
+    "http://é.example/", "http://u@a.example/", "a b", "http://a.example/%7e%41", "\x01",
+    "http://[::1]/", "https://b.example/?b=2&a=1", ""]), max_size=40))
+def test_normalise_many_batch_path_equals_scalar_path(urls):
+    from seenstore.normalise import normalise_many
+    base = "http://base.example/d/"
+    fast = normalise_many(urls, base, fast=True)
+    slow = normalise_many(urls, base, fast=False)
+    assert (fast.urls, fast.positions, fast.rejected) == (slow.urls, slow.positions, slow.rejected)

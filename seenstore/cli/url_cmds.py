@@ -190,7 +190,7 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
                 if pairs:
                     batch = _normalise_pairs(chunk, base, policy, max_length)
                 else:
-                    batch = normalise_many(chunk, base, policy, max_length)
+                    batch = normalise_many(chunk, base, policy, max_length, fast=False)
                 for reason, n in batch.reason_counts().items():
                     counts[reason] = counts.get(reason, 0) + n
                 if not batch.urls:
