@@ -239,3 +239,28 @@ def test_normalise_many_batch_path_equals_scalar_path(urls):
     fast = normalise_many(urls, base, fast=True)
     slow = normalise_many(urls, base, fast=False)
     assert (fast.urls, fast.positions, fast.rejected) == (slow.urls, slow.positions, slow.rejected)
+
+
+@settings(max_examples=30, deadline=None)
+@given(urls=st.lists(st.sampled_from([
+    "http://a.example/x", "HTTP://A.example:80/x?q#f", "https://b.example:8443/%7e/y",
+    "http://é.example/p", "http://u:p@c.example/", "http://[::1]:81/", "http://1.2.3.4/",
+    "https://www.b.example/?b=2&a=1"]), min_size=1, max_size=30), host_bits=st.sampled_from([0, 20, 32]))
+def test_fingerprint_many_kernel_equals_scalar(urls, host_bits):
+    from seenstore.fingerprint import fingerprint_many
+    from seenstore.normalise import normalise
+    from seenstore.fingerprint import FAST_PATH_MIN
+    canonical = [normalise(u) for u in urls]
+    canonical *= FAST_PATH_MIN // len(canonical) + 1  # above the kernel threshold
+    layout = Layout(host_bits=host_bits)
+    fast = fingerprint_many(canonical, layout)
+    assert fast.tolist() == [fingerprint(u, layout) for u in canonical]
+
+
+def test_fingerprint_many_kernel_path_refuses_non_strings():
+    import pytest
+    from seenstore.fingerprint import FAST_PATH_MIN, fingerprint_many
+    with pytest.raises(InvalidInputError, match="URL strings"):
+        fingerprint_many(["http://a.example/"] * FAST_PATH_MIN + [5])
+    with pytest.raises(InvalidInputError, match="URL strings"):
+        fingerprint_many(["http://a.example/"] * FAST_PATH_MIN + ["http://a.example/\udcff"])
