@@ -228,6 +228,18 @@ class NormalisedBatch:
     def reason_counts(self) -> dict[str, int]:
         return count_reasons(self.rejected)
 
+    @classmethod
+    def of(cls, results: Iterable[str | Rejection]) -> "NormalisedBatch":
+        """Collect per-input results (a canonical URL or a Rejection) in input order."""
+        out = cls()
+        for i, r in enumerate(results):
+            if isinstance(r, Rejection):
+                out.rejected.append((i, r))
+            else:
+                out.urls.append(r)
+                out.positions.append(i)
+        return out
+
 
 def count_reasons(rejected: Iterable[tuple[int, Rejection]]) -> dict[str, int]:
     """{reason code: how many} over (index, reason) pairs, for summaries."""
@@ -258,12 +270,4 @@ def normalise_many(
 
         fb = normalise_urls(urls, base, policy, max_length=max_length)
         return NormalisedBatch(fb.urls, fb.positions.tolist(), fb.rejected)
-    out = NormalisedBatch()
-    for i, u in enumerate(urls):
-        r = try_normalise(u, base, policy, max_length)
-        if isinstance(r, Rejection):
-            out.rejected.append((i, r))
-        else:
-            out.urls.append(r)
-            out.positions.append(i)
-    return out
+    return NormalisedBatch.of(try_normalise(u, base, policy, max_length) for u in urls)

@@ -18,8 +18,7 @@ import click
 from ..fastpath import iter_batches, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
-from ..normalise import (DEFAULT_MAX_LENGTH, NormalisedBatch, Rejection, check_base,
-                         normalise_many)
+from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
 from ..policy import load_policy
 from . import default_store_dir, main, store_option
 
@@ -39,19 +38,16 @@ max_length_option = click.option(
 def _normalise_pairs(lines, base, policy, max_length) -> NormalisedBatch:
     """The scalar path for 'BASE<TAB>HREF' lines: each href against its own base
     (a base that is not a valid URL rejects its relative hrefs, as the fast path does)."""
-    out, usable = NormalisedBatch(), {}
-    for i, line in enumerate(lines):
+    usable: dict[str, bool] = {}
+
+    def one(line: bytes):
         href, own = line, base
         if b"\t" in line:
             raw_base, href = line.split(b"\t", 1)
             own = raw_base.decode("utf-8", "surrogateescape")
-        r = scalar_one(href, own, policy, max_length, usable)
-        if isinstance(r, Rejection):
-            out.rejected.append((i, r))
-        else:
-            out.urls.append(r)
-            out.positions.append(i)
-    return out
+        return scalar_one(href, own, policy, max_length, usable)
+
+    return NormalisedBatch.of(one(line) for line in lines)
 
 
 def _lines(stream) -> Iterator[bytes]:
