@@ -102,20 +102,20 @@ def write_plot(r: dict, path: str) -> None:
 
     bs = r["batches"]
     x = [b["stored_before"] / 1e6 for b in bs]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     bottom = [0.0] * len(bs)
     for s in ROW_STAGES:
         y = [b[f"{s}_s"] / max(1, b["offered"]) * 1e9 for b in bs]
         ax.bar(range(len(bs)), y, bottom=bottom, label=s)
         bottom = [a + c for a, c in zip(bottom, y)]
-    ax.set_xticks(range(len(bs)), [f"{v:.0f}" for v in x], rotation=90 if len(bs) > 20 else 0)
+    ax.set_xticks(range(len(bs)), [f"{v:.3g}" for v in x], rotation=90 if len(bs) > 20 else 0)
     ax.set_xlabel("keys in the store before the batch (millions)")
     ax.set_ylabel("ns per offered key")
     p = r["params"]
     ax.set_title(f"seenstore bench: {r['offered']:,} keys, batch {p['batch']:,}, "
                  f"reoffer {p['reoffer']} (floor ratio "
                  f"{r['floor']['ratio_store_to_floor']:.2f}x)")
-    ax.legend(title="stage", loc="upper left")
+    ax.legend(title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
