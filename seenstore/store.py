@@ -339,8 +339,8 @@ class SeenStore:
             return self._add_sorted(uniq, progress, approx_answered)
 
     def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0) -> np.ndarray:
-        timings = {"sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "merge_s": 0.0,
-                   "commit_s": 0.0, "bytes_read": 0, "bytes_written": 0, "offered": len(uniq),
+        timings = {"sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": 0.0,
+                   "merge_s": 0.0, "commit_s": 0.0, "bytes_read": 0, "bytes_written": 0, "offered": len(uniq),
                    "unique": len(uniq), "new": 0, "bloom_negative": 0, "approx_answered": 0}
         self.last_timings = timings
         is_new = np.zeros(len(uniq), dtype=np.bool_)
@@ -375,12 +375,16 @@ class SeenStore:
         if n_approx and not timings["new"]:
             self._commit_counters(n_approx)  # nothing written, but the count is durable
         if self.bloom is not None and timings["new"]:
+            t1 = time.perf_counter()
             if self.mode == "approximate":  # only what was stored: positives are final here
                 self.bloom.add(uniq[is_new])
                 self._bloom_dirty = True
+            timings["bloom_s"] += time.perf_counter() - t1
             if self.bloom.n_added > self.bloom.capacity:  # keep the FPR at its target
+                t1 = time.perf_counter()
                 self._rebuild_bloom(2 * max(len(self), self.bloom.capacity),
                                     self.bloom.target_fpr)
+                timings["bloom_rebuild_s"] = time.perf_counter() - t1
         return is_new
 
     def _merge_all(self, uniq: np.ndarray, maybe: np.ndarray | None, timings: dict,
