@@ -22,8 +22,8 @@ import numpy as np
 from . import manifest
 from .batch import Batch, as_keys, prepare
 from .bloom import BloomFilter
-from .errors import (DiskFullError, MismatchError, NotAStoreError, SeenStoreError,
-                     StoreIOError, StoreNotFoundError, InvalidInputError)
+from .errors import (CorruptionError, DiskFullError, InvalidInputError, MismatchError,
+                     NotAStoreError, SeenStoreError, StoreIOError, StoreNotFoundError)
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
 from .merge import DEFAULT_CHUNK_KEYS, merge_run
@@ -223,7 +223,6 @@ class SeenStore:
                     or h.shard != r["shard"] or h.policy_digest != pd
                     or h.host_bits != self.layout.host_bits
                     or h.shard_bits != self._doc["shard_bits"]):
-                from .errors import CorruptionError
                 raise CorruptionError(f"{r['file']}: header does not match the manifest")
             readers[r["shard"]] = reader
         self._readers = readers
@@ -303,11 +302,8 @@ class SeenStore:
             lo, hi = bounds[shard], bounds[shard + 1]
             if lo == hi or reader.count == 0:
                 continue
-            run = reader.keys
-            pos = np.searchsorted(run, uniq[lo:hi])
-            pos[pos == len(run)] = len(run) - 1
-            found[lo:hi] = run[pos] == uniq[lo:hi]
-        return _every_occurrence(keys, uniq[found])
+            found[lo:hi] = _member(reader.keys, uniq[lo:hi])
+        return _member(uniq[found], keys)  # every occurrence, not just the first
 
     # ----------------------------------------------------------------- writing
     def add(self, keys, progress=None) -> np.ndarray:
@@ -422,7 +418,7 @@ class SeenStore:
                 probe = reader.count > 0 and bool(maybe[lo:hi].all())
             else:
                 probe = (hi - lo) * PROBE_RATIO < reader.count
-            if probe and _all_present(reader.keys, uniq[lo:hi]):
+            if probe and _member(reader.keys, uniq[lo:hi]).all():
                 return shard, None, False  # nothing new here: no rewrite at all
             w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
                           self.layout.host_bits, self.shard_bits, shard, pd)
@@ -568,7 +564,6 @@ class SeenStore:
     def verify(self) -> dict:
         """Full integrity check of every run (checksums, order, shard ranges).
         Raises CorruptionError on the first fault; returns a summary otherwise."""
-        from .errors import CorruptionError
         doc = manifest.read(self.path)
         if doc["generation"] != self.generation:
             raise CorruptionError(f"{self.path}: manifest changed under an open store")
@@ -604,17 +599,10 @@ class SeenStore:
         self.close(save_bloom=exc_type is None)
 
 
-def _all_present(run: np.ndarray, part: np.ndarray) -> bool:
-    """True when every key of sorted ``part`` is in sorted ``run``. Requires: run non-empty."""
-    pos = np.searchsorted(run, part)
-    pos[pos == len(run)] = len(run) - 1
-    return bool((run[pos] == part).all())
-
-
-def _every_occurrence(keys: np.ndarray, found: np.ndarray) -> np.ndarray:
-    """Mask of every occurrence (not just the first) of keys in sorted ``found``."""
-    if len(found) == 0:
-        return np.zeros(len(keys), dtype=np.bool_)
-    pos = np.searchsorted(found, keys)
-    pos[pos == len(found)] = len(found) - 1
-    return found[pos] == keys
+def _member(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """Mask over ``needles``: True where the key is in sorted unique ``haystack``."""
+    if len(haystack) == 0:
+        return np.zeros(len(needles), dtype=np.bool_)
+    pos = np.searchsorted(haystack, needles)
+    pos[pos == len(haystack)] = len(haystack) - 1
+    return haystack[pos] == needles
