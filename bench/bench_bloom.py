@@ -160,6 +160,11 @@ def speed_variant(name: str, n: int, fpr: float, rng, reps: int) -> dict[str, fl
                  "probe present": timed(n, K.bloom_query, words, keys, k, group, out)}
             assert out.all(), "false negative"
             if group == B.GROUP:
+                fresh = np.zeros_like(words)  # pre-faulted, as words above
+                tmp = np.zeros(min(n, max(B.REGION_MIN_KEYS, len(words))), np.uint64)
+                r["regions"] = timed(n, K.bloom_add_regions, fresh, keys, k, group,
+                                     B.region_bits(bf.nbytes), tmp)
+                assert np.array_equal(fresh, words), "region insert set other bits"
                 m = n // 10
                 r["add_query"] = timed(m, bf.add_query, others[:m])
                 for g in SWEEP:  # probe absent, keys located ahead g at a time
@@ -183,7 +188,7 @@ def speed_part(a: argparse.Namespace) -> None:
         print(f"\ntarget {fpr:.2%}: filter {base['MB']:.0f} MB, blocked k={base['k']}, "
               f"classic k={results['classic']['k']} (same memory); ns/key "
               f"(x = over blocked)")
-        cols = ("insert", "probe absent", "probe present", "add_query")
+        cols = ("insert", "regions", "probe absent", "probe present", "add_query")
         print(f"{'variant':18} " + " ".join(f"{c:>20}" for c in cols))
         for v, r in results.items():
             cells = []

@@ -39,10 +39,9 @@ class SeenStorePeer:
         from seenstore.store import SeenStore
         # Bloom sized for the stream's distinct keys, as rbloom is below.
         self.st = SeenStore.open(path, create=True, bloom_capacity=stream.expected_total_new)
-        self.exact_mask = True
 
     def add(self, keys):
-        return self.st.add(keys)  # a mask aligned with keys (more than the others return)
+        return self.st.add_new(keys)  # the sorted new keys, as the others return them
 
     def close(self):
         self.st.close()
@@ -199,8 +198,6 @@ def _check(peer, batch, got) -> tuple[bool, int]:
     """(correct, lost): exact peers must return exactly the fresh keys; approximate ones a
     subset of them (lost = fresh keys answered as seen)."""
     fresh = batch.keys[: batch.n_fresh]
-    if getattr(peer, "exact_mask", False):
-        return bool(got.sum() == batch.n_fresh and got[: batch.n_fresh].all()), 0
     got = np.sort(np.fromiter(got, dtype=np.uint64, count=len(got))
                   if not isinstance(got, np.ndarray) else got)
     if getattr(peer, "approximate", False):

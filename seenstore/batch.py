@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from .errors import InvalidInputError, StoreNotFoundError
-from .kernels.batch import mark_first_new, unique_sorted
+from .kernels.batch import compact_inplace, mark_first_new, unique_inplace
 
 
 def as_keys(keys) -> np.ndarray:
@@ -38,8 +38,12 @@ def as_keys(keys) -> np.ndarray:
 
 
 def prepare(keys: np.ndarray) -> np.ndarray:
-    """Sorted unique copy of ``keys``. Requires: uint64 (see ``as_keys``)."""
-    return unique_sorted(np.sort(keys))
+    """Sorted unique copy of ``keys``. Requires: uint64 (see ``as_keys``).
+
+    A view of the front of one sorted copy (deduplicated in place): no second
+    batch-sized array to allocate and fault in."""
+    s = np.sort(keys)
+    return s[: unique_inplace(s)]
 
 
 class Batch:
@@ -55,6 +59,11 @@ class Batch:
     def mask(self, is_new: np.ndarray) -> np.ndarray:
         """Mask over the offered keys from ``is_new`` over ``uniq``."""
         return mark_first_new(self.keys, self.uniq[is_new])
+
+    def take_new(self, is_new: np.ndarray) -> np.ndarray:
+        """``uniq[is_new]``, compacted inside ``uniq``'s own memory (a view of its front).
+        Consumes ``uniq``: call last."""
+        return self.uniq[: compact_inplace(self.uniq, is_new)]
 
 
 def read_batch_file(path: str) -> np.ndarray:

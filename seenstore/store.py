@@ -42,6 +42,7 @@ DEFAULT_SHARD_BITS = 4
 # rewritten (a few random page reads instead of a sequential rewrite).
 PROBE_RATIO = 64
 MAX_SHARD_BITS = 12
+REBUILD_CHUNK_KEYS = 1 << 24  # 128 MiB read buffer when a Bloom filter is rebuilt
 _RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
 _TMP_RE = re.compile(r"^(MANIFEST\.tmp|BLOOM\.tmp\.\d+)$")
 _FAULT = os.environ.get("SEENSTORE_FAULT", "")  # test seam: "point" -> SIGKILL self there
@@ -246,7 +247,8 @@ class SeenStore:
 
     def _rebuild_bloom(self, capacity: int, fpr: float) -> None:
         bf = BloomFilter.for_capacity(int(capacity), fpr)
-        buf = np.empty(self.chunk_keys, dtype=np.uint64)
+        # Large reads: each insert call sweeps the whole filter region by region.
+        buf = np.empty(min(REBUILD_CHUNK_KEYS, max(1, len(self))), dtype=np.uint64)
         for reader in self._readers.values():
             for n in reader.chunks(buf):
                 bf.add(buf[:n])
@@ -310,17 +312,50 @@ class SeenStore:
         """Admit ``keys``; return a mask aligned with them: True exactly where the
         key was never admitted before this call and this is its first occurrence
         in the call. Durable on return (fsynced, committed). ``progress``: called
-        as ``progress(shards_done, shards_total)`` as shard merges finish."""
-        t0 = time.perf_counter()
-        batch = Batch(as_keys(keys))
-        t_sort = time.perf_counter() - t0
-        is_new = self.add_sorted(batch.uniq, progress)
+        as ``progress(shards_done, shards_total)`` as shard merges finish.
+
+        The mask costs one more pass over the keys than ``add_new``."""
+        batch, is_new = self._admit(as_keys(keys), progress)
         t1 = time.perf_counter()
         mask = batch.mask(is_new)
-        self.last_timings["sort_s"] = t_sort
         self.last_timings["align_s"] = time.perf_counter() - t1
-        self.last_timings["offered"] = len(batch.keys)
         return mask
+
+    def add_new(self, keys, progress=None) -> np.ndarray:
+        """Admit ``keys`` as ``add`` does; return the keys never admitted before
+        this call, sorted ascending, each once (no per-occurrence mask, so no
+        alignment pass: the cheaper call when the caller needs only the new keys)."""
+        batch, is_new = self._admit(as_keys(keys), progress)
+        return batch.take_new(is_new)
+
+    def _admit(self, keys: np.ndarray, progress) -> tuple[Batch, np.ndarray]:
+        """Sort, merge and commit ``keys``; return the Batch and ``is_new`` over its uniq.
+
+        In exact mode the Bloom insert of the raw keys runs on a second thread
+        while this one sorts and merges: exact answers never wait for the
+        filter (the merge decides), so the insert only has to finish before
+        return. Extra bits from a batch that then fails to commit only cost a
+        positive the disk answers."""
+        self._check_writable()
+        with self._mutex:
+            behind = None
+            if self.bloom is not None and self.mode == "exact" and len(keys):
+                behind = self.bloom.add_in_background(keys)
+            try:
+                t0 = time.perf_counter()
+                batch = Batch(keys)
+                t_sort = time.perf_counter() - t0
+                is_new = self._add_sorted(batch.uniq, progress, behind=behind)
+            finally:
+                if behind is not None:
+                    behind.wait()
+        self.last_timings["sort_s"] = t_sort
+        self.last_timings["offered"] = len(keys)
+        return batch, is_new
+
+    def _check_writable(self) -> None:
+        if self._lock is None:
+            raise InvalidInputError(f"{self.path}: store was opened read-only")
 
     def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0) -> np.ndarray:
         """Admit sorted unique keys; return the mask of those that were new.
@@ -328,15 +363,20 @@ class SeenStore:
         Requires: ``uniq`` sorted ascending, unique, uint64. All shards the batch
         touches are committed together, or none (on any error).
         ``approx_answered``: keys a caller (the streaming stage) answered as seen
-        from a Bloom positive alone; added to the durable counter with this commit."""
-        if self._lock is None:
-            raise InvalidInputError(f"{self.path}: store was opened read-only")
+        from a Bloom positive alone; added to the durable counter with this commit.
+        In exact mode the Bloom query runs first here, so a shard whose keys are
+        all Bloom-positive is probed before it is rewritten (the stage's held
+        positives are mostly seen keys)."""
+        self._check_writable()
         with self._mutex:
             return self._add_sorted(uniq, progress, approx_answered)
 
-    def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0) -> np.ndarray:
+    def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0,
+                    behind=None) -> np.ndarray:
+        """``behind``: a PendingAdd already inserting this batch (exact mode), or None."""
         timings = {"sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": 0.0,
-                   "merge_s": 0.0, "commit_s": 0.0, "bytes_read": 0, "bytes_written": 0, "offered": len(uniq),
+                   "bloom_background_s": 0.0, "merge_s": 0.0, "commit_s": 0.0,
+                   "bytes_read": 0, "bytes_written": 0, "offered": len(uniq),
                    "unique": len(uniq), "new": 0, "bloom_negative": 0, "approx_answered": 0}
         self.last_timings = timings
         is_new = np.zeros(len(uniq), dtype=np.bool_)
@@ -346,7 +386,9 @@ class SeenStore:
             return is_new
         t0 = time.perf_counter()
         maybe = None
-        if self.bloom is not None and self.mode == "exact":
+        if behind is not None:
+            self._bloom_dirty = True
+        elif self.bloom is not None and self.mode == "exact":
             # Insert now, in the same pass as the query: every key of the batch is
             # in the store once it commits, and if it does not, extra bits only
             # make a positive that the disk check answers.
@@ -370,6 +412,11 @@ class SeenStore:
             is_new[~maybe] = cand_new
         if n_approx and not timings["new"]:
             self._commit_counters(n_approx)  # nothing written, but the count is durable
+        if behind is not None:  # the wait is the Bloom's share of this call's time
+            t1 = time.perf_counter()
+            timings["bloom_negative"] = behind.wait()
+            timings["bloom_s"] += time.perf_counter() - t1
+            timings["bloom_background_s"] = behind.elapsed_s
         if self.bloom is not None and timings["new"]:
             t1 = time.perf_counter()
             if self.mode == "approximate":  # only what was stored: positives are final here

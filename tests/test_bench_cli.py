@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from seenstore.benchrun import STAGES
@@ -43,16 +44,30 @@ def test_tiny_run_subprocess_exit_code_and_json_fields(tmp_path):
     assert not os.path.exists(tmp_path / "bench-store")  # removed without --keep
 
 
-def test_wrong_counts_give_exit_1(tmp_path, monkeypatch):
-    real_add = SeenStore.add
+def _flip_last(mask):
+    mask[-1] = not mask[-1]
+    return mask
 
-    def lying_add(self, keys):
-        mask = real_add(self, keys)
-        mask[-1] = not mask[-1]
-        return mask
 
-    monkeypatch.setattr(SeenStore, "add", lying_add)
-    r = _bench(["--keys", "3e4", "--batch", "1e4"], tmp_path)
+def _swap_one(new):  # same count, one new key replaced by a key that is not new
+    out = new.copy()
+    out[-1] = out[-1] + np.uint64(1) if out[-1] != np.uint64(2**64 - 1) else np.uint64(0)
+    return np.sort(out)
+
+
+@pytest.mark.parametrize("answer,method,lie", [
+    ("mask", "add", _flip_last),
+    ("new", "add_new", lambda new: new[:-1]),
+    ("new", "add_new", _swap_one),
+])
+def test_wrong_answers_give_exit_1(tmp_path, monkeypatch, answer, method, lie):
+    real = getattr(SeenStore, method)
+
+    def lying(self, keys):
+        return lie(real(self, keys))
+
+    monkeypatch.setattr(SeenStore, method, lying)
+    r = _bench(["--keys", "3e4", "--batch", "1e4", "--answer", answer], tmp_path)
     assert r.exit_code == 1
     assert "differ from the expectation" in r.output
 

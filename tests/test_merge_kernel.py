@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import EDGE_KEYS
 from naive import merge_naive
 from seenstore.errors import CorruptionError
-from seenstore.kernels.batch import mark_first_new, unique_sorted
+from seenstore.kernels.batch import compact_inplace, mark_first_new, unique_inplace, unique_sorted
 from seenstore.kernels.merge import is_strictly_increasing, merge_step
 from seenstore.merge import merge_run
 
@@ -91,6 +91,19 @@ def test_unique_sorted_and_strict_order(keys):
     assert is_strictly_increasing(u)
     if len(u) != len(a):
         assert not is_strictly_increasing(a)
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(key, max_size=80), keep=st.lists(st.booleans(), max_size=80))
+def test_in_place_unique_and_compaction_equal_numpy(keys, keep):
+    a = np.array(sorted(keys), dtype=np.uint64)
+    m = unique_inplace(a)
+    assert a[:m].tolist() == sorted(set(keys))
+    b = np.array(keys, dtype=np.uint64)
+    mask = np.array((keep + [True] * len(keys))[: len(keys)], dtype=np.bool_)
+    want = b[mask].tolist()
+    n = compact_inplace(b, mask)
+    assert b[:n].tolist() == want
 
 
 @settings(max_examples=200, deadline=None)

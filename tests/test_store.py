@@ -25,16 +25,27 @@ def all_keys(store):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seq=batches, shard_bits=st.sampled_from([0, 1, 4]), reopen=st.lists(st.booleans(), max_size=8))
-def test_add_matches_set_oracle(tmp_path_factory, seq, shard_bits, reopen):
+@given(seq=batches, shard_bits=st.sampled_from([0, 1, 4]), reopen=st.lists(st.booleans(), max_size=8),
+       calls=st.lists(st.sampled_from(["add", "add_new", "add_sorted"]), max_size=8))
+def test_add_matches_set_oracle(tmp_path_factory, seq, shard_bits, reopen, calls):
+    """add (mask), add_new (sorted new keys) and add_sorted, mixed, against a set."""
     path = str(tmp_path_factory.mktemp("s") / "store")
     oracle = set()
     store = SeenStore.open(path, create=True, shard_bits=shard_bits, bloom_capacity=64, sync=False)
     try:
         for i, batch in enumerate(seq):
+            keys = np.array(batch, dtype=np.uint64)
+            call = calls[i] if i < len(calls) else "add"
+            before = set(oracle)
             want = add_naive(oracle, batch)
-            got = store.add(np.array(batch, dtype=np.uint64))
-            assert got.tolist() == want.tolist()
+            if call == "add":
+                assert store.add(keys).tolist() == want.tolist()
+            elif call == "add_new":
+                assert store.add_new(keys).tolist() == sorted(set(batch) - before)
+            else:
+                uniq = np.unique(keys)
+                assert uniq[store.add_sorted(uniq)].tolist() == sorted(set(batch) - before)
+            assert store.contains(keys).all()  # the Bloom filter holds them too
             if i < len(reopen) and reopen[i]:
                 store.close()
                 store = SeenStore.open(path, bloom_capacity=64, sync=False)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import click
 
-from ..benchrun import STAGES, BenchResult, default_batch_size, parse_count, run_bench
+from ..benchrun import ANSWERS, STAGES, BenchResult, default_batch_size, parse_count, run_bench
 from ..errors import InvalidInputError
 from ..workload import CrawlStream
 from . import fail, main
@@ -47,7 +47,9 @@ def _print_text(r: dict) -> None:
     fl = r["floor"]
     echo = click.echo
     echo(f"keys offered     {r['offered']:,} in {len(r['batches'])} batches of {p['batch']:,} "
-         f"(reoffer {p['reoffer']}, dup {p['dup']}, seed {p['seed']})")
+         f"(reoffer {p['reoffer']}, dup {p['dup']}, seed {p['seed']}); answer: "
+         + ("sorted new keys (add_new)" if p.get("answer", "new") == "new"
+            else "mask over offered keys (add)"))
     cap = p.get("bloom_capacity")
     echo("bloom capacity   " + (f"{cap:,} keys" if cap else "store default (2^20, grows 2x)"))
     echo(f"new keys         {r['new']:,} (expected {r['expected_new']:,}): "
@@ -58,6 +60,9 @@ def _print_text(r: dict) -> None:
          "last_timings does not name)")
     echo("ns/key by stage  " + "  ".join(f"{s} {ns[s]:.1f}" for s in STAGES)
          + f"  other {ns['other']:.1f}")
+    if ns.get("bloom_background"):
+        echo(f"                 (bloom = time waited for the Bloom insert, which ran "
+             f"{ns['bloom_background']:.1f} ns/key on a second thread beside sort and merge)")
     echo(f"bytes read       {r['bytes_read']:,}   written {r['bytes_written']:,}")
     bpk = r["disk_bytes_per_key"]
     echo(f"on disk          {r['disk_bytes']:,} bytes for {r['store_keys']:,} keys"
@@ -140,18 +145,22 @@ def write_plot(r: dict, path: str) -> None:
               help="Keys the Bloom filter is sized for (default: the stream's distinct keys, "
                    "as an operator who knows the crawl's scale would; 0: the store's default, "
                    "which starts at 2^20 and is rebuilt 2x larger each time it fills).")
+@click.option("--answer", type=click.Choice(ANSWERS), default="new", show_default=True,
+              help="What each batch asks the store for: 'new' = the sorted new keys "
+                   "(SeenStore.add_new, what the peers return); 'mask' = a mask aligned with "
+                   "the offered keys (SeenStore.add; one more pass, shown as 'align').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON object to FILE.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of ns/key per stage for each batch.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, as_json,
-          save, plot, quiet):
+def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, answer,
+          as_json, save, plot, quiet):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
     Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
-    inside the batch, with host-skewed top bits. Every mask the store returns is
+    inside the batch, with host-skewed top bits. Every answer the store returns is
     checked against the stream's exact expectation (exit 1 if any is wrong). The
     floor (np.sort of the same batches + sequential read and write of the bytes the
     merges moved, at the disk bandwidth measured in this run) is printed beside.
@@ -180,7 +189,7 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     store_path = os.path.join(work_dir, "bench-store")
     created = not os.path.exists(store_path)
     try:
-        res = _run(stream, store_path, probe, quiet, bloom_capacity)
+        res = _run(stream, store_path, probe, quiet, bloom_capacity, answer)
     finally:
         if not keep:
             if own_dir:
@@ -208,9 +217,9 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
 
 
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
-         bloom_capacity: int | None) -> BenchResult:
+         bloom_capacity: int | None, answer: str) -> BenchResult:
     if quiet:
-        return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity)
+        return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity, answer=answer)
     with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
                            show_pos=True, item_show_func=lambda s: s) as bar:
 
@@ -218,4 +227,4 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
             n = max(1, row["offered"])
             bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
-        return run_bench(stream, store_path, probe, on_batch, bloom_capacity)
+        return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer)

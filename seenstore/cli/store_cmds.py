@@ -53,11 +53,15 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, wait):
     keys = read_batch_file(batch)
     t_read = time.perf_counter() - t0
     with _open(store_dir, create=create, wait=_wait(wait), mode=mode, bloom=bloom) as store:
-        mask = store.add(keys, progress=_progress_line() if sys.stderr.isatty() else None)
+        progress = _progress_line() if sys.stderr.isatty() else None
+        if new_out is None:  # only the count: no mask to align with the input
+            n_new = len(store.add_new(keys, progress=progress))
+        else:
+            mask = store.add(keys, progress=progress)
+            n_new = int(mask.sum())
         timings = dict(store.last_timings)
         total_keys = len(store)
         bloom_stats = store.stats()["bloom"] if bloom else None
-    n_new = int(mask.sum())
     if new_out is not None:
         data = keys[mask].astype("<u8").tobytes()
         if new_out == "-":

@@ -15,17 +15,39 @@ from numba import njit
 @njit(cache=True, nogil=True)
 def unique_sorted(a):
     """Unique keys of ``a``. Requires: ``a`` sorted ascending (uint64). Returns a new array."""
+    out = a.copy()
+    return out[: unique_inplace(out)].copy()
+
+
+@njit(cache=True, nogil=True)
+def unique_inplace(a):
+    """Move the unique keys of sorted ``a`` to its front, in order; return their count.
+
+    Requires: ``a`` sorted ascending (uint64). ``a[count:]`` is left unspecified.
+    In place because a fresh array of a 1e8-key batch costs more in page faults
+    (0.04-1.5 s for 720 MB, by the kernel's huge-page luck) than the pass itself."""
     n = a.shape[0]
-    out = np.empty(n, dtype=np.uint64)
     if n == 0:
-        return out
-    out[0] = a[0]
+        return 0
     m = 1
     for k in range(1, n):
-        if a[k] != out[m - 1]:
-            out[m] = a[k]
+        if a[k] != a[m - 1]:
+            a[m] = a[k]
             m += 1
-    return out[:m].copy()
+    return m
+
+
+@njit(cache=True, nogil=True)
+def compact_inplace(a, keep):
+    """Move ``a[i]`` for every i with ``keep[i]`` to the front of ``a``, in order;
+    return their count. ``a[count:]`` is left unspecified. (``a[keep]`` without
+    allocating a second array.)"""
+    m = 0
+    for k in range(a.shape[0]):
+        if keep[k]:
+            a[m] = a[k]
+            m += 1
+    return m
 
 
 @njit(cache=True, nogil=True)
