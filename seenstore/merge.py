@@ -12,7 +12,7 @@ import numpy as np
 from .errors import CorruptionError
 from .kernels.merge import merge_step
 from .runreader import RunReader
-from .runwriter import RunWriter
+from .runwriter import RunWriter, aligned_empty
 
 DEFAULT_CHUNK_KEYS = 1 << 20  # 8 MiB buffers: large sequential I/O, small footprint
 
@@ -26,7 +26,8 @@ def merge_run(reader: RunReader | None, batch: np.ndarray, writer: RunWriter,
     run is unsorted or fails its checksum."""
     is_new = np.zeros(len(batch), dtype=np.bool_)
     out = np.empty(chunk_keys, dtype=np.uint64)
-    old = np.empty(chunk_keys if reader is not None and reader.count else 0, dtype=np.uint64)
+    # page-aligned, so the run streams in with O_DIRECT reads (runreader.py)
+    old = aligned_empty(chunk_keys if reader is not None and reader.count else 0)
     state = [0, np.uint64(0), False]  # j, prev, have_prev
 
     def drain(n_old: int, last: bool) -> None:

@@ -3,7 +3,7 @@
 A store is a directory: MANIFEST (the commit point), one run file per shard
 (keys sorted, unique; shard = top ``shard_bits`` bits of the key) and LOCK.
 ``add`` sorts a batch, merges it into every shard it touches in one sequential
-pass each (two shards at a time, the kernel releases the GIL), then commits all
+pass each (four shards at a time, the kernel and I/O release the GIL), then commits all
 shards or none. See docs/architecture.md for the protocol and cost model.
 """
 
@@ -82,7 +82,11 @@ class SeenStore:
         self._mutex = threading.Lock()
         self._readers: dict[int, RunReader] = {}
         self.chunk_keys = DEFAULT_CHUNK_KEYS
-        self.threads = 2
+        # Shards merged at once: reads and writes are O_DIRECT and block, so more
+        # than the 2 cores keeps the disk busy (4: 18 % less merge time than 2 at
+        # 2.25e8 stored keys, 8 no better; scratch measurement in the issue 6 note)
+        self.threads = 4
+        self._retiring: threading.Thread | None = None
         self.last_timings: dict = {}
         self.sync = True  # fsync on commit (see open)
 
@@ -514,6 +518,7 @@ class SeenStore:
         self._doc = doc
 
     def _commit(self, gen: int, changed: list, n_new: int, n_approx: int = 0) -> None:
+        self._join_retire()
         try:
             for shard, _ in changed if self.sync else ():
                 fd = os.open(os.path.join(self.path, run_name(shard, gen)), os.O_RDONLY)
@@ -548,11 +553,29 @@ class SeenStore:
         self._doc = doc
         for shard, _ in changed:
             self._readers[shard] = RunReader(os.path.join(self.path, run_name(shard, gen)))
-        for name in old_files:
-            try:
-                os.unlink(os.path.join(self.path, name))
-            except OSError:
-                pass  # removed as a leftover on the next open
+        self._retire([os.path.join(self.path, name) for name in old_files])
+
+    def _retire(self, paths: list) -> None:
+        """Delete replaced runs on a background thread (freeing GBs of extents took
+        0.2-0.3 s per 1e8-key batch, 8 % of its time); joined before the next commit
+        (so at most one generation of replaced runs exists) and by ``close``. A crash
+        before it ends leaves files the next open removes as leftovers."""
+        self._join_retire()
+
+        def unlink_all():
+            for p in paths:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass  # removed as a leftover on the next open
+
+        self._retiring = threading.Thread(target=unlink_all, name="retire-runs", daemon=True)
+        self._retiring.start()
+
+    def _join_retire(self) -> None:
+        if self._retiring is not None:
+            self._retiring.join()
+            self._retiring = None
 
     # ------------------------------------------------------------ maintenance
     def stats(self) -> dict:
@@ -627,6 +650,7 @@ class SeenStore:
     def close(self, save_bloom: bool = True) -> None:
         """Save the Bloom filter (if changed and ``save_bloom``), release the lock.
         Never loses data: a Bloom filter not saved is rebuilt by the next open."""
+        self._join_retire()
         try:
             if save_bloom:
                 self.checkpoint()
