@@ -12,22 +12,37 @@ import numpy as np
 from .errors import CorruptionError
 from .kernels.merge import merge_step
 from .runreader import RunReader
-from .runwriter import RunWriter, aligned_empty
+from .runwriter import BUF_KEYS, RunWriter, aligned_empty
 
 DEFAULT_CHUNK_KEYS = 1 << 20  # 8 MiB buffers: large sequential I/O, small footprint
 
 
+class MergeBuffers:
+    """The fixed buffers of one shard merge: ``old`` (the run streaming in; page-aligned
+    for O_DIRECT reads), ``out`` (merged keys) and ``write`` (the RunWriter's aligned
+    block buffer). Kept and reused by the store: fresh 8 MiB arrays per shard and batch
+    cost page faults, and huge-page compaction stalls when the page cache is full."""
+
+    def __init__(self, chunk_keys: int = DEFAULT_CHUNK_KEYS):
+        self.chunk_keys = chunk_keys
+        self.old = aligned_empty(chunk_keys)
+        self.out = np.empty(chunk_keys, dtype=np.uint64)
+        self.write = aligned_empty(BUF_KEYS)
+
+
 def merge_run(reader: RunReader | None, batch: np.ndarray, writer: RunWriter,
-              chunk_keys: int = DEFAULT_CHUNK_KEYS) -> np.ndarray:
+              chunk_keys: int = DEFAULT_CHUNK_KEYS,
+              buffers: MergeBuffers | None = None) -> np.ndarray:
     """Write ``old ∪ batch`` to ``writer``; return the mask of batch keys not in old.
 
     Requires: ``batch`` sorted unique uint64. ``reader`` None means an empty run.
+    ``buffers``: reused buffers (their ``chunk_keys`` wins), else fresh ones.
     Raises CorruptionError (and writes garbage the caller must abort) if the old
     run is unsorted or fails its checksum."""
     is_new = np.zeros(len(batch), dtype=np.bool_)
-    out = np.empty(chunk_keys, dtype=np.uint64)
-    # page-aligned, so the run streams in with O_DIRECT reads (runreader.py)
-    old = aligned_empty(chunk_keys if reader is not None and reader.count else 0)
+    if buffers is None:
+        buffers = MergeBuffers(chunk_keys)
+    out, old = buffers.out, buffers.old
     state = [0, np.uint64(0), False]  # j, prev, have_prev
 
     def drain(n_old: int, last: bool) -> None:

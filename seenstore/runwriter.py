@@ -37,10 +37,11 @@ def aligned_empty(n_keys: int) -> np.ndarray:
 class RunWriter:
     """Append sorted keys, then ``finish()``. Requires: keys given in ascending order
     across all ``write`` calls (the merge kernel guarantees it). ``direct``: try
-    O_DIRECT (falls back silently where refused); ``self.direct`` tells which."""
+    O_DIRECT (falls back silently where refused); ``self.direct`` tells which.
+    ``buf``: a page-aligned uint64 block buffer to use (default: a new BUF_KEYS one)."""
 
     def __init__(self, path: str, host_bits: int, shard_bits: int, shard: int,
-                 policy_digest: bytes, direct: bool = True):
+                 policy_digest: bytes, direct: bool = True, buf: np.ndarray | None = None):
         self.path = path
         self._meta = (host_bits, shard_bits, shard, policy_digest)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -53,7 +54,9 @@ class RunWriter:
                 self.direct = True
             except OSError:
                 pass  # not supported here: buffered writes
-        self._buf = aligned_empty(BUF_KEYS)
+        if buf is None or len(buf) % (ALIGN // 8) or buf.ctypes.data % ALIGN:
+            buf = aligned_empty(BUF_KEYS)
+        self._buf = buf  # page-aligned, whole blocks; the caller may lend one to reuse
         self._fill = 0
         self._hash = xxhash.xxh3_64()
         self.count = 0
@@ -85,11 +88,11 @@ class RunWriter:
         self.count += len(keys)
         at = 0
         while at < len(keys):
-            take = min(len(keys) - at, BUF_KEYS - self._fill)
+            take = min(len(keys) - at, len(self._buf) - self._fill)
             self._buf[self._fill: self._fill + take] = keys[at: at + take]
             self._fill += take
             at += take
-            if self._fill == BUF_KEYS:
+            if self._fill == len(self._buf):
                 self._write_all(memoryview(self._buf).cast("B"))
                 self._fill = 0
 

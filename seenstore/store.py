@@ -26,7 +26,7 @@ from .errors import (CorruptionError, DiskFullError, InvalidInputError, Mismatch
                      NotAStoreError, SeenStoreError, StoreIOError, StoreNotFoundError)
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
-from .merge import DEFAULT_CHUNK_KEYS, merge_run
+from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers, merge_run
 from .runformat import HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, policy_digest
 from .runreader import RunReader
 from .runwriter import RunWriter
@@ -87,6 +87,7 @@ class SeenStore:
         # 2.25e8 stored keys, 8 no better; scratch measurement in the issue 6 note)
         self.threads = 4
         self._retiring: threading.Thread | None = None
+        self._buffer_pool: list[MergeBuffers] = []
         self.last_timings: dict = {}
         self.sync = True  # fsync on commit (see open)
 
@@ -471,12 +472,18 @@ class SeenStore:
                 probe = (hi - lo) * PROBE_RATIO < reader.count
             if probe and _member(reader.keys, uniq[lo:hi]).all():
                 return shard, None, False  # nothing new here: no rewrite at all
-            w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
-                          self.layout.host_bits, self.shard_bits, shard, pd)
-            writers[shard] = w
-            mask = merge_run(reader, uniq[lo:hi], w, self.chunk_keys)
-            is_new[lo:hi] = mask
-            header = w.finish(sync=False) if mask.any() else None
+            bufs = self._take_buffers()
+            try:  # the writer uses bufs.write until finish(): give them back after it
+                w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
+                              self.layout.host_bits, self.shard_bits, shard, pd, buf=bufs.write)
+                writers[shard] = w
+                mask = merge_run(reader, uniq[lo:hi], w, self.chunk_keys, bufs)
+                is_new[lo:hi] = mask
+                # fsync here, in the shard's thread: the fsyncs of several shards
+                # overlap each other and the merges still running
+                header = w.finish(sync=self.sync) if mask.any() else None
+            finally:
+                self._buffer_pool.append(bufs)  # list.append/pop are atomic
             return shard, header, True
 
         try:
@@ -505,6 +512,18 @@ class SeenStore:
                 w.abort()
             raise
 
+    def _take_buffers(self) -> MergeBuffers:
+        """A shard merge's buffers from the pool (one set per merging thread, reused
+        across batches), or new ones when none fits ``chunk_keys``."""
+        while self._buffer_pool:
+            try:
+                bufs = self._buffer_pool.pop()
+            except IndexError:
+                break
+            if bufs.chunk_keys == self.chunk_keys:
+                return bufs
+        return MergeBuffers(self.chunk_keys)
+
     def _commit_counters(self, n_approx: int) -> None:
         """Record keys answered by the Bloom filter alone when no run changed."""
         doc = dict(self._doc)
@@ -520,12 +539,7 @@ class SeenStore:
     def _commit(self, gen: int, changed: list, n_new: int, n_approx: int = 0) -> None:
         self._join_retire()
         try:
-            for shard, _ in changed if self.sync else ():
-                fd = os.open(os.path.join(self.path, run_name(shard, gen)), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            # every new run was fsynced by its merge (RunWriter.finish)
             if self.sync:
                 manifest.fsync_dir(self.path)
             _fault("before-manifest")
