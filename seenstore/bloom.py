@@ -223,31 +223,134 @@ def _as_keys(keys) -> np.ndarray:
     return np.ascontiguousarray(keys)
 
 
+class _SharedInsert:
+    """A region insert (``kernels/bloom.py``) that a second thread can join.
+
+    The owner buckets each chunk of keys by region (``bucket_seeds``), cuts the
+    regions into TASKS contiguous runs and inserts them from the front; a helper
+    (the thread that calls ``PendingAdd.wait``, idle until then) takes them from
+    the back. Tasks write disjoint slices of the filter except one block that two
+    neighbouring regions can share: when the two threads met mid-chunk, the owner
+    re-inserts the two regions beside the meeting point once both are done (an
+    insert is an OR: repeating it restores any bit a simultaneous write lost)."""
+
+    TASKS = 32
+
+    def __init__(self, bf: BloomFilter, keys: np.ndarray, bits: int) -> None:
+        self.bf, self.keys, self.bits = bf, keys, bits
+        self.cv = threading.Condition()
+        self.tasks: list = []
+        self.seeds = np.empty(0, np.uint64)
+        self.front = self.back = 0
+        self.helping = 0
+        self.done = False
+        self.fresh = 0
+        self.seams_mended = 0  # chunks where owner and helper met (for the tests)
+
+    def _insert(self, seeds: np.ndarray) -> int:
+        bf = self.bf
+        return int(_k.insert_seeds(bf._words, seeds, bf._k, GROUP))
+
+    def run_owner(self) -> None:
+        try:
+            self._run_owner()
+        finally:
+            with self.cv:
+                self.done = True
+                self.cv.notify_all()
+
+    def _run_owner(self) -> None:
+        keys, bf, n_regions = self.keys, self.bf, 1 << self.bits
+        tmp = np.empty(min(len(keys), max(REGION_MIN_KEYS, len(bf._words))), np.uint64)
+        starts = np.empty(n_regions + 1, np.int64)
+        edges = np.unique(np.linspace(0, n_regions, self.TASKS + 1).astype(np.int64))
+        for c0 in range(0, len(keys), len(tmp)):
+            m = min(len(keys) - c0, len(tmp))
+            _k.bucket_seeds(keys[c0:c0 + m], self.bits, tmp, starts)
+            tasks = [(int(starts[a]), int(starts[b])) for a, b in zip(edges, edges[1:])]
+            with self.cv:
+                self.seeds, self.tasks = tmp[:m], tasks
+                self.front, self.back = 0, len(tasks)
+                self.cv.notify_all()
+            got = 0
+            while True:
+                with self.cv:
+                    if self.front >= self.back:
+                        break
+                    t = self.front
+                    self.front += 1
+                got += self._insert(tmp[tasks[t][0]:tasks[t][1]])
+            with self.cv:
+                self.fresh += got
+                while self.helping:
+                    self.cv.wait()
+                meet = self.back
+                self.tasks = []
+            if 0 < meet < len(tasks):  # the helper took tasks[meet:]: mend the seam
+                r = int(edges[meet])
+                self._insert(tmp[starts[r - 1]:starts[r + 1]])
+                self.seams_mended += 1
+
+    def help(self) -> None:
+        while True:
+            with self.cv:
+                while not self.done and self.front >= self.back:
+                    self.cv.wait()
+                if self.done:
+                    return
+                self.back -= 1
+                lo, hi = self.tasks[self.back]
+                seeds = self.seeds
+                self.helping += 1
+            try:
+                got = self._insert(seeds[lo:hi])
+            finally:
+                with self.cv:
+                    self.helping -= 1
+                    self.cv.notify_all()
+            with self.cv:
+                self.fresh += got
+
+
 class PendingAdd:
     """An insert running on its own thread (``BloomFilter.add_in_background``).
 
-    ``wait()`` joins it (idempotent) and returns how many keys set a clear bit
-    (keys certainly new to the filter; repeats in the same call count once);
-    ``elapsed_s`` is the time the insert itself took."""
+    ``wait()`` helps with what is left of a large (region) insert on the calling
+    thread, joins it (idempotent) and returns how many keys set a clear bit (keys
+    certainly new to the filter; repeats in the same call count once);
+    ``elapsed_s`` is the time from start to the end of the background thread."""
 
     def __init__(self, bf: BloomFilter, keys: np.ndarray) -> None:
         self._bf, self._keys = bf, keys
         self.fresh = 0
         self.elapsed_s = 0.0
         self._error: BaseException | None = None
+        bits = region_bits(bf.nbytes)
+        self._shared = (_SharedInsert(bf, keys, bits)
+                        if bits and len(keys) >= REGION_MIN_KEYS else None)
         self._thread = threading.Thread(target=self._run, name="bloom-insert", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         t0 = time.perf_counter()
         try:
-            self.fresh = self._bf._add_counting(self._keys)
+            if self._shared is not None:
+                self._shared.run_owner()
+            else:
+                self.fresh = self._bf._add_counting(self._keys)
         except BaseException as e:  # handed to the waiter, never lost in the thread
             self._error = e
         self.elapsed_s = time.perf_counter() - t0
 
     def wait(self) -> int:
+        if self._shared is not None:
+            self._shared.help()
         self._thread.join()
+        if self._shared is not None:
+            self.fresh = self._shared.fresh
+            self._bf._n_added += self.fresh
+            self._bf._hist = None
+            self._shared = None
         self._keys = None
         if self._error is not None:
             raise self._error

@@ -244,3 +244,42 @@ def test_background_insert_hands_its_error_to_the_waiter(monkeypatch):
 def test_background_insert_refuses_non_uint64_keys_at_once():
     with pytest.raises(InvalidInputError):
         BloomFilter.for_capacity(1000, 1e-2).add_in_background(np.arange(5))
+
+
+def test_shared_region_insert_sets_the_same_bits_whoever_inserts():
+    """A large background insert that the waiting thread joins at once: owner and
+    helper split the regions, meet mid-chunk, and the seam is mended; the bits are
+    exactly the single-threaded insert's, for one chunk and for several."""
+    from seenstore import bloom as B
+
+    keys = host_skewed_keys(400_000, 9)
+    for capacity in (4_000_000, 200_000):  # ~7 MiB filter (one chunk) / small: many chunks
+        ref = BloomFilter.for_capacity(capacity, 1e-4)
+        ref.add(keys)
+        bf = BloomFilter.for_capacity(capacity, 1e-4)
+        pending = bf.add_in_background(keys)
+        shared = pending._shared
+        fresh = pending.wait()
+        assert np.array_equal(bf.words, ref.words)
+        assert abs(fresh - ref.n_added) <= 2 and bf.n_added == fresh
+        if shared is not None:
+            assert shared.front == shared.back and not shared.helping and shared.done
+        assert B.region_bits(bf.nbytes) == 0 or shared is not None
+
+
+def test_shared_region_insert_mends_the_seam_when_both_threads_work():
+    from seenstore import bloom as B
+
+    keys = rand_keys(2_000_000, 10)
+    ref = BloomFilter.for_capacity(8_000_000, 1e-3)
+    ref.add(keys)
+    bf = BloomFilter.for_capacity(8_000_000, 1e-3)
+    work = B._SharedInsert(bf, keys, B.region_bits(bf.nbytes))
+    owner = __import__("threading").Thread(target=work.run_owner)
+    owner.start()
+    work.help()
+    owner.join()
+    chunks = -(-len(keys) // max(B.REGION_MIN_KEYS, len(bf.words)))
+    assert work.done and work.seams_mended <= chunks  # at most one meeting per chunk
+    assert np.array_equal(bf.words, ref.words)
+    assert abs(work.fresh - ref.n_added) <= 2

@@ -174,47 +174,70 @@ def region_of(seed, shift):
 
 
 @njit(cache=True, nogil=True)
+def bucket_seeds(keys, region_bits, tmp, starts):
+    """Write the seeds ``fmix64(key)`` of ``keys`` into ``tmp[:len(keys)]`` grouped by
+    ``region_of``, regions ascending (a counting pass, then a scatter pass).
+
+    Requires: len(tmp) >= len(keys); starts int64 of length 2**region_bits + 1,
+    0 <= region_bits <= 16. Leaves ``starts[r]`` = index in ``tmp`` of region r's
+    first seed, ``starts[-1]`` = len(keys)."""
+    n_regions = 1 << region_bits
+    shift = np.uint64(32 - region_bits)
+    fill = np.zeros(n_regions + 1, np.int64)
+    for i in range(keys.shape[0]):
+        fill[region_of(fmix64(keys[i]), shift) + 1] += 1
+    for r in range(n_regions):
+        fill[r + 1] += fill[r]
+    starts[:] = fill
+    for i in range(keys.shape[0]):  # fill[r] ends as the end of region r
+        seed = fmix64(keys[i])
+        r = region_of(seed, shift)
+        tmp[fill[r]] = seed
+        fill[r] += 1
+
+
+@njit(cache=True, nogil=True)
+def insert_seeds(words, seeds, k, group):
+    """Insert the keys whose seeds are ``seeds`` (from ``bucket_seeds``), in order.
+
+    Seeds of one region touch one contiguous slice of the filter that stays in cache.
+    Returns the number that set at least one clear bit."""
+    n_blocks = np.uint64(words.shape[0] >> 3)
+    pos = np.empty((group, k), np.uint64)
+    bases = np.empty(group, np.uint64)
+    fresh = 0
+    m = seeds.shape[0]
+    for s in range(0, m, group):
+        count = min(group, m - s)
+        for g in range(count):
+            base = locate_seed(seeds[s + g], n_blocks, pos, g)
+            bases[g] = base
+            prefetch_write(words, base)
+        for g in range(count):
+            if set_bits(words, bases[g], pos, g):
+                fresh += 1
+    return fresh
+
+
+@njit(cache=True, nogil=True)
 def bloom_add_regions(words, keys, k, group, region_bits, tmp):
     """Insert every key (same bits as ``bloom_add_query``), one filter region at a time.
 
     Keys are taken in chunks of ``len(tmp)``; each chunk's seeds are bucketed by
-    ``region_of`` (a counting pass and a scatter pass into ``tmp``) and inserted
-    region by region, so the blocks being written sit in one contiguous slice of
-    the filter that stays in cache, instead of one cache miss per key.
+    ``region_of`` (``bucket_seeds``) and inserted region by region (``insert_seeds``),
+    so the blocks being written sit in one contiguous slice of the filter that stays
+    in cache, instead of one cache miss per key.
     Requires: as ``bloom_add_query``; 0 <= region_bits <= 16; tmp uint64, len >= 1.
     Returns the number of keys that set at least one clear bit (with repeats or
     colliding keys in one call, which of them counts may differ from key order).
     """
-    n_regions = 1 << region_bits
-    shift = np.uint64(32 - region_bits)
-    n_blocks = np.uint64(words.shape[0] >> 3)
-    start_of = np.empty(n_regions + 1, np.int64)
-    pos = np.empty((group, k), np.uint64)
-    bases = np.empty(group, np.uint64)
+    starts = np.empty((1 << region_bits) + 1, np.int64)
     fresh = 0
     n = keys.shape[0]
     for c0 in range(0, n, tmp.shape[0]):
         c1 = min(n, c0 + tmp.shape[0])
-        start_of[:] = 0
-        for i in range(c0, c1):
-            start_of[region_of(fmix64(keys[i]), shift) + 1] += 1
-        for r in range(n_regions):
-            start_of[r + 1] += start_of[r]
-        for i in range(c0, c1):  # start_of[r] ends as the end of region r
-            seed = fmix64(keys[i])
-            r = region_of(seed, shift)
-            tmp[start_of[r]] = seed
-            start_of[r] += 1
-        m = c1 - c0
-        for s in range(0, m, group):
-            count = min(group, m - s)
-            for g in range(count):
-                base = locate_seed(tmp[s + g], n_blocks, pos, g)
-                bases[g] = base
-                prefetch_write(words, base)
-            for g in range(count):
-                if set_bits(words, bases[g], pos, g):
-                    fresh += 1
+        bucket_seeds(keys[c0:c1], region_bits, tmp, starts)
+        fresh += insert_seeds(words, tmp[: c1 - c0], k, group)
     return fresh
 
 
