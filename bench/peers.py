@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from seenstore.benchrun import dir_bytes, parse_count
+from seenstore.benchrun import dir_bytes, parse_count, warm_up
 from seenstore.workload import CrawlStream
 
 PEERS = ("seenstore", "set", "sqlite", "rocksdb", "duckdb", "lmdb", "rbloom")
@@ -221,12 +221,7 @@ def run_child(name: str, args, progress_path: str) -> None:
         return
     rss_base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if name == "seenstore":  # compile kernels outside the timing, on a throwaway store
-        t0 = time.perf_counter()
-        warm = SeenStorePeer(path + "-warmup", CrawlStream(1000, 1000))
-        warm.add(np.arange(1000, dtype=np.uint64))
-        warm.close()
-        shutil.rmtree(path + "-warmup")
-        out.write(json.dumps({"warmup_s": time.perf_counter() - t0}) + "\n")
+        out.write(json.dumps({"warmup_s": warm_up(args.workdir)}) + "\n")
     total_s, correct, lost, offered = 0.0, True, 0, 0
     for plan in stream.plan():
         batch = stream.batch(*plan)
