@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from seenstore.benchrun import disk_bandwidth, parse_count, peak_rss_bytes
+from seenstore.benchrun import disk_bandwidth, parse_count, peak_rss_bytes, warm_up
 from seenstore.store import SeenStore
 from seenstore.workload import CrawlStream
 
@@ -50,11 +50,7 @@ def run(args) -> dict:
     points, counter, index = [], 0, 0
     t_grow = 0.0
     try:
-        with SeenStore.open(path + "-warmup", create=True) as w:  # JIT outside timings
-            t0 = time.perf_counter()
-            w.add(np.arange(1000, dtype=np.uint64))
-            warmup = time.perf_counter() - t0
-        shutil.rmtree(path + "-warmup")
+        warmup = warm_up(work)  # JIT outside timings
         # Bloom sized for the largest store of the run, so no rebuild lands in a probe.
         cap = int(args.max_keys * 1.1) + 2 * B
         with SeenStore.open(path, create=True, bloom_capacity=cap) as st:
