@@ -25,7 +25,7 @@ import numpy as np
 from seenstore.benchrun import dir_bytes, parse_count, warm_up
 from seenstore.workload import CrawlStream
 
-PEERS = ("seenstore", "set", "sqlite", "rocksdb", "duckdb", "lmdb", "rbloom")
+PEERS = ("seenstore", "seenstore-nobloom", "set", "sqlite", "rocksdb", "duckdb", "lmdb", "rbloom")
 INSTALL = {"rocksdb": "rocksdict", "duckdb": "duckdb", "lmdb": "lmdb", "rbloom": "rbloom"}
 
 
@@ -45,6 +45,16 @@ class SeenStorePeer:
 
     def close(self):
         self.st.close()
+
+
+class SeenStoreNoBloomPeer(SeenStorePeer):
+    """seenstore without its Bloom filter (``bloom=False``, ``merge --no-bloom``): exact
+    answers come from the merge alone; what a pipeline that never asks ``contains``
+    or runs the stage would choose."""
+
+    def __init__(self, path, stream):
+        from seenstore.store import SeenStore
+        self.st = SeenStore.open(path, create=True, bloom=False)
 
 
 class SetPeer:
@@ -188,7 +198,8 @@ class RbloomPeer:
         pass
 
 
-PEER_CLASSES = {"seenstore": SeenStorePeer, "set": SetPeer, "sqlite": SqlitePeer,
+PEER_CLASSES = {"seenstore": SeenStorePeer, "seenstore-nobloom": SeenStoreNoBloomPeer,
+                "set": SetPeer, "sqlite": SqlitePeer,
                 "rocksdb": RocksPeer, "duckdb": DuckPeer, "lmdb": LmdbPeer, "rbloom": RbloomPeer}
 
 
@@ -220,7 +231,7 @@ def run_child(name: str, args, progress_path: str) -> None:
                               "message": f"{e} (pip install {pip})"}) + "\n")
         return
     rss_base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    if name == "seenstore":  # compile kernels outside the timing, on a throwaway store
+    if name.startswith("seenstore"):  # compile kernels outside the timing, on a throwaway store
         out.write(json.dumps({"warmup_s": warm_up(args.workdir)}) + "\n")
     total_s, correct, lost, offered = 0.0, True, 0, 0
     for plan in stream.plan():
