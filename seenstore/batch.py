@@ -61,9 +61,14 @@ class Batch:
         return mark_first_new(self.keys, self.uniq[is_new])
 
     def take_new(self, is_new: np.ndarray) -> np.ndarray:
-        """``uniq[is_new]``, compacted inside ``uniq``'s own memory (a view of its front).
-        Consumes ``uniq``: call last."""
-        return self.uniq[: compact_inplace(self.uniq, is_new)]
+        """``uniq[is_new]``, compacted inside ``uniq``'s own memory. Consumes ``uniq``:
+        call last. A view of that memory when the new keys fill at least a quarter of
+        the offered batch; otherwise a copy, so the caller does not keep the whole
+        sorted batch alive for a few keys."""
+        n = compact_inplace(self.uniq, is_new)
+        if 4 * n < len(self.keys):
+            return self.uniq[:n].copy()
+        return self.uniq[:n]
 
 
 def read_batch_file(path: str) -> np.ndarray:

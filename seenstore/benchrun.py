@@ -278,11 +278,13 @@ def run_bench(
     on_batch: Callable[[dict], None] | None = None,
     bloom_capacity: int | None = None,
     answer: str = "new",
+    bloom: bool = True,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
 
     ``bloom_capacity``: keys the store's Bloom filter is sized for (None: the store's
     default, which starts small and is rebuilt 2x larger whenever it fills).
+    ``bloom``: False opens the store without its Bloom filter (the merge alone answers).
     ``answer``: "new" calls ``store.add_new`` (the sorted new keys, what the peers
     return); "mask" calls ``store.add`` (a mask aligned with the offered keys, one
     more pass: the "align" stage).
@@ -297,14 +299,15 @@ def run_bench(
         "keys": stream.total_keys, "batch": stream.batch_size, "reoffer": stream.reoffer,
         "dup": stream.dup, "seed": stream.seed, "host_bits": stream.host_bits,
         "n_hosts": stream.n_hosts, "dir": work, "probe_bytes": probe_bytes,
-        "bloom_capacity": bloom_capacity, "answer": answer,
+        "bloom_capacity": bloom_capacity if bloom else None, "answer": answer, "bloom": bloom,
     })
     if answer not in ANSWERS:
         raise InvalidInputError(f"answer must be one of {ANSWERS}, got {answer!r}")
     t_start = time.perf_counter()
     res.warmup_s = warm_up(work)
     res.disk.append(disk_bandwidth(work, probe_bytes))
-    with SeenStore.open(store_path, create=True, bloom_capacity=bloom_capacity) as store:
+    with SeenStore.open(store_path, create=True, bloom=bloom,
+                        bloom_capacity=bloom_capacity) as store:
         for plan in stream.plan():
             t0 = time.perf_counter()
             batch = stream.batch(*plan)

@@ -401,7 +401,8 @@ class SeenStore:
             self._bloom_dirty = True
         elif self.bloom is not None:
             maybe = self.bloom.query(uniq)
-        timings["bloom_s"] = time.perf_counter() - t0
+        if self.bloom is not None:
+            timings["bloom_s"] = time.perf_counter() - t0
         cand, cand_maybe, n_approx = uniq, maybe, 0
         if maybe is not None:
             timings["bloom_negative"] = int(len(uniq) - maybe.sum())

@@ -43,3 +43,17 @@ def test_batch_file_reading(tmp_path):
     assert got.dtype == np.uint64 and got.tolist() == [2**56, 0xFFFFFFFFFFFFFFFF]
     with pytest.raises(InvalidInputError, match="directory"):
         read_batch_file(str(tmp_path))
+
+
+def test_take_new_copies_only_when_few_keys_are_new():
+    from seenstore.batch import Batch
+
+    keys = np.arange(1000, dtype=np.uint64)[::-1].copy()
+    few = Batch(keys)
+    is_new = np.zeros(1000, dtype=np.bool_)
+    is_new[[3, 500]] = True
+    got = few.take_new(is_new)
+    assert got.tolist() == [3, 500] and got.base is None  # owns 16 bytes, not the batch
+    many = Batch(keys)
+    got = many.take_new(np.ones(1000, dtype=np.bool_))
+    assert got.tolist() == list(range(1000)) and got.base is not None  # no second array

@@ -94,3 +94,14 @@ def test_bad_numbers_and_existing_store_are_one_line_errors(tmp_path):
     r = _bench(["--keys", "1e3"], tmp_path)
     assert r.exit_code == 3 and "already exists" in r.output
     assert os.path.isdir(tmp_path / "bench-store")  # not ours: left alone
+
+
+def test_no_bloom_run_verifies_and_spends_nothing_on_the_filter(tmp_path):
+    r = _bench(["--keys", "4e4", "--batch", "1e4", "--no-bloom", "--keep"], tmp_path)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["verified"] and out["params"]["bloom"] is False
+    assert out["ns_per_key"]["bloom"] == 0 and out["ns_per_key"]["bloom_background"] == 0
+    with SeenStore.open(out["params"]["kept_store"], bloom=False) as st:
+        assert len(st) == out["expected_new"]
+        assert not os.path.exists(os.path.join(st.path, "BLOOM"))

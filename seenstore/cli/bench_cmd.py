@@ -51,7 +51,10 @@ def _print_text(r: dict) -> None:
          + ("sorted new keys (add_new)" if p.get("answer", "new") == "new"
             else "mask over offered keys (add)"))
     cap = p.get("bloom_capacity")
-    echo("bloom capacity   " + (f"{cap:,} keys" if cap else "store default (2^20, grows 2x)"))
+    if not p.get("bloom", True):
+        echo("bloom            off (--no-bloom): the merge alone answers")
+    else:
+        echo("bloom capacity   " + (f"{cap:,} keys" if cap else "store default (2^20, grows 2x)"))
     echo(f"new keys         {r['new']:,} (expected {r['expected_new']:,}): "
          + ("VERIFIED" if r["verified"] else f"WRONG in batches {r['bad_batches']}"))
     echo(f"store total      {r['store_s']:.2f} s  = {r['keys_per_s'] / 1e6:.2f} M keys/s"
@@ -145,6 +148,9 @@ def write_plot(r: dict, path: str) -> None:
               help="Keys the Bloom filter is sized for (default: the stream's distinct keys, "
                    "as an operator who knows the crawl's scale would; 0: the store's default, "
                    "which starts at 2^20 and is rebuilt 2x larger each time it fills).")
+@click.option("--bloom/--no-bloom", default=True, show_default=True,
+              help="Keep the store's Bloom filter (needed by contains, the stage and "
+                   "approximate mode); --no-bloom measures the merge alone.")
 @click.option("--answer", type=click.Choice(ANSWERS), default="new", show_default=True,
               help="What each batch asks the store for: 'new' = the sorted new keys "
                    "(SeenStore.add_new, what the peers return); 'mask' = a mask aligned with "
@@ -155,7 +161,7 @@ def write_plot(r: dict, path: str) -> None:
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of ns/key per stage for each batch.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, answer,
+def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, bloom, answer,
           as_json, save, plot, quiet):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
@@ -189,7 +195,7 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     store_path = os.path.join(work_dir, "bench-store")
     created = not os.path.exists(store_path)
     try:
-        res = _run(stream, store_path, probe, quiet, bloom_capacity, answer)
+        res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom)
     finally:
         if not keep:
             if own_dir:
@@ -217,9 +223,10 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
 
 
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
-         bloom_capacity: int | None, answer: str) -> BenchResult:
+         bloom_capacity: int | None, answer: str, bloom: bool) -> BenchResult:
     if quiet:
-        return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity, answer=answer)
+        return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity, answer=answer,
+                         bloom=bloom)
     with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
                            show_pos=True, item_show_func=lambda s: s) as bar:
 
@@ -227,4 +234,4 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
             n = max(1, row["offered"])
             bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
-        return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer)
+        return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer, bloom)
