@@ -324,6 +324,7 @@ class PendingAdd:
         self._bf, self._keys = bf, keys
         self.fresh = 0
         self.elapsed_s = 0.0
+        self.dropped = False  # set by an owner that gave up on the filter (store.py)
         self._error: BaseException | None = None
         bits = region_bits(bf.nbytes)
         self._shared = (_SharedInsert(bf, keys, bits)

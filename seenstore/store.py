@@ -353,10 +353,37 @@ class SeenStore:
                 is_new = self._add_sorted(batch.uniq, progress, behind=behind)
             finally:
                 if behind is not None:
-                    behind.wait()
+                    self._finish_bloom(behind)  # no-op when _add_sorted already did
         self.last_timings["sort_s"] = t_sort
         self.last_timings["offered"] = len(keys)
         return batch, is_new
+
+    def _finish_bloom(self, behind) -> int:
+        """Wait for a background Bloom insert; return its count of certainly-new keys.
+
+        The filter is derived data: if its insert failed, a batch that committed must
+        not fail for it, so the filter is dropped (``contains`` then asks the runs; the
+        next open rebuilds it from them) with a warning. If the wait itself is
+        interrupted (KeyboardInterrupt), the insert may still be running: the filter
+        is dropped too, since a later insert beside it could lose bits."""
+        if self.bloom is None or behind.dropped:
+            return 0
+        try:
+            return behind.wait()
+        except Exception as e:
+            warnings.warn(f"Bloom filter insert failed ({e!r}); filter dropped, the next "
+                          "open rebuilds it from the runs")
+            self._drop_bloom(behind)
+            return 0
+        except BaseException:
+            self._drop_bloom(behind)
+            raise
+
+    def _drop_bloom(self, behind) -> None:
+        behind.dropped = True
+        self.bloom = None
+        self._bloom_dirty = False
+        self._bloom_state = "dropped (insert failed or interrupted)"
 
     def _check_writable(self) -> None:
         if self._lock is None:
@@ -420,7 +447,7 @@ class SeenStore:
             self._commit_counters(n_approx)  # nothing written, but the count is durable
         if behind is not None:  # the wait is the Bloom's share of this call's time
             t1 = time.perf_counter()
-            timings["bloom_negative"] = behind.wait()
+            timings["bloom_negative"] = self._finish_bloom(behind)
             timings["bloom_s"] += time.perf_counter() - t1
             timings["bloom_background_s"] = behind.elapsed_s
         if self.bloom is not None and timings["new"]:

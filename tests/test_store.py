@@ -262,3 +262,26 @@ def test_progress_reports_every_touched_shard(store_dir):
     with SeenStore.open(store_dir, create=True, shard_bits=2, sync=False) as s:
         s.add([1, 2**62 + 1, 2**63 + 1], progress=lambda d, t: calls.append((d, t)))
     assert sorted(calls) == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_failed_background_bloom_insert_never_fails_a_committed_batch(store_dir, monkeypatch):
+    """The filter is derived data: if its insert dies, the batch still commits and
+    answers, the filter is dropped with a warning, and the next open rebuilds it."""
+    from seenstore.bloom import BloomFilter
+
+    with SeenStore.open(store_dir, create=True, sync=False) as s:
+        s.add_new(np.array([1, 2, 3], dtype=np.uint64))
+
+        def boom(self, keys):
+            raise MemoryError("no room for the filter")
+
+        monkeypatch.setattr(BloomFilter, "_add_counting", boom)
+        with pytest.warns(UserWarning, match="filter dropped"):
+            new = s.add_new(np.array([3, 4, 5, 4], dtype=np.uint64))
+        monkeypatch.undo()
+        assert new.tolist() == [4, 5] and s.bloom is None
+        assert s.contains([1, 4, 6]).tolist() == [True, True, False]
+        assert s.add([5, 6]).tolist() == [False, True]  # still usable without it
+    with SeenStore.open(store_dir) as s:
+        assert s.bloom is not None and s.stats()["keys"] == 6
+        assert s.contains([1, 2, 3, 4, 5, 6, 7]).tolist() == [True] * 6 + [False]
