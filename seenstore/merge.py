@@ -12,7 +12,8 @@ import numpy as np
 from .errors import CorruptionError
 from .kernels.merge import merge_step
 from .runreader import RunReader
-from .runwriter import BUF_KEYS, RunWriter, aligned_empty
+from .runformat import aligned_empty
+from .runwriter import BUF_KEYS, RunWriter
 
 DEFAULT_CHUNK_KEYS = 1 << 20  # 8 MiB buffers: large sequential I/O, small footprint
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import numpy as np
 import xxhash
 
 from .errors import CorruptionError, NotSupportedError
@@ -19,6 +20,7 @@ MAGIC = b"\x89SRF\r\n\x1a\n"  # PNG-style: high bit, name, CRLF, EOF, LF catch m
 MAJOR = 1
 MINOR = 0
 HEADER_SIZE = 4096  # body starts page-aligned, so it can be memory-mapped directly
+ALIGN = 4096  # O_DIRECT block: buffers, offsets and lengths are multiples of it
 HASH_XXH3_64 = 1
 
 # magic, major, minor, header_size, count, host_bits, hash_id, shard_bits, reserved,
@@ -74,3 +76,11 @@ class RunHeader:
         if header_size != HEADER_SIZE or hash_id != HASH_XXH3_64:
             raise NotSupportedError(f"{name}: unsupported header size or hash id")
         return cls(count, host_bits, shard_bits, shard, pdigest, body_sum, major, minor)
+
+
+def aligned_empty(n_keys: int) -> np.ndarray:
+    """A uint64 array of ``n_keys`` whose data starts on an ALIGN boundary (for O_DIRECT
+    reads and writes of run bodies)."""
+    raw = np.empty(n_keys + ALIGN // 8, dtype=np.uint64)
+    skip = (-raw.ctypes.data % ALIGN) // 8
+    return raw[skip: skip + n_keys]

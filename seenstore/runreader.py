@@ -16,10 +16,7 @@ import xxhash
 
 from .errors import CorruptionError, StoreIOError
 from .kernels.merge import is_strictly_increasing
-from .runformat import HEADER_SIZE, KEY_DTYPE, RunHeader
-
-
-ALIGN = 4096
+from .runformat import ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty
 
 
 def _is_direct(fd: int) -> bool:
@@ -116,7 +113,7 @@ class RunReader:
 
     def verify(self, chunk_keys: int = 1 << 22) -> None:
         """Full check: body checksum and strictly ascending keys. Raises CorruptionError."""
-        buf = np.empty(chunk_keys, dtype=np.uint64)
+        buf = aligned_empty(-(-chunk_keys // 512) * 512)  # whole blocks: O_DIRECT reads
         last = None
         for n in self.chunks(buf):
             part = buf[:n]

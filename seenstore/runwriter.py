@@ -21,17 +21,9 @@ import os
 import numpy as np
 import xxhash
 
-from .runformat import HEADER_SIZE, KEY_DTYPE, RunHeader
+from .runformat import ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty
 
-ALIGN = 4096
 BUF_KEYS = 1 << 20  # 8 MiB writes
-
-
-def aligned_empty(n_keys: int) -> np.ndarray:
-    """A uint64 array of ``n_keys`` whose data starts on an ALIGN boundary."""
-    raw = np.empty(n_keys + ALIGN // 8, dtype=np.uint64)
-    skip = (-raw.ctypes.data % ALIGN) // 8
-    return raw[skip: skip + n_keys]
 
 
 class RunWriter:

@@ -27,7 +27,8 @@ from .errors import (CorruptionError, DiskFullError, InvalidInputError, Mismatch
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers, merge_run
-from .runformat import HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, policy_digest
+from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
+                        policy_digest)
 from .runreader import RunReader
 from .runwriter import RunWriter
 
@@ -253,7 +254,7 @@ class SeenStore:
     def _rebuild_bloom(self, capacity: int, fpr: float) -> None:
         bf = BloomFilter.for_capacity(int(capacity), fpr)
         # Large reads: each insert call sweeps the whole filter region by region.
-        buf = np.empty(min(REBUILD_CHUNK_KEYS, max(1, len(self))), dtype=np.uint64)
+        buf = aligned_empty(min(REBUILD_CHUNK_KEYS, -(-max(1, len(self)) // 512) * 512))
         for reader in self._readers.values():
             for n in reader.chunks(buf):
                 bf.add(buf[:n])

@@ -116,7 +116,8 @@ def test_unsorted_body_detected_even_with_valid_checksum(tmp_path):
 # -- O_DIRECT writes and reads ----------------------------------------------
 
 from seenstore import runwriter as RWmod  # noqa: E402
-from seenstore.runwriter import BUF_KEYS, aligned_empty  # noqa: E402
+from seenstore.runformat import aligned_empty  # noqa: E402
+from seenstore.runwriter import BUF_KEYS  # noqa: E402
 
 
 @pytest.mark.parametrize("direct", [True, False])
