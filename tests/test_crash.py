@@ -75,14 +75,17 @@ def fresh_copy(world, name):
 @pytest.mark.slow
 def test_sigkill_at_random_points_keeps_pre_or_post_set(world):
     d, pristine, batch, pre, post = world
-    # Measure how long the write and commit phases take.
-    target = fresh_copy(world, "timing")
-    p = start(batch, target)
-    p.stdin.write(b"go\n")
-    p.stdin.flush()
-    assert p.wait(60) == 0, p.stderr.read()
-    t = json.loads(p.stdout.read())
-    assert np.array_equal(stored(target), post)
+    # Measure how long the write and commit phases take. Twice: the first run may
+    # compile the numba kernels (cold cache, as in CI), which stretches its merge
+    # time (compiling holds the GIL) far beyond what the trials take.
+    for _ in range(2):
+        target = fresh_copy(world, "timing")
+        p = start(batch, target)
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        assert p.wait(60) == 0, p.stderr.read()
+        t = json.loads(p.stdout.read())
+        assert np.array_equal(stored(target), post)
 
     rnd = random.Random(2026)
     outcomes = {"pre": 0, "post": 0}

@@ -190,7 +190,7 @@ def test_interval_policy_syncs_in_the_background(tmp_path):
     w.append(np.array([1], dtype=np.uint64))  # the segment's creation is synced at once
     base = w.fsyncs
     w.append(np.array([2], dtype=np.uint64))
-    for _ in range(200):
+    for _ in range(1000):  # up to 10 s: an fsync can take seconds while the disk is busy
         if w.fsyncs > base:
             break
         threading.Event().wait(0.01)
