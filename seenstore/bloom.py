@@ -261,7 +261,7 @@ class _SharedInsert:
 
     def _run_owner(self) -> None:
         keys, bf, n_regions = self.keys, self.bf, 1 << self.bits
-        tmp = np.empty(min(len(keys), max(REGION_MIN_KEYS, len(bf._words))), np.uint64)
+        tmp = bf._region_scratch(len(keys))
         starts = np.empty(n_regions + 1, np.int64)
         edges = np.unique(np.linspace(0, n_regions, self.TASKS + 1).astype(np.int64))
         for c0 in range(0, len(keys), len(tmp)):
@@ -426,14 +426,19 @@ class BloomFilter:
         using scratch of at most one key per filter word (the filter's own size)."""
         bits = region_bits(self.nbytes)
         if bits and len(keys) >= REGION_MIN_KEYS:
-            tmp = np.empty(min(len(keys), max(REGION_MIN_KEYS, len(self._words))), np.uint64)
-            fresh = int(_k.bloom_add_regions(self._words, keys, self._k, GROUP, bits, tmp))
+            fresh = int(_k.bloom_add_regions(self._words, keys, self._k, GROUP, bits,
+                                             self._region_scratch(len(keys))))
         else:
             fresh = int(_k.bloom_add_query(self._words, keys, self._k, GROUP,
                                            np.empty(0, np.bool_), False))
         self._n_added += fresh
         self._hist = None
         return fresh
+
+    def _region_scratch(self, n_keys: int) -> np.ndarray:
+        """Seed buffer of a region insert of ``n_keys``: at most one uint64 per filter
+        word (the filter's own size); fewer keys per chunk would sweep it more often."""
+        return np.empty(min(n_keys, max(REGION_MIN_KEYS, len(self._words))), np.uint64)
 
     def query(self, keys: np.ndarray) -> np.ndarray:
         """Bool array aligned with ``keys``: True = maybe present, False = certainly absent."""

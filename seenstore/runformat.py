@@ -8,6 +8,8 @@ body and of the header itself. Shared by runwriter.py and runreader.py.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import struct
 from dataclasses import dataclass
 
@@ -84,3 +86,20 @@ def aligned_empty(n_keys: int) -> np.ndarray:
     raw = np.empty(n_keys + ALIGN // 8, dtype=np.uint64)
     skip = (-raw.ctypes.data % ALIGN) // 8
     return raw[skip: skip + n_keys]
+
+
+def set_direct(fd: int, on: bool) -> bool:
+    """Turn O_DIRECT on or off for ``fd``; return whether it is now on. Turning it on
+    fails quietly (False) where the platform or file system refuses it."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, (flags | flag) if on else (flags & ~flag))
+    except OSError:
+        if on:
+            return False
+        raise
+    return on
+

@@ -7,7 +7,6 @@ length matches the key count. The body checksum and sort order are checked by
 
 from __future__ import annotations
 
-import fcntl
 import os
 from typing import Iterator
 
@@ -16,31 +15,17 @@ import xxhash
 
 from .errors import CorruptionError, StoreIOError
 from .kernels.merge import is_strictly_increasing
-from .runformat import ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty
+from .runformat import ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty, set_direct
 
 
-def _is_direct(fd: int) -> bool:
-    return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & getattr(os, "O_DIRECT", 0))
-
-
-def _set_direct(fd: int, on: bool) -> None:
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    d = getattr(os, "O_DIRECT", 0)
-    fcntl.fcntl(fd, fcntl.F_SETFL, (flags | d) if on else (flags & ~d))
-
-
-def _open_for_stream(path: str, buf: np.ndarray) -> int:
-    """Read-only fd; O_DIRECT when ``buf`` allows it (page-aligned, whole blocks) and
-    the file system does. Runs are written with O_DIRECT (runwriter.py), so they are
-    rarely in the page cache: direct reads skip a copy and keep it free for others."""
+def _open_for_stream(path: str, buf: np.ndarray) -> tuple[int, bool]:
+    """Read-only fd, and whether it reads with O_DIRECT: when ``buf`` allows it
+    (page-aligned, whole blocks) and the file system does. Runs are written with
+    O_DIRECT (runwriter.py), so they are rarely in the page cache: direct reads skip
+    a copy and keep the cache free for others."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    if (hasattr(os, "O_DIRECT") and buf.ctypes.data % ALIGN == 0
-            and (8 * len(buf)) % ALIGN == 0):
-        try:
-            _set_direct(fd, True)
-        except OSError:
-            pass
-    return fd
+    aligned = buf.ctypes.data % ALIGN == 0 and (8 * len(buf)) % ALIGN == 0
+    return fd, aligned and set_direct(fd, True)
 
 
 class RunReader:
@@ -87,7 +72,7 @@ class RunReader:
         """
         h = xxhash.xxh3_64()
         left = self.count
-        fd = _open_for_stream(self.path, buf)
+        fd, direct = _open_for_stream(self.path, buf)
         with open(fd, "rb", buffering=0) as f:
             f.seek(HEADER_SIZE)
             whole = memoryview(buf).cast("B")
@@ -95,11 +80,11 @@ class RunReader:
                 n = min(left, len(buf))
                 # With O_DIRECT, ask for whole blocks: the file ends the body exactly,
                 # so the read stops at 8 n bytes anyway.
-                want = -(-8 * n // ALIGN) * ALIGN if _is_direct(fd) else 8 * n
+                want = -(-8 * n // ALIGN) * ALIGN if direct else 8 * n
                 got = 0
                 while got < 8 * n:
-                    if got % ALIGN and _is_direct(fd):
-                        _set_direct(fd, False)  # a short read left the buffer unaligned
+                    if got % ALIGN and direct:  # a short read left the buffer unaligned
+                        direct = set_direct(fd, False)
                     r = f.readinto(whole[got:want])
                     if not r:
                         raise CorruptionError(f"{self.name}: body ends early")

@@ -15,13 +15,12 @@ the same buffer is written through the page cache.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 
 import numpy as np
 import xxhash
 
-from .runformat import ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty
+from .runformat import ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty, set_direct
 
 BUF_KEYS = 1 << 20  # 8 MiB writes
 
@@ -38,14 +37,7 @@ class RunWriter:
         self._meta = (host_bits, shard_bits, shard, policy_digest)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         self._fd = os.open(path, flags, 0o644)
-        self.direct = False
-        if direct and hasattr(os, "O_DIRECT"):
-            try:
-                fcntl.fcntl(self._fd, fcntl.F_SETFL,
-                            fcntl.fcntl(self._fd, fcntl.F_GETFL) | os.O_DIRECT)
-                self.direct = True
-            except OSError:
-                pass  # not supported here: buffered writes
+        self.direct = direct and set_direct(self._fd, True)  # else buffered writes
         if buf is None or len(buf) % (ALIGN // 8) or buf.ctypes.data % ALIGN:
             buf = aligned_empty(BUF_KEYS)
         self._buf = buf  # page-aligned, whole blocks; the caller may lend one to reuse
@@ -70,8 +62,7 @@ class RunWriter:
             view = view[done:]
 
     def _drop_direct(self) -> None:
-        fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
-        self.direct = False
+        self.direct = set_direct(self._fd, False)
 
     def write(self, keys: np.ndarray) -> None:
         if keys.dtype != np.dtype(KEY_DTYPE):
