@@ -2,7 +2,8 @@
 
 ``merge_run`` streams the old run through a fixed buffer (checking its checksum
 and order on the way), merges it with the batch in the numba kernel, and writes
-old ∪ batch to a RunWriter. Memory: the batch plus two fixed buffers.
+old ∪ batch to a RunWriter. Memory: the batch plus the fixed buffers of
+``MergeBuffers`` (reused across shards and batches by the store).
 """
 
 from __future__ import annotations

@@ -80,6 +80,17 @@ class RunHeader:
         return cls(count, host_bits, shard_bits, shard, pdigest, body_sum, major, minor)
 
 
+def whole_blocks(nbytes: int) -> int:
+    """``nbytes`` rounded up to a multiple of ALIGN (O_DIRECT moves whole blocks)."""
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def direct_ready(buf: np.ndarray) -> bool:
+    """True when ``buf`` (uint64) can take O_DIRECT transfers: it starts on an ALIGN
+    boundary and holds whole blocks."""
+    return buf.ctypes.data % ALIGN == 0 and (8 * len(buf)) % ALIGN == 0
+
+
 def aligned_empty(n_keys: int) -> np.ndarray:
     """A uint64 array of ``n_keys`` whose data starts on an ALIGN boundary (for O_DIRECT
     reads and writes of run bodies)."""

@@ -15,7 +15,8 @@ import xxhash
 
 from .errors import CorruptionError, StoreIOError
 from .kernels.merge import is_strictly_increasing
-from .runformat import ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty, set_direct
+from .runformat import (ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty, direct_ready,
+                        set_direct, whole_blocks)
 
 
 def _open_for_stream(path: str, buf: np.ndarray) -> tuple[int, bool]:
@@ -24,8 +25,7 @@ def _open_for_stream(path: str, buf: np.ndarray) -> tuple[int, bool]:
     O_DIRECT (runwriter.py), so they are rarely in the page cache: direct reads skip
     a copy and keep the cache free for others."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    aligned = buf.ctypes.data % ALIGN == 0 and (8 * len(buf)) % ALIGN == 0
-    return fd, aligned and set_direct(fd, True)
+    return fd, direct_ready(buf) and set_direct(fd, True)
 
 
 class RunReader:
@@ -80,7 +80,7 @@ class RunReader:
                 n = min(left, len(buf))
                 # With O_DIRECT, ask for whole blocks: the file ends the body exactly,
                 # so the read stops at 8 n bytes anyway.
-                want = -(-8 * n // ALIGN) * ALIGN if direct else 8 * n
+                want = whole_blocks(8 * n) if direct else 8 * n
                 got = 0
                 while got < 8 * n:
                     if got % ALIGN and direct:  # a short read left the buffer unaligned
@@ -98,7 +98,7 @@ class RunReader:
 
     def verify(self, chunk_keys: int = 1 << 22) -> None:
         """Full check: body checksum and strictly ascending keys. Raises CorruptionError."""
-        buf = aligned_empty(-(-chunk_keys // 512) * 512)  # whole blocks: O_DIRECT reads
+        buf = aligned_empty(whole_blocks(8 * chunk_keys) // 8)  # whole blocks: O_DIRECT reads
         last = None
         for n in self.chunks(buf):
             part = buf[:n]

@@ -20,7 +20,8 @@ import os
 import numpy as np
 import xxhash
 
-from .runformat import ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty, set_direct
+from .runformat import (ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty, direct_ready,
+                        set_direct, whole_blocks)
 
 BUF_KEYS = 1 << 20  # 8 MiB writes
 
@@ -38,7 +39,7 @@ class RunWriter:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         self._fd = os.open(path, flags, 0o644)
         self.direct = direct and set_direct(self._fd, True)  # else buffered writes
-        if buf is None or len(buf) % (ALIGN // 8) or buf.ctypes.data % ALIGN:
+        if buf is None or not direct_ready(buf):
             buf = aligned_empty(BUF_KEYS)
         self._buf = buf  # page-aligned, whole blocks; the caller may lend one to reuse
         self._fill = 0
@@ -85,7 +86,7 @@ class RunWriter:
         if self._fill:
             nbytes = 8 * self._fill
             if self.direct:  # whole blocks only: pad, then cut the file to its length
-                padded = -(-nbytes // ALIGN) * ALIGN
+                padded = whole_blocks(nbytes)
                 tail = memoryview(self._buf).cast("B")[:padded]
                 tail[nbytes:] = b"\0" * (padded - nbytes)
                 self._write_all(tail)

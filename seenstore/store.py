@@ -28,7 +28,7 @@ from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers, merge_run
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
-                        policy_digest)
+                        policy_digest, whole_blocks)
 from .runreader import RunReader
 from .runwriter import RunWriter
 
@@ -254,7 +254,7 @@ class SeenStore:
     def _rebuild_bloom(self, capacity: int, fpr: float) -> None:
         bf = BloomFilter.for_capacity(int(capacity), fpr)
         # Large reads: each insert call sweeps the whole filter region by region.
-        buf = aligned_empty(min(REBUILD_CHUNK_KEYS, -(-max(1, len(self)) // 512) * 512))
+        buf = aligned_empty(min(REBUILD_CHUNK_KEYS, whole_blocks(8 * max(1, len(self))) // 8))
         for reader in self._readers.values():
             for n in reader.chunks(buf):
                 bf.add(buf[:n])
@@ -602,8 +602,8 @@ class SeenStore:
         """Delete replaced runs on a background thread (freeing GBs of extents took
         0.2-0.3 s per 1e8-key batch, 8 % of its time); joined before the next commit
         (so at most one generation of replaced runs exists) and by ``close``. A crash
-        before it ends leaves files the next open removes as leftovers."""
-        self._join_retire()
+        before it ends leaves files the next open removes as leftovers. Requires: the
+        previous retirement joined (``_commit`` does it first)."""
 
         def unlink_all():
             for p in paths:
