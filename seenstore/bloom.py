@@ -326,9 +326,8 @@ class PendingAdd:
         self.elapsed_s = 0.0
         self.dropped = False  # set by an owner that gave up on the filter (store.py)
         self._error: BaseException | None = None
-        bits = region_bits(bf.nbytes)
-        self._shared = (_SharedInsert(bf, keys, bits)
-                        if bits and len(keys) >= REGION_MIN_KEYS else None)
+        bits = bf._region_bits_for(len(keys))
+        self._shared = _SharedInsert(bf, keys, bits) if bits else None
         self._thread = threading.Thread(target=self._run, name="bloom-insert", daemon=True)
         self._thread.start()
 
@@ -348,9 +347,7 @@ class PendingAdd:
             self._shared.help()
         self._thread.join()
         if self._shared is not None:
-            self.fresh = self._shared.fresh
-            self._bf._n_added += self.fresh
-            self._bf._hist = None
+            self.fresh = self._bf._record_insert(self._shared.fresh)
             self._shared = None
         self._keys = None
         if self._error is not None:
@@ -424,16 +421,24 @@ class BloomFilter:
         Large inserts into a large filter go region by region (``bloom_add_regions``:
         the same bits, 3x fewer ns/key at 1e8 keys into 900 MiB, bench/bench_bloom.py),
         using scratch of at most one key per filter word (the filter's own size)."""
-        bits = region_bits(self.nbytes)
-        if bits and len(keys) >= REGION_MIN_KEYS:
+        bits = self._region_bits_for(len(keys))
+        if bits:
             fresh = int(_k.bloom_add_regions(self._words, keys, self._k, GROUP, bits,
                                              self._region_scratch(len(keys))))
         else:
             fresh = int(_k.bloom_add_query(self._words, keys, self._k, GROUP,
                                            np.empty(0, np.bool_), False))
+        return self._record_insert(fresh)
+
+    def _record_insert(self, fresh: int) -> int:
+        """Book ``fresh`` keys that set a clear bit; the fill figures are stale now."""
         self._n_added += fresh
         self._hist = None
         return fresh
+
+    def _region_bits_for(self, n_keys: int) -> int:
+        """Region bits an insert of ``n_keys`` uses here; 0: insert in key order."""
+        return region_bits(self.nbytes) if n_keys >= REGION_MIN_KEYS else 0
 
     def _region_scratch(self, n_keys: int) -> np.ndarray:
         """Seed buffer of a region insert of ``n_keys``: at most one uint64 per filter
@@ -455,8 +460,7 @@ class BloomFilter:
         """
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
-        self._n_added += int(_k.bloom_add_query(self._words, keys, self._k, GROUP, out, True))
-        self._hist = None
+        self._record_insert(int(_k.bloom_add_query(self._words, keys, self._k, GROUP, out, True)))
         return out
 
     # -- figures ------------------------------------------------------------
