@@ -165,6 +165,12 @@ def speed_variant(name: str, n: int, fpr: float, rng, reps: int) -> dict[str, fl
                 r["regions"] = timed(n, K.bloom_add_regions, fresh, keys, k, group,
                                      B.region_bits(bf.nbytes), tmp)
                 assert np.array_equal(fresh, words), "region insert set other bits"
+                got = np.zeros(n, np.bool_)
+                r["query regions"] = timed(n, K.bloom_query_regions, words, others, k, group,
+                                           B.region_bits(bf.nbytes), tmp,
+                                           np.zeros(len(tmp), np.int64), got)
+                K.bloom_query(words, others, k, group, out)
+                assert np.array_equal(got, out), "region query answered differently"
                 m = n // 10
                 r["add_query"] = timed(m, bf.add_query, others[:m])
                 for g in SWEEP:  # probe absent, keys located ahead g at a time
@@ -188,7 +194,8 @@ def speed_part(a: argparse.Namespace) -> None:
         print(f"\ntarget {fpr:.2%}: filter {base['MB']:.0f} MB, blocked k={base['k']}, "
               f"classic k={results['classic']['k']} (same memory); ns/key "
               f"(x = over blocked)")
-        cols = ("insert", "regions", "probe absent", "probe present", "add_query")
+        cols = ("insert", "regions", "probe absent", "query regions", "probe present",
+                "add_query")
         print(f"{'variant':18} " + " ".join(f"{c:>20}" for c in cols))
         for v, r in results.items():
             cells = []

@@ -41,6 +41,7 @@ GROUP = 32  # keys located (and prefetched) ahead in the kernels; see bench/benc
 # filter (measured flat from 256 KiB to 4 MiB on this machine, bench/bench_bloom.py).
 REGION_BYTES = 1 << 20
 REGION_MIN_KEYS = 1 << 16  # below this the bucketing passes cost more than they save
+_NO_IDX = np.empty(0, np.int64)  # bucket_seeds: positions not wanted (inserts)
 
 
 def region_bits(filter_bytes: int) -> int:
@@ -266,7 +267,7 @@ class _SharedInsert:
         edges = np.unique(np.linspace(0, n_regions, self.TASKS + 1).astype(np.int64))
         for c0 in range(0, len(keys), len(tmp)):
             m = min(len(keys) - c0, len(tmp))
-            _k.bucket_seeds(keys[c0:c0 + m], self.bits, tmp, starts)
+            _k.bucket_seeds(keys[c0:c0 + m], self.bits, tmp, starts, _NO_IDX)
             tasks = [(int(starts[a]), int(starts[b])) for a, b in zip(edges, edges[1:])]
             with self.cv:
                 self.seeds, self.tasks = tmp[:m], tasks
@@ -446,10 +447,20 @@ class BloomFilter:
         return np.empty(min(n_keys, max(REGION_MIN_KEYS, len(self._words))), np.uint64)
 
     def query(self, keys: np.ndarray) -> np.ndarray:
-        """Bool array aligned with ``keys``: True = maybe present, False = certainly absent."""
+        """Bool array aligned with ``keys``: True = maybe present, False = certainly absent.
+
+        Large queries into a large filter go region by region, as inserts do
+        (``bloom_query_regions``: the same answers, scratch of two words per key up
+        to the filter's size)."""
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
-        _k.bloom_query(self._words, keys, self._k, GROUP, out)
+        bits = self._region_bits_for(len(keys))
+        if bits:
+            tmp = self._region_scratch(len(keys))
+            _k.bloom_query_regions(self._words, keys, self._k, GROUP, bits, tmp,
+                                   np.empty(len(tmp), np.int64), out)
+        else:
+            _k.bloom_query(self._words, keys, self._k, GROUP, out)
         return out
 
     def add_query(self, keys: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from .errors import (CorruptionError, DiskFullError, InvalidInputError, Mismatch
                      NotAStoreError, SeenStoreError, StoreIOError, StoreNotFoundError)
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
+from .kernels.batch import mark_members
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers, merge_run
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
                         policy_digest, whole_blocks)
@@ -306,12 +307,11 @@ class SeenStore:
             uniq = uniq[self.bloom.query(uniq)]  # Bloom negatives are certainly absent
         found = np.zeros(len(uniq), dtype=np.bool_)
         bounds = self._shard_bounds(uniq)
-        for shard, reader in self._readers.items():
+        for shard, reader in list(self._readers.items()):
             lo, hi = bounds[shard], bounds[shard + 1]
-            if lo == hi or reader.count == 0:
-                continue
-            found[lo:hi] = _member(reader.keys, uniq[lo:hi])
-        return _member(uniq[found], keys)  # every occurrence, not just the first
+            if lo < hi:
+                found[lo:hi] = _member(reader.keys, uniq[lo:hi])
+        return mark_members(keys, uniq[found])  # every occurrence, not just the first
 
     # ----------------------------------------------------------------- writing
     def add(self, keys, progress=None) -> np.ndarray:

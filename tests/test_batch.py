@@ -8,7 +8,7 @@ from conftest import EDGE_KEYS
 from naive import add_naive
 from seenstore.batch import Batch, as_keys, read_batch_file
 from seenstore.errors import InvalidInputError
-from seenstore.kernels.batch import mark_first_new
+from seenstore.kernels.batch import mark_first_new, mark_members
 
 key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.integers(0, 20))
 
@@ -25,6 +25,16 @@ def test_mask_matches_oracle(keys, seen):
     new = b.uniq[is_new]
     for part_bits in (0, 1, 3, 6):  # the partitioned join, forced on small inputs
         assert mark_first_new(arr, new, part_bits).tolist() == want.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(key, max_size=60), members=st.sets(key, max_size=30))
+def test_mark_members_marks_every_occurrence(keys, members):
+    arr = as_keys(keys)
+    want = [int(k) in members for k in keys]
+    m = np.array(sorted(members), dtype=np.uint64)
+    for part_bits in (-1, 0, 1, 3, 6):
+        assert mark_members(arr, m, part_bits).tolist() == want
 
 
 def test_partitioned_join_at_scale_equals_unpartitioned(rng):

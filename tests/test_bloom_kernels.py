@@ -237,3 +237,38 @@ def test_region_insert_large_batch_equals_plain_insert():
     fresh_a = K.bloom_add_query(a, keys, 8, 32, np.empty(0, np.bool_), False)
     fresh_b = K.bloom_add_regions(b, keys, 8, 32, 6, np.empty(100_000, np.uint64))
     assert np.array_equal(a, b) and fresh_a == fresh_b == len(np.unique(keys))
+
+
+@settings(max_examples=80, deadline=None)
+@given(keys=keys_st, probes=keys_st, n_blocks=st.integers(1, 40), k=st.integers(1, 20),
+       region_bits=st.integers(0, 6), chunk=st.integers(1, 50), group=st.sampled_from([1, 3, 32]))
+def test_region_query_answers_as_the_key_order_query(keys, probes, n_blocks, k, region_bits,
+                                                     chunk, group):
+    """Region by region, any chunk size: every answer lands at its key's position and
+    equals the key-order kernel's (and so the twin's: tests above)."""
+    words = np.zeros(8 * n_blocks, np.uint64)
+    K.bloom_add_query(words, as_u64(keys), k, 32, np.empty(0, np.bool_), False)
+    asked = as_u64(probes + keys)
+    want = np.empty(len(asked), np.bool_)
+    K.bloom_query(words, asked, k, group, want)
+    got = np.zeros(len(asked), np.bool_)
+    K.bloom_query_regions(words, asked, k, group, region_bits, np.empty(chunk, np.uint64),
+                          np.empty(chunk, np.int64), got)
+    assert got.tolist() == want.tolist()
+    assert got[len(probes):].all()  # no false negatives
+
+
+def test_filter_query_takes_the_region_path_for_large_queries():
+    """BloomFilter.query on a large filter and many keys (the region kernel) equals
+    the key-order kernel, absent keys included."""
+    from seenstore.bloom import REGION_MIN_KEYS, BloomFilter
+
+    rng = np.random.default_rng(5)
+    bf = BloomFilter.for_capacity(4_000_000, 0.01)  # ~4.8 MB: several regions
+    keys = rng.integers(0, M64, 2 * REGION_MIN_KEYS, np.uint64, True)
+    bf.add(keys[::2])
+    assert bf._region_bits_for(len(keys)) > 0
+    want = np.empty(len(keys), np.bool_)
+    K.bloom_query(bf.words, keys, bf.n_hashes, 32, want)
+    got = bf.query(keys)
+    assert np.array_equal(got, want) and got[::2].all() and not got[1::2].all()

@@ -285,3 +285,18 @@ def test_failed_background_bloom_insert_never_fails_a_committed_batch(store_dir,
     with SeenStore.open(store_dir) as s:
         assert s.bloom is not None and s.stats()["keys"] == 6
         assert s.contains([1, 2, 3, 4, 5, 6, 7]).tolist() == [True] * 6 + [False]
+
+
+@pytest.mark.parametrize("bloom", [True, False])
+def test_contains_few_and_many_keys_agree_with_a_set(store_dir, rng, bloom):
+    """contains on a few and on many keys, repeats included (every occurrence is
+    answered: the hash join of mark_members), against a set."""
+    stored = rng.integers(0, 2**64, 40_000, dtype=np.uint64)
+    oracle = set(stored.tolist())
+    with SeenStore.open(store_dir, create=True, sync=False, shard_bits=1, bloom=bloom) as s:
+        s.add_new(stored)
+        few = np.concatenate([stored[:3], rng.integers(0, 2**64, 3, dtype=np.uint64)])
+        many = np.concatenate([stored[::7], rng.integers(0, 2**64, 9000, dtype=np.uint64),
+                               stored[:50]])  # repeats: every occurrence answers
+        for probe in (few, many):
+            assert s.contains(probe).tolist() == [int(k) in oracle for k in probe]

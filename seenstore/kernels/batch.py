@@ -2,7 +2,8 @@
 
 ``unique_sorted`` drops repeats from a sorted array; ``mark_first_new`` marks,
 in input order, the first occurrence of each key of a set of new keys (a
-radix-partitioned hash join, so its tables stay in cache at any batch size).
+radix-partitioned hash join, so its tables stay in cache at any batch size);
+``mark_members`` marks every occurrence.
 Twins: tests/naive.py and the tests' set oracles.
 """
 
@@ -90,6 +91,20 @@ def mark_first_new(keys, new_keys, part_bits=-1):
     bits of a mix of the key (stable, so input order is kept within a part), then
     each part gets an open-addressing table small enough for the L2 cache. A
     part_bits of -1 picks about 8192 new keys per part."""
+    return _join_mark(keys, new_keys, part_bits, True)
+
+
+@njit(cache=True, nogil=True)
+def mark_members(keys, members, part_bits=-1):
+    """Mask over ``keys`` (input order): True at every occurrence of a key that is
+    in ``members``. Requires: ``members`` unique (uint64). The join of
+    ``mark_first_new`` (``contains`` maps its answers back to the caller's keys with
+    it: a binary search per key into a large sorted answer cost ~600 ns/key)."""
+    return _join_mark(keys, members, part_bits, False)
+
+
+@njit(cache=True, nogil=True)
+def _join_mark(keys, new_keys, part_bits, first_only):
     n = keys.shape[0]
     m = new_keys.shape[0]
     out = np.zeros(n, dtype=np.bool_)
@@ -138,7 +153,7 @@ def mark_first_new(keys, new_keys, part_bits=-1):
             s = np.int64(_mix(key) & pmask)
             while used[s] != 0:
                 if table[s] == key:
-                    if used[s] == 1:
+                    if used[s] == 1 or not first_only:
                         used[s] = 2
                         out[ipos[j]] = True
                     break

@@ -121,17 +121,21 @@ def all_bits_set(words, base, pos, row):
 
 
 @njit(cache=True, nogil=True)
-def locate_group(words, keys, start, pos, bases, write):
+def locate_group(words, keys, start, pos, bases, write, seeded=False):
     """Locate keys[start : start + len(bases)] into ``pos`` rows and ``bases``; prefetch blocks.
 
     Fetching a group's blocks before touching any of them lets the CPU overlap
-    the cache misses (the filter is far larger than the caches). Returns the
-    number of keys located (fewer than len(bases) at the end of ``keys``).
+    the cache misses (the filter is far larger than the caches). ``seeded``: the
+    array holds seeds ``fmix64(key)`` (``bucket_seeds``), not keys. Returns the
+    number located (fewer than len(bases) at the end of ``keys``).
     """
     n_blocks = np.uint64(words.shape[0] >> 3)
     count = min(bases.shape[0], keys.shape[0] - start)
     for g in range(count):
-        base = locate(keys[start + g], n_blocks, pos, g)
+        if seeded:
+            base = locate_seed(keys[start + g], n_blocks, pos, g)
+        else:
+            base = locate(keys[start + g], n_blocks, pos, g)
         bases[g] = base
         if write:
             prefetch_write(words, base)
@@ -174,13 +178,14 @@ def region_of(seed, shift):
 
 
 @njit(cache=True, nogil=True)
-def bucket_seeds(keys, region_bits, tmp, starts):
+def bucket_seeds(keys, region_bits, tmp, starts, idx):
     """Write the seeds ``fmix64(key)`` of ``keys`` into ``tmp[:len(keys)]`` grouped by
-    ``region_of``, regions ascending (a counting pass, then a scatter pass).
+    ``region_of``, regions ascending (a counting pass, then a scatter pass); when
+    ``idx`` is not empty, ``idx[t]`` = position in ``keys`` of the seed ``tmp[t]``.
 
-    Requires: len(tmp) >= len(keys); starts int64 of length 2**region_bits + 1,
-    0 <= region_bits <= 16. Leaves ``starts[r]`` = index in ``tmp`` of region r's
-    first seed, ``starts[-1]`` = len(keys)."""
+    Requires: len(tmp) >= len(keys); idx int64, empty or len >= len(keys); starts
+    int64 of length 2**region_bits + 1, 0 <= region_bits <= 16. Leaves ``starts[r]``
+    = index in ``tmp`` of region r's first seed, ``starts[-1]`` = len(keys)."""
     n_regions = 1 << region_bits
     shift = np.uint64(32 - region_bits)
     fill = np.zeros(n_regions + 1, np.int64)
@@ -189,10 +194,13 @@ def bucket_seeds(keys, region_bits, tmp, starts):
     for r in range(n_regions):
         fill[r + 1] += fill[r]
     starts[:] = fill
+    want_idx = idx.shape[0] > 0
     for i in range(keys.shape[0]):  # fill[r] ends as the end of region r
         seed = fmix64(keys[i])
         r = region_of(seed, shift)
         tmp[fill[r]] = seed
+        if want_idx:
+            idx[fill[r]] = i
         fill[r] += 1
 
 
@@ -202,17 +210,11 @@ def insert_seeds(words, seeds, k, group):
 
     Seeds of one region touch one contiguous slice of the filter that stays in cache.
     Returns the number that set at least one clear bit."""
-    n_blocks = np.uint64(words.shape[0] >> 3)
     pos = np.empty((group, k), np.uint64)
     bases = np.empty(group, np.uint64)
     fresh = 0
-    m = seeds.shape[0]
-    for s in range(0, m, group):
-        count = min(group, m - s)
-        for g in range(count):
-            base = locate_seed(seeds[s + g], n_blocks, pos, g)
-            bases[g] = base
-            prefetch_write(words, base)
+    for s in range(0, seeds.shape[0], group):
+        count = locate_group(words, seeds, s, pos, bases, True, True)
         for g in range(count):
             if set_bits(words, bases[g], pos, g):
                 fresh += 1
@@ -236,9 +238,30 @@ def bloom_add_regions(words, keys, k, group, region_bits, tmp):
     n = keys.shape[0]
     for c0 in range(0, n, tmp.shape[0]):
         c1 = min(n, c0 + tmp.shape[0])
-        bucket_seeds(keys[c0:c1], region_bits, tmp, starts)
+        bucket_seeds(keys[c0:c1], region_bits, tmp, starts, np.empty(0, np.int64))
         fresh += insert_seeds(words, tmp[: c1 - c0], k, group)
     return fresh
+
+
+@njit(cache=True, nogil=True)
+def bloom_query_regions(words, keys, k, group, region_bits, tmp, idx, out):
+    """``bloom_query`` (the same answers), one filter region at a time: each chunk of
+    ``len(tmp)`` keys is bucketed by region with the keys' positions (``bucket_seeds``),
+    probed region by region, and each answer written back to ``out`` at its key's
+    position. Requires: as ``bloom_query``; 0 <= region_bits <= 16; tmp uint64 and
+    idx int64 of equal length >= 1."""
+    starts = np.empty((1 << region_bits) + 1, np.int64)
+    pos = np.empty((group, k), np.uint64)
+    bases = np.empty(group, np.uint64)
+    n = keys.shape[0]
+    for c0 in range(0, n, tmp.shape[0]):
+        c1 = min(n, c0 + tmp.shape[0])
+        bucket_seeds(keys[c0:c1], region_bits, tmp, starts, idx)
+        seeds = tmp[: c1 - c0]
+        for s in range(0, c1 - c0, group):
+            count = locate_group(words, seeds, s, pos, bases, False, True)
+            for g in range(count):
+                out[c0 + idx[s + g]] = all_bits_set(words, bases[g], pos, g)
 
 
 @njit(cache=True, nogil=True)
