@@ -327,6 +327,23 @@ def fmt_table(rows: list, args) -> str:
     return "\n".join(out)
 
 
+def fmt_verdict(rows: list) -> str | None:
+    """One line: seenstore against the fastest exact peer that finished, and what the
+    issue's target (5x faster than it) asks in ns/key."""
+    def ns(r):
+        return r["seconds"] / r["offered"] * 1e9
+
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("correct") and r.get("offered")]
+    base = next((r for r in ok if r["peer"] == "seenstore"), None)
+    peers = [r for r in ok if not r["peer"].startswith("seenstore") and not r.get("approximate")]
+    if base is None or not peers:
+        return None
+    best = min(peers, key=ns)
+    return (f"Fastest exact peer: {best['peer']}, {ns(best):,.0f} ns/key; seenstore "
+            f"{ns(base):,.0f} ns/key is {ns(best) / ns(base):.1f}x faster (5x would need "
+            f"<= {ns(best) / 5:,.0f} ns/key).")
+
+
 def plot(rows: list, path: str, args) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -396,6 +413,9 @@ def main() -> None:
         if own:
             shutil.rmtree(args.workdir, ignore_errors=True)
     print(fmt_table(rows, args))
+    verdict = fmt_verdict(rows)
+    if verdict:
+        print("\n" + verdict)
     warm = next((r["warmup_s"] for r in rows if r.get("warmup_s") is not None), None)
     if warm is not None:
         print(f"\n(seenstore JIT warm-up {warm:.2f} s, outside the timing; peak RSS includes the "

@@ -29,10 +29,12 @@ for arg in "$@"; do
        exit 2 ;;
   esac
 done
+# BENCH_RUNS: keys[:batch]. The smaller run uses the peers' stream (batches of keys/10),
+# so its floor sits beside the peers table; the larger one the default batch size.
 if [[ $MODE == full ]]; then
-  PEER_KEYS=(1e7 1e8); SCALE_MAX=1e9; BENCH_KEYS=(1e8 1e9)
+  PEER_KEYS=(1e7 1e8); SCALE_MAX=1e9; BENCH_RUNS=(1e8:1e7 1e9)
 else
-  PEER_KEYS=(1e6 1e7); SCALE_MAX=1e8; BENCH_KEYS=(1e7 1e8)
+  PEER_KEYS=(1e6 1e7); SCALE_MAX=1e8; BENCH_RUNS=(1e7:1e6 1e8)
 fi
 LOGS=${BENCH_LOGS:-scratch/bench-logs}
 PEER_LIMIT=${PEER_LIMIT:-900}
@@ -73,11 +75,13 @@ for step in ${step_list[@]+"${step_list[@]}"}; do
       "$PY" "$BENCH_DIR/scaling.py" --max-keys "$SCALE_MAX" --plot "$OUT/scaling.png" \
         --json "$LOGS/scaling.json" > "$LOGS/scaling.txt" ;;
     bench)
-      for k in "${BENCH_KEYS[@]}"; do
-        echo "[$(stamp)] seenstore bench $k" >&2
+      for run in "${BENCH_RUNS[@]}"; do
+        k=${run%%:*}; batch_args=()
+        [[ $run == *:* ]] && batch_args=(--batch "${run#*:}")
+        echo "[$(stamp)] seenstore bench $k ${batch_args[*]-}" >&2
         echo "$CODE, $(stamp)" > "$LOGS/bench-$k.code"
         rc=0
-        seenstore bench --keys "$k" --quiet \
+        seenstore bench --keys "$k" ${batch_args[@]+"${batch_args[@]}"} --quiet \
           --plot "$OUT/bench-$k.png" --save "$LOGS/bench-$k.json" > "$LOGS/bench-$k.txt" || rc=$?
         echo "$rc" > "$LOGS/bench-$k.rc"
       done ;;
@@ -124,8 +128,10 @@ is known from the generator and every engine's answer is checked against it.
 ## Headline: \`seenstore bench\`
 
 EOF
-  for k in "${BENCH_KEYS[@]}"; do
-    echo "### \`seenstore bench --keys $k\`"
+  for run in "${BENCH_RUNS[@]}"; do
+    k=${run%%:*}; batch_arg=
+    [[ $run == *:* ]] && batch_arg=" --batch ${run#*:}"
+    echo "### \`seenstore bench --keys $k$batch_arg\`"
     echo
     echo "Measured at $(code_of "bench-$k"); exit code $(cat "$LOGS/bench-$k.rc" 2>/dev/null || echo '?')."
     echo

@@ -26,7 +26,8 @@ from .errors import (CorruptionError, DiskFullError, InvalidInputError, Mismatch
                      NotAStoreError, SeenStoreError, StoreIOError, StoreNotFoundError)
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
-from .kernels.batch import mark_members
+from .kernels.batch import (compact_inplace, mark_first_new, mark_members, partition_top_bits,
+                            unique_inplace)
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers, merge_run
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
                         policy_digest, whole_blocks)
@@ -321,27 +322,36 @@ class SeenStore:
         as ``progress(shards_done, shards_total)`` as shard merges finish.
 
         The mask costs one more pass over the keys than ``add_new``."""
-        batch, is_new = self._admit(as_keys(keys), progress)
+        keys = as_keys(keys)
+        new = self._admit(keys, progress)
         t1 = time.perf_counter()
-        mask = batch.mask(is_new)
+        mask = mark_first_new(keys, new)
         self.last_timings["align_s"] = time.perf_counter() - t1
         return mask
 
     def add_new(self, keys, progress=None) -> np.ndarray:
         """Admit ``keys`` as ``add`` does; return the keys never admitted before
         this call, sorted ascending, each once (no per-occurrence mask, so no
-        alignment pass: the cheaper call when the caller needs only the new keys)."""
-        batch, is_new = self._admit(as_keys(keys), progress)
-        return batch.take_new(is_new)
+        alignment pass: the cheaper call when the caller needs only the new keys).
 
-    def _admit(self, keys: np.ndarray, progress) -> tuple[Batch, np.ndarray]:
-        """Sort, merge and commit ``keys``; return the Batch and ``is_new`` over its uniq.
+        The answer lives in the call's own sorted copy of the batch when the new
+        keys fill at least a quarter of it; otherwise it is copied out, so the
+        caller does not keep a batch-sized array alive for a few keys."""
+        keys = as_keys(keys)
+        new = self._admit(keys, progress)
+        return new.copy() if 4 * len(new) < len(keys) else new
 
-        In exact mode the Bloom insert of the raw keys runs on a second thread
-        while this one sorts and merges: exact answers never wait for the
-        filter (the merge decides), so the insert only has to finish before
+    def _admit(self, keys: np.ndarray, progress) -> np.ndarray:
+        """Sort, merge and commit ``keys``; return the new keys, sorted, each once.
+
+        Exact mode: the keys are only partitioned by shard here (one counting pass);
+        each shard's thread sorts and deduplicates its part right before merging it,
+        so the sorting of one shard overlaps the disk I/O of others. The Bloom insert
+        of the raw keys runs on another thread meanwhile: exact answers never wait
+        for the filter (the merge decides), so the insert only has to finish before
         return. Extra bits from a batch that then fails to commit only cost a
-        positive the disk answers."""
+        positive the disk answers. Approximate mode sorts the whole batch first: the
+        Bloom answers decide what is merged at all."""
         self._check_writable()
         with self._mutex:
             behind = None
@@ -349,15 +359,22 @@ class SeenStore:
                 behind = self.bloom.add_in_background(keys)
             try:
                 t0 = time.perf_counter()
-                batch = Batch(keys)
-                t_sort = time.perf_counter() - t0
-                is_new = self._add_sorted(batch.uniq, progress, behind=behind)
+                if self.mode == "exact":
+                    part = np.empty(len(keys), dtype=np.uint64)
+                    bounds = np.empty((1 << self.shard_bits) + 1, dtype=np.int64)
+                    partition_top_bits(keys, self.shard_bits, part, bounds)
+                    t_sort = time.perf_counter() - t0
+                    new = self._add_partitioned(part, bounds, progress, behind)
+                else:
+                    batch = Batch(keys)
+                    t_sort = time.perf_counter() - t0
+                    new = batch.uniq[self._add_sorted(batch.uniq, progress)]
             finally:
                 if behind is not None:
-                    self._finish_bloom(behind)  # no-op when _add_sorted already did
+                    self._finish_bloom(behind)  # no-op when already waited for
         self.last_timings["sort_s"] = t_sort
         self.last_timings["offered"] = len(keys)
-        return batch, is_new
+        return new
 
     def _finish_bloom(self, behind) -> int:
         """Wait for a background Bloom insert; return its count of certainly-new keys.
@@ -404,14 +421,38 @@ class SeenStore:
         with self._mutex:
             return self._add_sorted(uniq, progress, approx_answered)
 
-    def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0,
-                    behind=None) -> np.ndarray:
-        """``behind``: a PendingAdd already inserting this batch (exact mode), or None."""
-        timings = {"sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": 0.0,
-                   "bloom_background_s": 0.0, "merge_s": 0.0, "commit_s": 0.0,
-                   "bytes_read": 0, "bytes_written": 0, "offered": len(uniq),
-                   "unique": len(uniq), "new": 0, "bloom_negative": 0, "approx_answered": 0}
-        self.last_timings = timings
+    def _new_timings(self, n: int) -> dict:
+        """The figures of one call (``last_timings``), zeroed; ``n`` keys offered."""
+        self.last_timings = {
+            "sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": 0.0,
+            "bloom_background_s": 0.0, "merge_s": 0.0, "shard_sort_s": 0.0, "commit_s": 0.0,
+            "bytes_read": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
+            "bloom_negative": 0, "approx_answered": 0}
+        return self.last_timings
+
+    def _add_partitioned(self, part: np.ndarray, bounds: np.ndarray, progress,
+                         behind) -> np.ndarray:
+        """Merge and commit keys grouped by shard (``part``, shard s at
+        ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed); return the new keys,
+        sorted, each once, as a view of the front of ``part``. ``behind``: the
+        PendingAdd inserting these keys into the Bloom filter, or None (no filter)."""
+        timings = self._new_timings(len(part))
+        if behind is not None:
+            self._bloom_dirty = True
+        segs = self._merge_all(part, bounds, None, timings, progress, sort_parts=True)
+        timings["unique"] = sum(m for _, m, _ in segs)
+        n = 0
+        for lo, m, mask in segs:  # the new keys of every shard, in shard order, to the front
+            k = compact_inplace(part[lo:lo + m], mask)
+            part[n:n + k] = part[lo:lo + k]
+            n += k
+        self._after_merge(timings, behind, None)
+        return part[:n]
+
+    def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0) -> np.ndarray:
+        """Merge and commit sorted unique ``uniq``; return the mask of new keys. The
+        Bloom filter is asked (and in exact mode filled) before the merge."""
+        timings = self._new_timings(len(uniq))
         is_new = np.zeros(len(uniq), dtype=np.bool_)
         if len(uniq) == 0:
             if approx_answered:
@@ -419,9 +460,7 @@ class SeenStore:
             return is_new
         t0 = time.perf_counter()
         maybe = None
-        if behind is not None:
-            self._bloom_dirty = True
-        elif self.bloom is not None and self.mode == "exact":
+        if self.bloom is not None and self.mode == "exact":
             # Insert now, in the same pass as the query: every key of the batch is
             # in the store once it commits, and if it does not, extra bits only
             # make a positive that the disk check answers.
@@ -439,44 +478,56 @@ class SeenStore:
                 n_approx = len(uniq) - len(cand)
         n_approx += approx_answered
         timings["approx_answered"] = n_approx
-        cand_new = self._merge_all(cand, cand_maybe, timings, progress)
+        cand_new = np.zeros(len(cand), dtype=np.bool_)
+        for lo, m, mask in self._merge_all(cand, self._shard_bounds(cand), cand_maybe,
+                                           timings, progress):
+            cand_new[lo:lo + m] = mask
         if cand is uniq:
             is_new = cand_new
         else:
             is_new[~maybe] = cand_new
         if n_approx and not timings["new"]:
             self._commit_counters(n_approx)  # nothing written, but the count is durable
+        self._after_merge(timings, None, uniq[is_new] if self.mode == "approximate" else None)
+        return is_new
+
+    def _after_merge(self, timings: dict, behind, stored_new) -> None:
+        """Bloom upkeep once a batch committed: wait for the background insert
+        (``behind``), or insert ``stored_new`` (approximate mode: only what was stored);
+        rebuild the filter 2x larger when its keys passed its capacity."""
         if behind is not None:  # the wait is the Bloom's share of this call's time
             t1 = time.perf_counter()
             timings["bloom_negative"] = self._finish_bloom(behind)
             timings["bloom_s"] += time.perf_counter() - t1
             timings["bloom_background_s"] = behind.elapsed_s
         if self.bloom is not None and timings["new"]:
-            t1 = time.perf_counter()
-            if self.mode == "approximate":  # only what was stored: positives are final here
-                self.bloom.add(uniq[is_new])
+            if stored_new is not None:
+                t1 = time.perf_counter()
+                self.bloom.add(stored_new)
                 self._bloom_dirty = True
-            timings["bloom_s"] += time.perf_counter() - t1
+                timings["bloom_s"] += time.perf_counter() - t1
             if self.bloom.n_added > self.bloom.capacity:  # keep the FPR at its target
                 t1 = time.perf_counter()
                 self._rebuild_bloom(2 * max(len(self), self.bloom.capacity),
                                     self.bloom.target_fpr)
                 timings["bloom_rebuild_s"] = time.perf_counter() - t1
-        return is_new
 
-    def _merge_all(self, uniq: np.ndarray, maybe: np.ndarray | None, timings: dict,
-                   progress=None) -> np.ndarray:
-        """Merge sorted unique ``uniq`` into every shard it touches and commit.
+    def _merge_all(self, keys: np.ndarray, bounds: np.ndarray, maybe: np.ndarray | None,
+                   timings: dict, progress=None, sort_parts: bool = False) -> list:
+        """Merge every shard's keys into its run and commit; return ``(lo, m, mask)``
+        per shard that got keys: its keys are ``keys[lo:lo + m]``, sorted and unique,
+        ``mask`` True where new.
 
-        ``maybe``: Bloom answers for ``uniq`` (exact mode) or None. A shard whose
-        keys are all Bloom-positive, or tiny against its run, is probed first and
-        not rewritten when every key is already there."""
-        is_new = np.zeros(len(uniq), dtype=np.bool_)
-        if len(uniq) == 0:
-            return is_new
+        ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique, or with
+        ``sort_parts`` in any order with repeats (each shard's thread then sorts and
+        deduplicates them in place first: the sort of one shard overlaps the I/O of
+        the others). ``maybe``: Bloom answers for sorted ``keys`` (exact mode) or None.
+        A shard whose keys are all Bloom-positive, or few against its run, is probed
+        first and not rewritten when every key is already there."""
         gen = self.generation + 1
-        bounds = self._shard_bounds(uniq)
         jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
+        if not jobs:
+            return []
         pd = policy_digest(self.policy_id)
         writers: dict[int, RunWriter] = {}
         t0 = time.perf_counter()
@@ -492,54 +543,73 @@ class SeenStore:
                     if progress is not None:
                         progress(finished[0], len(jobs))
 
+        def sort_part(shard: int):
+            lo, hi = int(bounds[shard]), int(bounds[shard + 1])
+            t = time.perf_counter()
+            keys[lo:hi].sort()  # numpy releases the GIL
+            return lo + unique_inplace(keys[lo:hi]), time.perf_counter() - t
+
         def merge_shard(shard: int):
-            lo, hi = bounds[shard], bounds[shard + 1]
+            lo, hi = int(bounds[shard]), int(bounds[shard + 1])
+            sort_s = 0.0
+            if sort_parts:
+                hi, sort_s = sorted_parts[shard].result()
+            part = keys[lo:hi]
             reader = self._readers[shard]
             if maybe is not None:
                 probe = reader.count > 0 and bool(maybe[lo:hi].all())
             else:
                 probe = (hi - lo) * PROBE_RATIO < reader.count
-            if probe and _member(reader.keys, uniq[lo:hi]).all():
-                return shard, None, False  # nothing new here: no rewrite at all
+            if probe and _member(reader.keys, part).all():
+                # nothing new here: no rewrite at all
+                return shard, None, False, (lo, hi - lo, np.zeros(hi - lo, np.bool_)), sort_s
             bufs = self._take_buffers()
             try:  # the writer uses bufs.write until finish(): give them back after it
                 w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
                               self.layout.host_bits, self.shard_bits, shard, pd, buf=bufs.write)
                 writers[shard] = w
-                mask = merge_run(reader, uniq[lo:hi], w, self.chunk_keys, bufs)
-                is_new[lo:hi] = mask
+                mask = merge_run(reader, part, w, self.chunk_keys, bufs)
                 # fsync here, in the shard's thread: the fsyncs of several shards
                 # overlap each other and the merges still running
                 header = w.finish(sync=self.sync) if mask.any() else None
             finally:
                 self._buffer_pool.append(bufs)  # list.append/pop are atomic
-            return shard, header, True
+            return shard, header, True, (lo, hi - lo, mask), sort_s
 
+        sorter = ThreadPoolExecutor(max_workers=1) if sort_parts else None
         try:
             try:
+                # One thread sorts the shards in order while the merges of those already
+                # sorted read and write: the sorting overlaps their disk I/O
+                sorted_parts = {s: sorter.submit(sort_part, s) for s in jobs} if sorter else {}
                 with ThreadPoolExecutor(max_workers=self.threads) as pool:
                     done = list(pool.map(job, jobs))
             except OSError as e:
                 raise _io_error(e, f"{self.path}: writing runs") from e
             t1 = time.perf_counter()
             timings["merge_s"] = t1 - t0
-            changed = [(s, h) for s, h, _ in done if h is not None]
-            for s, h, merged in done:
+            timings["shard_sort_s"] = sum(d[4] for d in done)
+            changed = [(s, h) for s, h, _, _, _ in done if h is not None]
+            for s, h, merged, _, _ in done:
                 if merged and h is None:
                     writers.pop(s).abort()  # no new key in this shard: keep the old run
             timings["bytes_read"] = sum(self._readers[s].count * 8 + HEADER_SIZE
-                                        for s, _, merged in done if merged)
+                                        for s, _, merged, _, _ in done if merged)
             timings["bytes_written"] = sum(h.count * 8 + HEADER_SIZE for _, h in changed)
-            n_new = int(is_new.sum())
+            segs = [d[3] for d in done]
+            n_new = sum(int(mask.sum()) for _, _, mask in segs)
             if changed:
                 self._commit(gen, changed, n_new, timings["approx_answered"])
             timings["commit_s"] = time.perf_counter() - t1
             timings["new"] = n_new
-            return is_new
+            return segs
         except BaseException:
             for w in writers.values():
                 w.abort()
             raise
+        finally:
+            if sorter is not None:
+                sorter.shutdown(cancel_futures=True)
 
     def _take_buffers(self) -> MergeBuffers:
         """A shard merge's buffers from the pool (one set per merging thread, reused

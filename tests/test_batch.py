@@ -67,3 +67,18 @@ def test_take_new_copies_only_when_few_keys_are_new():
     many = Batch(keys)
     got = many.take_new(np.ones(1000, dtype=np.bool_))
     assert got.tolist() == list(range(1000)) and got.base is not None  # no second array
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(key, max_size=80), bits=st.sampled_from([0, 1, 2, 4, 7]))
+def test_partition_top_bits_is_a_stable_sort_by_top_bits(keys, bits):
+    from seenstore.kernels.batch import partition_top_bits
+
+    arr = as_keys(keys)
+    out = np.empty(len(arr), np.uint64)
+    starts = np.empty((1 << bits) + 1, np.int64)
+    partition_top_bits(arr, bits, out, starts)
+    top = [k >> (64 - bits) if bits else 0 for k in keys]
+    order = sorted(range(len(keys)), key=lambda i: top[i])  # stable
+    assert out.tolist() == [keys[i] for i in order]
+    assert starts.tolist() == [sum(t < g for t in top) for g in range(1 << bits)] + [len(keys)]

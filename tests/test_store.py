@@ -300,3 +300,31 @@ def test_contains_few_and_many_keys_agree_with_a_set(store_dir, rng, bloom):
                                stored[:50]])  # repeats: every occurrence answers
         for probe in (few, many):
             assert s.contains(probe).tolist() == [int(k) in oracle for k in probe]
+
+
+def test_a_failed_shard_sort_commits_nothing(store_dir, monkeypatch):
+    """The per-shard sort runs on its own thread: its failure reaches the caller,
+    no shard is committed, and the store takes the batch again afterwards."""
+    import seenstore.store as store_mod
+
+    with SeenStore.open(store_dir, create=True, sync=False) as s:
+        s.add_new(np.array([1, 2**63 + 1], dtype=np.uint64))
+        gen = s.generation
+        calls = []
+
+        def failing(part):
+            calls.append(len(part))
+            if len(calls) == 2:  # the second shard's sort: the first may be merged already
+                raise MemoryError("sort failed")
+            return real(part)
+
+        real = store_mod.unique_inplace
+        monkeypatch.setattr(store_mod, "unique_inplace", failing)
+        batch = np.array([5, 2**63 + 5, 2**62 + 5], dtype=np.uint64)
+        with pytest.raises(MemoryError):
+            s.add_new(batch)
+        monkeypatch.undo()
+        assert s.generation == gen and not s.contains(batch).any()
+        assert s.add_new(batch).tolist() == sorted(batch.tolist())
+    with SeenStore.open(store_dir) as s:
+        assert sorted(s.contains(np.array([1, 5, 2**63 + 1], np.uint64)).tolist()) == [True] * 3

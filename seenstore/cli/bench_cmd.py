@@ -63,6 +63,10 @@ def _print_text(r: dict) -> None:
          "last_timings does not name)")
     echo("ns/key by stage  " + "  ".join(f"{s} {ns[s]:.1f}" for s in STAGES)
          + f"  other {ns['other']:.1f}")
+    if ns.get("shard_sort"):
+        echo(f"                 (sort = partitioning the batch by shard; each shard's sort, "
+             f"{ns['shard_sort']:.1f} ns/key, ran on a thread of its own inside merge,")
+        echo("                 beside the disk I/O of the shards already sorted)")
     if ns.get("bloom_background"):
         echo(f"                 (bloom = time waited for the Bloom insert, which ran "
              f"{ns['bloom_background']:.1f} ns/key on a second thread beside sort and merge)")

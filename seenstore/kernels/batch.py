@@ -159,3 +159,32 @@ def _join_mark(keys, new_keys, part_bits, first_only):
                     break
                 s = (s + 1) & (psize - 1)
     return out
+
+
+@njit(cache=True, nogil=True)
+def partition_top_bits(keys, bits, out, starts):
+    """Copy ``keys`` into ``out`` grouped by their top ``bits`` bits, groups ascending,
+    input order kept inside a group (a counting pass, then a scatter pass).
+
+    Requires: 0 <= bits <= 16; len(out) >= len(keys); ``starts`` int64 of length
+    2**bits + 1. Leaves ``starts[g]`` = index in ``out`` of group g's first key,
+    ``starts[-1]`` = len(keys). The store sorts each group (a shard) in the thread
+    that then merges it, so the sorting overlaps other shards' disk I/O."""
+    n = keys.shape[0]
+    n_groups = 1 << bits
+    if bits == 0:
+        out[:n] = keys
+        starts[0] = 0
+        starts[1] = n
+        return
+    shift = np.uint64(64 - bits)
+    fill = np.zeros(n_groups + 1, np.int64)
+    for i in range(n):
+        fill[np.int64(keys[i] >> shift) + 1] += 1
+    for g in range(n_groups):
+        fill[g + 1] += fill[g]
+    starts[:] = fill
+    for i in range(n):  # fill[g] ends as the end of group g
+        g = np.int64(keys[i] >> shift)
+        out[fill[g]] = keys[i]
+        fill[g] += 1
