@@ -2,9 +2,10 @@
 
 A store is a directory: MANIFEST (the commit point), one run file per shard
 (keys sorted, unique; shard = top ``shard_bits`` bits of the key) and LOCK.
-``add`` sorts a batch, merges it into every shard it touches in one sequential
-pass each (four shards at a time, the kernel and I/O release the GIL), then commits all
-shards or none. See docs/architecture.md for the protocol and cost model.
+``add`` partitions a batch by shard, sorts the shards one by one on a thread of
+their own, merges each into its run in one sequential pass as soon as it is sorted
+(four shards at a time; the kernel, the sort and the I/O release the GIL), then
+commits all shards or none. See docs/architecture.md for the protocol and cost model.
 """
 
 from __future__ import annotations
@@ -345,8 +346,8 @@ class SeenStore:
         """Sort, merge and commit ``keys``; return the new keys, sorted, each once.
 
         Exact mode: the keys are only partitioned by shard here (one counting pass);
-        each shard's thread sorts and deduplicates its part right before merging it,
-        so the sorting of one shard overlaps the disk I/O of others. The Bloom insert
+        one thread then sorts and deduplicates the shards in order while the shards
+        already sorted merge, so the sorting overlaps their disk I/O. The Bloom insert
         of the raw keys runs on another thread meanwhile: exact answers never wait
         for the filter (the merge decides), so the insert only has to finish before
         return. Extra bits from a batch that then fails to commit only cost a
@@ -519,9 +520,9 @@ class SeenStore:
         ``mask`` True where new.
 
         ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique, or with
-        ``sort_parts`` in any order with repeats (each shard's thread then sorts and
-        deduplicates them in place first: the sort of one shard overlaps the I/O of
-        the others). ``maybe``: Bloom answers for sorted ``keys`` (exact mode) or None.
+        ``sort_parts`` in any order with repeats (one thread then sorts and deduplicates
+        them in place, shard by shard, while the merges of the shards already sorted
+        run: the sorting overlaps their disk I/O). ``maybe``: Bloom answers for sorted ``keys`` (exact mode) or None.
         A shard whose keys are all Bloom-positive, or few against its run, is probed
         first and not rewritten when every key is already there."""
         gen = self.generation + 1
