@@ -42,6 +42,7 @@ GROUP = 32  # keys located (and prefetched) ahead in the kernels; see bench/benc
 REGION_BYTES = 1 << 20
 REGION_MIN_KEYS = 1 << 16  # below this the bucketing passes cost more than they save
 _NO_IDX = np.empty(0, np.int64)  # bucket_seeds: positions not wanted (inserts)
+QUERY_CHUNK_KEYS = 1 << 24  # region queries: at most 256 MiB of seeds and positions
 
 
 def region_bits(filter_bytes: int) -> int:
@@ -450,13 +451,13 @@ class BloomFilter:
         """Bool array aligned with ``keys``: True = maybe present, False = certainly absent.
 
         Large queries into a large filter go region by region, as inserts do
-        (``bloom_query_regions``: the same answers, scratch of two words per key up
-        to the filter's size)."""
+        (``bloom_query_regions``: the same answers, scratch of two words per key, up
+        to the filter's size and at most QUERY_CHUNK_KEYS keys at a time)."""
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
         bits = self._region_bits_for(len(keys))
         if bits:
-            tmp = self._region_scratch(len(keys))
+            tmp = self._region_scratch(min(len(keys), QUERY_CHUNK_KEYS))
             _k.bloom_query_regions(self._words, keys, self._k, GROUP, bits, tmp,
                                    np.empty(len(tmp), np.int64), out)
         else:

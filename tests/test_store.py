@@ -325,6 +325,8 @@ def test_a_failed_shard_sort_commits_nothing(store_dir, monkeypatch):
             s.add_new(batch)
         monkeypatch.undo()
         assert s.generation == gen and not s.contains(batch).any()
+        runs = sorted(n for n in os.listdir(store_dir) if n.endswith(".run"))
+        assert runs == sorted(r["file"] for r in s._doc["runs"])  # the merged shard's run aborted
         assert s.add_new(batch).tolist() == sorted(batch.tolist())
     with SeenStore.open(store_dir) as s:
-        assert sorted(s.contains(np.array([1, 5, 2**63 + 1], np.uint64)).tolist()) == [True] * 3
+        assert s.contains(np.array([1, 5, 2**63 + 1], np.uint64)).tolist() == [True] * 3
