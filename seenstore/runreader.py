@@ -38,17 +38,22 @@ class RunReader:
             with open(path, "rb") as f:
                 raw = f.read(HEADER_SIZE)
                 size = os.fstat(f.fileno()).st_size
+                self.header = RunHeader.unpack(raw, self.name)
+                want = HEADER_SIZE + 8 * self.header.count
+                if size != want:
+                    raise CorruptionError(
+                        f"{self.name}: file is {size} bytes, header says {want} "
+                        f"({'truncated' if size < want else 'trailing bytes'})")
+                # Mapped now, from the file just checked: the map outlives the file's
+                # removal, so a reader taken before a commit retires the run (a
+                # ``contains`` beside ``add``) still reads it. Pages load on first use.
+                self._keys = (np.memmap(f, dtype=KEY_DTYPE, mode="r", offset=HEADER_SIZE,
+                                        shape=(self.header.count,))
+                              if self.header.count else np.empty(0, dtype=np.uint64))
         except FileNotFoundError:
             raise CorruptionError(f"{self.name}: run file named by the manifest is missing")
         except OSError as e:
             raise StoreIOError(f"{self.name}: cannot read: {e.strerror}") from e
-        self.header = RunHeader.unpack(raw, self.name)
-        want = HEADER_SIZE + 8 * self.header.count
-        if size != want:
-            raise CorruptionError(
-                f"{self.name}: file is {size} bytes, header says {want} "
-                f"({'truncated' if size < want else 'trailing bytes'})")
-        self._keys: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -56,12 +61,7 @@ class RunReader:
 
     @property
     def keys(self) -> np.ndarray:
-        if self._keys is None:
-            if self.count == 0:
-                self._keys = np.empty(0, dtype=np.uint64)
-            else:
-                self._keys = np.memmap(self.path, dtype=KEY_DTYPE, mode="r",
-                                       offset=HEADER_SIZE, shape=(self.count,))
+        """The body as a read-only memory map (empty array for an empty run)."""
         return self._keys
 
     def chunks(self, buf: np.ndarray) -> Iterator[int]:
@@ -107,4 +107,4 @@ class RunReader:
             last = part[n - 1]
 
     def close(self) -> None:
-        self._keys = None
+        self._keys = np.empty(0, dtype=np.uint64)

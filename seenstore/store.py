@@ -305,8 +305,9 @@ class SeenStore:
         """Mask over ``keys``: True where the key has been admitted. Reads only."""
         keys = as_keys(keys)
         uniq = prepare(keys)
-        if self.bloom is not None:
-            uniq = uniq[self.bloom.query(uniq)]  # Bloom negatives are certainly absent
+        bf = self.bloom  # once: a failed insert on the writer's thread may drop it
+        if bf is not None:
+            uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
         found = np.zeros(len(uniq), dtype=np.bool_)
         bounds = self._shard_bounds(uniq)
         for shard, reader in list(self._readers.items()):

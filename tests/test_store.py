@@ -330,3 +330,39 @@ def test_a_failed_shard_sort_commits_nothing(store_dir, monkeypatch):
         assert s.add_new(batch).tolist() == sorted(batch.tolist())
     with SeenStore.open(store_dir) as s:
         assert s.contains(np.array([1, 5, 2**63 + 1], np.uint64)).tolist() == [True] * 3
+
+
+def test_contains_beside_add_sees_every_committed_key(store_dir, rng):
+    """contains on another thread while add commits and retires runs: every key whose
+    add returned is found, the keys never offered are not (the runs a contains took
+    stay readable after a commit removes their files)."""
+    import threading
+
+    with SeenStore.open(store_dir, create=True, sync=False, shard_bits=2) as s:
+        committed: list = []
+        stop = threading.Event()
+        errors: list = []
+
+        def ask():
+            absent = rng.integers(0, 2**64, 2000, dtype=np.uint64) | np.uint64(1)
+            try:
+                while not stop.is_set():
+                    done = list(committed)  # batches whose add returned
+                    if done:
+                        got = np.concatenate(done)
+                        assert s.contains(got).all()
+                    assert not s.contains(absent).any()
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+
+        t = threading.Thread(target=ask)
+        t.start()
+        try:
+            for _ in range(30):
+                batch = rng.integers(0, 2**64, 20_000, dtype=np.uint64) & ~np.uint64(1)
+                s.add_new(batch)
+                committed.append(batch)
+        finally:
+            stop.set()
+            t.join()
+        assert not errors, errors[0]
