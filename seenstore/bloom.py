@@ -468,11 +468,20 @@ class BloomFilter:
         """For each key in order: was it maybe present before (True), then insert it.
 
         An earlier occurrence of the same key in this call counts as present, so
-        False marks exactly the keys that were certainly new when reached.
+        False marks exactly the keys that were certainly new when reached. Large
+        calls go region by region (``bloom_add_query_regions``: the same bits; an
+        answer may differ from key order only by a false positive).
         """
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
-        self._record_insert(int(_k.bloom_add_query(self._words, keys, self._k, GROUP, out, True)))
+        bits = self._region_bits_for(len(keys))
+        if bits:  # region by region, as large queries and inserts
+            tmp = self._region_scratch(min(len(keys), QUERY_CHUNK_KEYS))
+            fresh = _k.bloom_add_query_regions(self._words, keys, self._k, GROUP, bits, tmp,
+                                               np.empty(len(tmp), np.int64), out)
+        else:
+            fresh = _k.bloom_add_query(self._words, keys, self._k, GROUP, out, True)
+        self._record_insert(int(fresh))
         return out
 
     # -- figures ------------------------------------------------------------

@@ -272,3 +272,47 @@ def test_filter_query_takes_the_region_path_for_large_queries():
     K.bloom_query(bf.words, keys, bf.n_hashes, 32, want)
     got = bf.query(keys)
     assert np.array_equal(got, want) and got[::2].all() and not got[1::2].all()
+
+
+@settings(max_examples=80, deadline=None)
+@given(before=keys_st, keys=keys_st, n_blocks=st.integers(1, 40), k=st.integers(1, 20),
+       region_bits=st.integers(0, 6), chunk=st.integers(1, 50), group=st.sampled_from([1, 3, 32]))
+def test_region_add_query_sets_the_same_bits_and_never_calls_a_seen_key_new(
+        before, keys, n_blocks, k, region_bits, chunk, group):
+    """Region order: the same words as the key-order kernel; a False answer only for a
+    key absent before the call with no earlier occurrence in it; True for every key
+    present before or repeated; ``fresh`` counts the False answers."""
+    a = np.zeros(8 * n_blocks, np.uint64)
+    K.bloom_add_query(a, as_u64(before), k, 32, np.empty(0, np.bool_), False)
+    b = a.copy()
+    present = np.empty(len(keys), np.bool_)
+    K.bloom_query(a, as_u64(keys), k, 32, present)
+    K.bloom_add_query(a, as_u64(keys), k, group, np.empty(len(keys), np.bool_), True)
+    out = np.zeros(len(keys), np.bool_)
+    fresh = K.bloom_add_query_regions(b, as_u64(keys), k, group, region_bits,
+                                      np.empty(chunk, np.uint64), np.empty(chunk, np.int64), out)
+    assert np.array_equal(a, b)
+    seen_in_call = set()
+    for i, key in enumerate(keys):
+        if present[i] or key in seen_in_call:
+            assert out[i]
+        seen_in_call.add(key)
+    assert fresh == int((~out).sum())
+
+
+def test_filter_add_query_takes_the_region_path_for_large_calls():
+    """BloomFilter.add_query on a large filter and many keys sets the key-order kernel's
+    bits; repeats answer True, and most fresh keys False (a sparse filter)."""
+    from seenstore.bloom import REGION_MIN_KEYS, BloomFilter
+
+    rng = np.random.default_rng(6)
+    a = BloomFilter.for_capacity(4_000_000, 0.01)
+    keys = rng.integers(0, M64, 2 * REGION_MIN_KEYS, np.uint64, True)
+    keys[1::2] = keys[::2]  # every key twice
+    assert a._region_bits_for(len(keys)) > 0
+    want = np.zeros_like(a.words)
+    K.bloom_add_query(want, keys, a.n_hashes, 32, np.empty(0, np.bool_), False)
+    out = a.add_query(keys)
+    assert np.array_equal(a.words, want)
+    assert out[1::2].all() and (~out[::2]).mean() > 0.99
+    assert a.n_added == int((~out).sum())

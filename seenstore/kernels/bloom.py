@@ -250,18 +250,43 @@ def bloom_query_regions(words, keys, k, group, region_bits, tmp, idx, out):
     probed region by region, and each answer written back to ``out`` at its key's
     position. Requires: as ``bloom_query``; 0 <= region_bits <= 16; tmp uint64 and
     idx int64 of equal length >= 1."""
+    _answer_by_regions(words, keys, k, group, region_bits, tmp, idx, out, False)
+
+
+@njit(cache=True, nogil=True)
+def bloom_add_query_regions(words, keys, k, group, region_bits, tmp, idx, out):
+    """``bloom_add_query`` (the same bits set) one filter region at a time, as
+    ``bloom_query_regions``: ``out[i]`` = maybe present before key i, then it is
+    inserted. The bucketing is stable, so a key's earlier occurrences in the call
+    are reached first, as in key order: ``out`` False still means certainly new when
+    reached. (Only a false positive from another key may differ from key order,
+    where two neighbouring regions share a block.) Returns the number of keys that
+    set a clear bit."""
+    return _answer_by_regions(words, keys, k, group, region_bits, tmp, idx, out, True)
+
+
+@njit(cache=True, nogil=True)
+def _answer_by_regions(words, keys, k, group, region_bits, tmp, idx, out, insert):
     starts = np.empty((1 << region_bits) + 1, np.int64)
     pos = np.empty((group, k), np.uint64)
     bases = np.empty(group, np.uint64)
+    fresh = 0
     n = keys.shape[0]
     for c0 in range(0, n, tmp.shape[0]):
         c1 = min(n, c0 + tmp.shape[0])
         bucket_seeds(keys[c0:c1], region_bits, tmp, starts, idx)
         seeds = tmp[: c1 - c0]
         for s in range(0, c1 - c0, group):
-            count = locate_group(words, seeds, s, pos, bases, False, True)
+            count = locate_group(words, seeds, s, pos, bases, insert, True)
             for g in range(count):
-                out[c0 + idx[s + g]] = all_bits_set(words, bases[g], pos, g)
+                if insert:
+                    changed = set_bits(words, bases[g], pos, g)
+                    out[c0 + idx[s + g]] = not changed
+                    if changed:
+                        fresh += 1
+                else:
+                    out[c0 + idx[s + g]] = all_bits_set(words, bases[g], pos, g)
+    return fresh
 
 
 @njit(cache=True, nogil=True)
