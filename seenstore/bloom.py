@@ -15,6 +15,7 @@ import functools
 import math
 import os
 import struct
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -41,8 +42,17 @@ GROUP = 32  # keys located (and prefetched) ahead in the kernels; see bench/benc
 # filter (measured flat from 256 KiB to 4 MiB on this machine, bench/bench_bloom.py).
 REGION_BYTES = 1 << 20
 REGION_MIN_KEYS = 1 << 16  # below this the bucketing passes cost more than they save
-_NO_IDX = np.empty(0, np.int64)  # bucket_seeds: positions not wanted (inserts)
-QUERY_CHUNK_KEYS = 1 << 24  # region queries: at most 256 MiB of seeds and positions
+
+
+def block_aligned(n_words: int, zero: bool = True) -> np.ndarray:
+    """A uint64 array of ``n_words`` whose data starts on a 64-byte boundary, so every
+    8-word block of the filter is exactly one cache line. numpy's own alignment (16
+    bytes) made each block straddle two lines, and the kernels prefetch one: key-order
+    inserts ran 60 ns/key against 23 aligned (1e7 keys into 124 MB,
+    bench/bench_bloom.py). ``zero``: zeroed (lazily, by the OS) rather than left as is."""
+    raw = (np.zeros if zero else np.empty)(n_words + WORDS_PER_BLOCK, dtype=np.uint64)
+    skip = (-raw.ctypes.data % (8 * WORDS_PER_BLOCK)) // 8
+    return raw[skip: skip + n_words]
 
 
 def region_bits(filter_bytes: int) -> int:
@@ -198,12 +208,14 @@ def _load_body(f, name: str, fields: tuple, header_len: int, file_size: int) -> 
         raise CorruptionError(
             f"{name}: {what} Bloom filter body ({file_size} bytes, expected "
             f"{header_len + body_len})")
-    words = np.empty(n_blocks * WORDS_PER_BLOCK, dtype="<u8")
+    words = block_aligned(n_blocks * WORDS_PER_BLOCK, zero=False)
     if f.readinto(memoryview(words).cast("B")) != body_len:
         raise CorruptionError(f"{name}: truncated Bloom filter body")
     if xxhash.xxh3_64_intdigest(words) != body_sum:
         raise CorruptionError(f"{name}: Bloom filter body checksum mismatch")
-    return words.astype(np.uint64, copy=False)
+    if sys.byteorder == "big":  # the file is little-endian
+        words.byteswap(inplace=True)
+    return words
 
 
 def _io_error(e: OSError, what: str) -> StoreIOError:
@@ -268,7 +280,7 @@ class _SharedInsert:
         edges = np.unique(np.linspace(0, n_regions, self.TASKS + 1).astype(np.int64))
         for c0 in range(0, len(keys), len(tmp)):
             m = min(len(keys) - c0, len(tmp))
-            _k.bucket_seeds(keys[c0:c0 + m], self.bits, tmp, starts, _NO_IDX)
+            _k.bucket_seeds(keys[c0:c0 + m], self.bits, tmp, starts)
             tasks = [(int(starts[a]), int(starts[b])) for a, b in zip(edges, edges[1:])]
             with self.cv:
                 self.seeds, self.tasks = tmp[:m], tasks
@@ -375,9 +387,13 @@ class BloomFilter:
         if not 1 <= n_hashes <= 64:
             raise InvalidInputError(f"Bloom filter needs 1..64 hashes, got {n_hashes}")
         if words is None:
-            words = np.zeros(n_blocks * WORDS_PER_BLOCK, dtype=np.uint64)
+            words = block_aligned(n_blocks * WORDS_PER_BLOCK)
         elif words.dtype != np.uint64 or words.shape != (n_blocks * WORDS_PER_BLOCK,):
             raise InvalidInputError("Bloom filter words must be uint64[8 * n_blocks]")
+        elif words.ctypes.data % (8 * WORDS_PER_BLOCK):  # one cache line per block
+            aligned = block_aligned(len(words), zero=False)
+            aligned[:] = words
+            words = aligned
         self._words = words
         self._k = int(n_hashes)
         self._capacity = int(capacity)
@@ -450,38 +466,22 @@ class BloomFilter:
     def query(self, keys: np.ndarray) -> np.ndarray:
         """Bool array aligned with ``keys``: True = maybe present, False = certainly absent.
 
-        Large queries into a large filter go region by region, as inserts do
-        (``bloom_query_regions``: the same answers, scratch of two words per key, up
-        to the filter's size and at most QUERY_CHUNK_KEYS keys at a time)."""
+        Key order, always: with one cache line per block a query costs one miss, and
+        the region scheme of inserts measured slower for queries (docs/bloom.md)."""
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
-        bits = self._region_bits_for(len(keys))
-        if bits:
-            tmp = self._region_scratch(min(len(keys), QUERY_CHUNK_KEYS))
-            _k.bloom_query_regions(self._words, keys, self._k, GROUP, bits, tmp,
-                                   np.empty(len(tmp), np.int64), out)
-        else:
-            _k.bloom_query(self._words, keys, self._k, GROUP, out)
+        _k.bloom_query(self._words, keys, self._k, GROUP, out)
         return out
 
     def add_query(self, keys: np.ndarray) -> np.ndarray:
         """For each key in order: was it maybe present before (True), then insert it.
 
         An earlier occurrence of the same key in this call counts as present, so
-        False marks exactly the keys that were certainly new when reached. Large
-        calls go region by region (``bloom_add_query_regions``: the same bits; an
-        answer may differ from key order only by a false positive).
+        False marks exactly the keys that were certainly new when reached.
         """
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
-        bits = self._region_bits_for(len(keys))
-        if bits:  # region by region, as large queries and inserts
-            tmp = self._region_scratch(min(len(keys), QUERY_CHUNK_KEYS))
-            fresh = _k.bloom_add_query_regions(self._words, keys, self._k, GROUP, bits, tmp,
-                                               np.empty(len(tmp), np.int64), out)
-        else:
-            fresh = _k.bloom_add_query(self._words, keys, self._k, GROUP, out, True)
-        self._record_insert(int(fresh))
+        self._record_insert(int(_k.bloom_add_query(self._words, keys, self._k, GROUP, out, True)))
         return out
 
     # -- figures ------------------------------------------------------------

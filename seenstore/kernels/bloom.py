@@ -178,14 +178,13 @@ def region_of(seed, shift):
 
 
 @njit(cache=True, nogil=True)
-def bucket_seeds(keys, region_bits, tmp, starts, idx):
+def bucket_seeds(keys, region_bits, tmp, starts):
     """Write the seeds ``fmix64(key)`` of ``keys`` into ``tmp[:len(keys)]`` grouped by
-    ``region_of``, regions ascending (a counting pass, then a scatter pass); when
-    ``idx`` is not empty, ``idx[t]`` = position in ``keys`` of the seed ``tmp[t]``.
+    ``region_of``, regions ascending (a counting pass, then a scatter pass).
 
-    Requires: len(tmp) >= len(keys); idx int64, empty or len >= len(keys); starts
-    int64 of length 2**region_bits + 1, 0 <= region_bits <= 16. Leaves ``starts[r]``
-    = index in ``tmp`` of region r's first seed, ``starts[-1]`` = len(keys)."""
+    Requires: len(tmp) >= len(keys); starts int64 of length 2**region_bits + 1,
+    0 <= region_bits <= 16. Leaves ``starts[r]`` = index in ``tmp`` of region r's
+    first seed, ``starts[-1]`` = len(keys)."""
     n_regions = 1 << region_bits
     shift = np.uint64(32 - region_bits)
     fill = np.zeros(n_regions + 1, np.int64)
@@ -194,13 +193,10 @@ def bucket_seeds(keys, region_bits, tmp, starts, idx):
     for r in range(n_regions):
         fill[r + 1] += fill[r]
     starts[:] = fill
-    want_idx = idx.shape[0] > 0
     for i in range(keys.shape[0]):  # fill[r] ends as the end of region r
         seed = fmix64(keys[i])
         r = region_of(seed, shift)
         tmp[fill[r]] = seed
-        if want_idx:
-            idx[fill[r]] = i
         fill[r] += 1
 
 
@@ -238,54 +234,8 @@ def bloom_add_regions(words, keys, k, group, region_bits, tmp):
     n = keys.shape[0]
     for c0 in range(0, n, tmp.shape[0]):
         c1 = min(n, c0 + tmp.shape[0])
-        bucket_seeds(keys[c0:c1], region_bits, tmp, starts, np.empty(0, np.int64))
+        bucket_seeds(keys[c0:c1], region_bits, tmp, starts)
         fresh += insert_seeds(words, tmp[: c1 - c0], k, group)
-    return fresh
-
-
-@njit(cache=True, nogil=True)
-def bloom_query_regions(words, keys, k, group, region_bits, tmp, idx, out):
-    """``bloom_query`` (the same answers), one filter region at a time: each chunk of
-    ``len(tmp)`` keys is bucketed by region with the keys' positions (``bucket_seeds``),
-    probed region by region, and each answer written back to ``out`` at its key's
-    position. Requires: as ``bloom_query``; 0 <= region_bits <= 16; tmp uint64 and
-    idx int64 of equal length >= 1."""
-    _answer_by_regions(words, keys, k, group, region_bits, tmp, idx, out, False)
-
-
-@njit(cache=True, nogil=True)
-def bloom_add_query_regions(words, keys, k, group, region_bits, tmp, idx, out):
-    """``bloom_add_query`` (the same bits set) one filter region at a time, as
-    ``bloom_query_regions``: ``out[i]`` = maybe present before key i, then it is
-    inserted. The bucketing is stable, so a key's earlier occurrences in the call
-    are reached first, as in key order: ``out`` False still means certainly new when
-    reached. (Only a false positive from another key may differ from key order,
-    where two neighbouring regions share a block.) Returns the number of keys that
-    set a clear bit."""
-    return _answer_by_regions(words, keys, k, group, region_bits, tmp, idx, out, True)
-
-
-@njit(cache=True, nogil=True)
-def _answer_by_regions(words, keys, k, group, region_bits, tmp, idx, out, insert):
-    starts = np.empty((1 << region_bits) + 1, np.int64)
-    pos = np.empty((group, k), np.uint64)
-    bases = np.empty(group, np.uint64)
-    fresh = 0
-    n = keys.shape[0]
-    for c0 in range(0, n, tmp.shape[0]):
-        c1 = min(n, c0 + tmp.shape[0])
-        bucket_seeds(keys[c0:c1], region_bits, tmp, starts, idx)
-        seeds = tmp[: c1 - c0]
-        for s in range(0, c1 - c0, group):
-            count = locate_group(words, seeds, s, pos, bases, insert, True)
-            for g in range(count):
-                if insert:
-                    changed = set_bits(words, bases[g], pos, g)
-                    out[c0 + idx[s + g]] = not changed
-                    if changed:
-                        fresh += 1
-                else:
-                    out[c0 + idx[s + g]] = all_bits_set(words, bases[g], pos, g)
     return fresh
 
 
