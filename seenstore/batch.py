@@ -1,9 +1,11 @@
-"""Batch stage: validate offered keys, sort and deduplicate them, align answers.
+"""Batch stage: validate offered keys, sort and deduplicate them.
 
-``Batch`` turns offered keys (any order, repeats allowed) into the sorted unique
-array the merge needs (np.sort + one pass), and maps the merge's answer on those
-unique keys back to the caller's order (True only at a key's first occurrence).
-``read_batch_file`` loads a raw little-endian uint64 batch file.
+``as_keys`` checks offered keys; ``prepare`` turns them (any order, repeats allowed)
+into the sorted unique array a merge needs (np.sort + one pass). The store's exact
+path instead partitions a batch by shard and sorts shard by shard
+(``kernels/batch.py: partition_top_bits``); answers go back to the caller's order
+with ``kernels/batch.py: mark_first_new``. ``read_batch_file`` loads a raw
+little-endian uint64 batch file.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import numpy as np
 
 from .errors import InvalidInputError, StoreNotFoundError
-from .kernels.batch import compact_inplace, mark_first_new, unique_inplace
+from .kernels.batch import unique_inplace
 
 
 def as_keys(keys) -> np.ndarray:
@@ -44,31 +46,6 @@ def prepare(keys: np.ndarray) -> np.ndarray:
     batch-sized array to allocate and fault in."""
     s = np.sort(keys)
     return s[: unique_inplace(s)]
-
-
-class Batch:
-    """Offered keys, their sorted unique form ``uniq``, and the way back.
-
-    (An argsort-based variant was measured and dropped: at 5e7 keys argsort +
-    gather cost 125 ns/key against 66 for np.sort + unique + the join.)"""
-
-    def __init__(self, keys: np.ndarray):
-        self.keys = keys
-        self.uniq = prepare(keys)
-
-    def mask(self, is_new: np.ndarray) -> np.ndarray:
-        """Mask over the offered keys from ``is_new`` over ``uniq``."""
-        return mark_first_new(self.keys, self.uniq[is_new])
-
-    def take_new(self, is_new: np.ndarray) -> np.ndarray:
-        """``uniq[is_new]``, compacted inside ``uniq``'s own memory. Consumes ``uniq``:
-        call last. A view of that memory when the new keys fill at least a quarter of
-        the offered batch; otherwise a copy, so the caller does not keep the whole
-        sorted batch alive for a few keys."""
-        n = compact_inplace(self.uniq, is_new)
-        if 4 * n < len(self.keys):
-            return self.uniq[:n].copy()
-        return self.uniq[:n]
 
 
 def read_batch_file(path: str) -> np.ndarray:

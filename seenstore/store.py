@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import manifest
-from .batch import Batch, as_keys, prepare
+from .batch import as_keys, prepare
 from .bloom import BloomFilter
 from .errors import (CorruptionError, DiskFullError, InvalidInputError, MismatchError,
                      NotAStoreError, SeenStoreError, StoreIOError, StoreNotFoundError)
@@ -368,9 +368,10 @@ class SeenStore:
                     t_sort = time.perf_counter() - t0
                     new = self._add_partitioned(part, bounds, progress, behind)
                 else:
-                    batch = Batch(keys)
+                    uniq = prepare(keys)
                     t_sort = time.perf_counter() - t0
-                    new = batch.uniq[self._add_sorted(batch.uniq, progress)]
+                    is_new = self._add_sorted(uniq, progress)
+                    new = uniq[:compact_inplace(uniq, is_new)]
             finally:
                 if behind is not None:
                     self._finish_bloom(behind)  # no-op when already waited for

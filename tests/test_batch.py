@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import EDGE_KEYS
 from naive import add_naive
-from seenstore.batch import Batch, as_keys, read_batch_file
+from seenstore.batch import as_keys, prepare, read_batch_file
 from seenstore.errors import InvalidInputError
 from seenstore.kernels.batch import mark_first_new, mark_members
 
@@ -18,11 +18,11 @@ key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.intege
 def test_mask_matches_oracle(keys, seen):
     arr = as_keys(keys)
     want = add_naive(set(seen), keys)
-    b = Batch(arr)
-    assert b.uniq.tolist() == sorted(set(keys))
-    is_new = np.array([int(k) not in seen for k in b.uniq], dtype=bool)
-    assert b.mask(is_new).tolist() == want.tolist()
-    new = b.uniq[is_new]
+    uniq = prepare(arr)
+    assert uniq.tolist() == sorted(set(keys))
+    is_new = np.array([int(k) not in seen for k in uniq], dtype=bool)
+    new = uniq[is_new]
+    assert mark_first_new(arr, new).tolist() == want.tolist()
     for part_bits in (0, 1, 3, 6):  # the partitioned join, forced on small inputs
         assert mark_first_new(arr, new, part_bits).tolist() == want.tolist()
 
@@ -53,20 +53,6 @@ def test_batch_file_reading(tmp_path):
     assert got.dtype == np.uint64 and got.tolist() == [2**56, 0xFFFFFFFFFFFFFFFF]
     with pytest.raises(InvalidInputError, match="directory"):
         read_batch_file(str(tmp_path))
-
-
-def test_take_new_copies_only_when_few_keys_are_new():
-    from seenstore.batch import Batch
-
-    keys = np.arange(1000, dtype=np.uint64)[::-1].copy()
-    few = Batch(keys)
-    is_new = np.zeros(1000, dtype=np.bool_)
-    is_new[[3, 500]] = True
-    got = few.take_new(is_new)
-    assert got.tolist() == [3, 500] and got.base is None  # owns 16 bytes, not the batch
-    many = Batch(keys)
-    got = many.take_new(np.ones(1000, dtype=np.bool_))
-    assert got.tolist() == list(range(1000)) and got.base is not None  # no second array
 
 
 @settings(max_examples=200, deadline=None)

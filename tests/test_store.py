@@ -366,3 +366,16 @@ def test_contains_beside_add_sees_every_committed_key(store_dir, rng):
             stop.set()
             t.join()
         assert not errors, errors[0]
+
+
+def test_add_new_copies_its_answer_only_when_few_keys_are_new(store_dir):
+    """add_new answers with a view of its own sorted copy of the batch when the new
+    keys are at least a quarter of it, and with a copy of just them otherwise (a
+    caller keeping the answer must not keep a batch-sized array alive)."""
+    keys = np.arange(1000, dtype=np.uint64)[::-1].copy()
+    with SeenStore.open(store_dir, create=True, sync=False, shard_bits=0) as s:
+        s.add_new(keys[:-2])  # all but 1 and 0
+        few = s.add_new(keys)
+        assert few.tolist() == [0, 1] and few.base is None
+        many = s.add_new(np.arange(1000, 2000, dtype=np.uint64))
+        assert many.tolist() == list(range(1000, 2000)) and many.base is not None
