@@ -47,9 +47,11 @@ def main(argv=None) -> None:
     ap.add_argument("--asked", type=parse_count, default=10_000_000)
     ap.add_argument("--present", type=float, default=0.5)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir in scratch/)")
+    ap.add_argument("--dir", default=None,
+                    help="where the throwaway store goes (default: a temp dir in scratch/)")
     a = ap.parse_args(argv)
-    base = a.dir or tempfile.mkdtemp(prefix="contains-", dir="scratch" if os.path.isdir("scratch") else None)
+    scratch = "scratch" if os.path.isdir("scratch") else None
+    base = a.dir or tempfile.mkdtemp(prefix="contains-", dir=scratch)
     path = os.path.join(base, "store")
     rng = np.random.default_rng(1)
     stored = rng.integers(0, 2**64, a.stored, dtype=np.uint64, endpoint=False)
@@ -106,9 +108,8 @@ def main(argv=None) -> None:
                   f"{t_back_search * per:6.1f}  (x{t_back_search / t_back:.2f})")
             old = t_sort + t_bloom + t_check + t_back_search
             print(f"  with the binary search back {old * per:8.1f}   (x{old / t_all:.2f} the call now)")
-    finally:
-        if a.dir is None:
-            shutil.rmtree(base, ignore_errors=True)
+    finally:  # the store always goes; a --dir given stays
+        shutil.rmtree(path if a.dir else base, ignore_errors=True)
     sys.stdout.flush()
 
 

@@ -524,9 +524,10 @@ class SeenStore:
         ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique, or with
         ``sort_parts`` in any order with repeats (one thread then sorts and deduplicates
         them in place, shard by shard, while the merges of the shards already sorted
-        run: the sorting overlaps their disk I/O). ``maybe``: Bloom answers for sorted ``keys`` (exact mode) or None.
-        A shard whose keys are all Bloom-positive, or few against its run, is probed
-        first and not rewritten when every key is already there."""
+        run: the sorting overlaps their disk I/O). ``maybe``: Bloom answers for sorted
+        ``keys`` (exact mode) or None. A shard whose keys are all Bloom-positive, or few
+        against its run, is probed first and not rewritten when every key is already
+        there."""
         gen = self.generation + 1
         jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
         if not jobs:
