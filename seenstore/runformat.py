@@ -91,11 +91,12 @@ def direct_ready(buf: np.ndarray) -> bool:
     return buf.ctypes.data % ALIGN == 0 and (8 * len(buf)) % ALIGN == 0
 
 
-def aligned_empty(n_keys: int) -> np.ndarray:
-    """A uint64 array of ``n_keys`` whose data starts on an ALIGN boundary (for O_DIRECT
-    reads and writes of run bodies)."""
-    raw = np.empty(n_keys + ALIGN // 8, dtype=np.uint64)
-    skip = (-raw.ctypes.data % ALIGN) // 8
+def aligned_empty(n_keys: int, align: int = ALIGN, zero: bool = False) -> np.ndarray:
+    """A uint64 array of ``n_keys`` whose data starts on an ``align``-byte boundary
+    (default ALIGN: O_DIRECT reads and writes of run bodies; the Bloom filter asks for
+    cache lines). ``zero``: zeroed (lazily, by the OS) rather than left as is."""
+    raw = (np.zeros if zero else np.empty)(n_keys + align // 8, dtype=np.uint64)
+    skip = (-raw.ctypes.data % align) // 8
     return raw[skip: skip + n_keys]
 
 
