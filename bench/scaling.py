@@ -3,10 +3,18 @@
 Grows one store with large fresh batches to geometric checkpoints N, and at each one
 offers a probe batch of B keys (same mix as ``seenstore bench``: fresh, re-offered,
 in-batch repeats; mask checked exactly). Beside the measurements it draws the cost model
-of docs/architecture.md, sort(B) + read 8N + write 8(N+B'), with the sort rate and disk
-bandwidth measured in this run, and reports where the rewrite of N overtakes the rest.
+of docs/architecture.md, sort(B) + read 8N + write 8B' (tiered runs: only the new keys
+are written), with the sort rate and disk bandwidth measured in this run, and reports
+where the read of N overtakes the rest. The compaction a probe pays for (run right
+after it, between batches) is timed apart and its bytes counted with the probe's.
+
+``--baseline F.json`` draws a recorded run of the rewrite design (each batch rewrote
+every shard it touched: bench/results/scaling-rewrite-b28ffc0.json, from
+bench/RESULTS.md) on the same plot; a second panel shows the bytes written per
+offered key, which for tiered runs stays flat as N grows.
 
     python bench/scaling.py [--max-keys 1e9] [--batch 1e7] [--plot F.png] [--json F]
+                            [--baseline bench/results/scaling-rewrite-b28ffc0.json]
 """
 
 from __future__ import annotations
@@ -70,13 +78,20 @@ def run(args) -> dict:
                 t0 = time.perf_counter()
                 np.sort(b.keys)
                 sort_floor = time.perf_counter() - t0
+                st._join_compactor()  # the growth's compaction is not the probe's
+                before = st.stats()["counters"].get("bytes_compacted", 0)
                 t0 = time.perf_counter()
                 mask = st.add(b.keys)
                 add_s = time.perf_counter() - t0
+                # the compaction this batch paid for runs after it: timed apart
+                compact_after_s = st._join_compactor()
+                compacted = st.stats()["counters"].get("bytes_compacted", 0) - before
                 ok = int(mask.sum()) == b.n_fresh and bool(mask[: b.n_fresh].all())
                 tm = dict(st.last_timings)
                 points.append({"N": counter, "add_s": add_s, "sort_floor_s": sort_floor,
-                               "new": b.n_fresh, "ok": ok, **tm})
+                               "new": b.n_fresh, "ok": ok, "compacted_bytes": compacted,
+                               "compact_after_s": compact_after_s,
+                               "runs": st.stats()["runs"], **tm})
                 counter += b.n_fresh
                 print(f"N={points[-1]['N']:>13,}  batch {add_s:7.2f} s  "
                       f"{add_s / B * 1e9:7.1f} ns/key  merge {tm.get('merge_s', 0):6.2f} s  "
@@ -92,7 +107,7 @@ def run(args) -> dict:
     w_bps = float(np.mean([d.write_bps for d in disk]))
     sort_s = float(np.median([p["sort_floor_s"] for p in points]))
     fixed = sort_s + 8 * n_fresh / w_bps            # the model's N-independent part
-    per_n = 8 / r_bps + 8 / w_bps                   # the model's seconds per stored key
+    per_n = 8 / r_bps                               # the model's seconds per stored key
     Ns = np.array([p["N"] for p in points], dtype=float)
     ys = np.array([p["add_s"] for p in points])
     a, b = _fit(Ns, ys)
@@ -125,27 +140,30 @@ def report(res: dict) -> str:
         + ", ".join(f"{d['write_bps'] / 1e9:.2f}" for d in res["disk"]) + " GB/s, cold read "
         + ", ".join(f"{d['read_bps'] / 1e9:.2f}" for d in res["disk"]) + " GB/s",
         "",
-        "| N (keys stored) | batch s | ns/offered key | sort s | bloom s | merge s | commit s "
-        "| align s | other s | MB read | MB written | model s | correct |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| N (keys stored) | batch s | ns/offered key | sort s | bloom s | check s | commit s "
+        "| align s | other s | compaction after s | MB read | MB written | bytes written/offered "
+        "key | model s | correct |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for p in res["points"]:
         model = m["fixed_s"] + m["s_per_stored_key"] * p["N"]
         lines.append(
             f"| {p['N']:,} | {p['add_s']:.2f} | {p['add_s'] / B * 1e9:.1f} | "
             f"{p.get('sort_s', 0):.2f} | {p.get('bloom_s', 0):.2f} | {p.get('merge_s', 0):.2f} "
-            f"| {p.get('commit_s', 0):.2f} | {p.get('align_s', 0):.2f} | {_other(p):.2f} "
+            f"| {p.get('commit_s', 0):.2f} | {p.get('align_s', 0):.2f} "
+            f"| {_other(p):.2f} | {p.get('compact_after_s', 0):.2f} "
             f"| {p.get('bytes_read', 0) / 1e6:,.0f} "
-            f"| {p.get('bytes_written', 0) / 1e6:,.0f} | {model:.2f} | "
+            f"| {p.get('bytes_written', 0) / 1e6:,.0f} | {_written_per_key(p, B):.1f} "
+            f"| {model:.2f} | "
             f"{'yes' if p['ok'] else 'NO'} |")
     lines += [
         "",
         f"model: fixed part {m['fixed_s']:.3f} s (np.sort of B {m['sort_s']:.3f} s + write of "
-        f"the new keys) + {m['s_per_stored_key'] * 1e9:.2f} ns per stored key (read 8N at "
-        f"{m['read_bps'] / 1e9:.2f} GB/s + write 8N at {m['write_bps'] / 1e9:.2f} GB/s); "
-        f"rewrite dominates from N = {m['crossover_N']:,.0f}",
+        f"the new keys at {m['write_bps'] / 1e9:.2f} GB/s) + {m['s_per_stored_key'] * 1e9:.2f} "
+        f"ns per stored key (read 8N at {m['read_bps'] / 1e9:.2f} GB/s); "
+        f"the read of N dominates from N = {m['crossover_N']:,.0f}",
         f"measured fit: fixed {f['fixed_s']:.3f} s + {f['s_per_stored_key'] * 1e9:.2f} ns per "
-        f"stored key; rewrite dominates from N = "
+        f"stored key; the read of N dominates from N = "
         + (f"{f['crossover_N']:,.0f}" if f["crossover_N"] else "n/a"),
         f"(JIT warm-up {res['warmup_s']:.2f} s outside timings; growing the store took "
         f"{res['grow_s']:.0f} s; peak RSS {res['peak_rss'] / 2**20:,.0f} MiB)",
@@ -155,11 +173,17 @@ def report(res: dict) -> str:
 
 def _other(p: dict) -> float:
     """Seconds inside add() that the store's last_timings does not name."""
-    named = ("sort_s", "bloom_s", "merge_s", "commit_s", "align_s")
+    named = ("sort_s", "bloom_s", "merge_s", "commit_s", "align_s", "compact_wait_s")
     return p["add_s"] - sum(p.get(k, 0.0) for k in named)
 
 
-def plot(res: dict, path: str) -> None:
+def _written_per_key(p: dict, batch: int) -> float:
+    """Run bytes the probe batch wrote, plus the compaction its credit paid for (run
+    right after it), per offered key."""
+    return (p.get("bytes_written", 0) + p.get("compacted_bytes", 0)) / batch
+
+
+def plot(res: dict, path: str, baseline: dict | None = None) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -167,27 +191,37 @@ def plot(res: dict, path: str) -> None:
     m, f, B = res["model"], res["fit"], res["args"]["batch"]
     pts = [p for p in res["points"] if p["N"] > 0]
     N = np.array([p["N"] for p in pts], dtype=float)
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.plot(N, [p["add_s"] for p in pts], "o-", label="measured: whole batch (store.add)")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5))
+    ax.plot(N, [p["add_s"] for p in pts], "o-", label="tiered runs: whole batch (store.add)")
     ax.plot(N, [p.get("merge_s", 0) + p.get("commit_s", 0) for p in pts], "s--",
-            label="measured: merge + commit")
-    grid = np.geomspace(N.min(), N.max() * 3, 100)
+            label="tiered runs: check + write + commit")
+    bx.plot(N, [_written_per_key(p, B) for p in pts], "o-", label="tiered runs")
+    if baseline:
+        bp = [p for p in baseline["points"] if p["N"] > 0]
+        bn = np.array([p["N"] for p in bp], dtype=float)
+        bb = baseline["args"]["batch"]
+        ax.plot(bn, [p["add_s"] for p in bp], "v-", color="tab:red",
+                label="rewrite design (recorded): whole batch")
+        bx.plot(bn, [p["bytes_written"] / bb for p in bp], "v-", color="tab:red",
+                label="rewrite design (recorded)")
+    grid = np.geomspace(N.min(), max(N.max(), 1) * 3, 100)
     ax.plot(grid, m["fixed_s"] + m["s_per_stored_key"] * grid, "k-", lw=1,
-            label="model: sort B + read 8N + write 8(N+B')")
-    ax.plot(grid, m["s_per_stored_key"] * grid, "k:", lw=1, label="model: rewrite of N only")
+            label="model: sort B + read 8N + write 8B'")
     ax.axhline(m["fixed_s"], color="grey", ls="-.", lw=1, label="model: sort B + write B'")
-    ax.axvline(m["crossover_N"], color="red", ls=":", lw=1,
-               label=f"model crossover N = {m['crossover_N'] / 1e6:.3g} M")
-    if f["crossover_N"]:
-        ax.axvline(f["crossover_N"], color="purple", ls=":", lw=1,
-                   label=f"measured crossover N = {f['crossover_N'] / 1e6:.3g} M")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("keys already in the store, N")
     ax.set_ylabel(f"seconds per batch of B = {B:,} offered keys")
-    ax.set_title("seenstore: batch cost against store size")
+    ax.set_title("batch cost against store size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
+    bx.set_xscale("log")
+    bx.set_yscale("log")
+    bx.set_xlabel("keys already in the store, N")
+    bx.set_ylabel("run bytes written per offered key (incl. compaction)")
+    bx.set_title("bytes written per offered key")
+    bx.grid(True, which="both", alpha=0.3)
+    bx.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -209,6 +243,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--plot", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--baseline", default=None,
+                    help="a recorded run (JSON) of another design to draw beside this one")
     args = ap.parse_args()
     res = run(args)
     print(report(res))
@@ -216,7 +252,8 @@ def main() -> None:
         with open(args.json, "w") as fh:
             json.dump(res, fh)
     if args.plot:
-        plot(res, args.plot)
+        baseline = json.load(open(args.baseline)) if args.baseline else None
+        plot(res, args.plot, baseline)
         print(f"plot written: {args.plot}", file=sys.stderr)
     if not res["all_ok"]:
         raise SystemExit("scaling.py: a probe batch returned a wrong mask")

@@ -1,9 +1,14 @@
 """The manifest: the store's single commit point (docs/format.md, "Manifest").
 
-A small JSON document naming the run file of every shard, the layout, the policy
-identity, the generation and counters, sealed by an xxh3-64 checksum of its
+A small JSON document naming the live run files of every shard, the layout, the
+policy identity, the generation and counters, sealed by an xxh3-64 checksum of its
 canonical encoding. Replaced atomically: write MANIFEST.tmp, fsync, rename over
 MANIFEST, fsync the directory. Whatever MANIFEST names is the store.
+
+Format 2 (tiered runs) lets a shard hold any number of runs; format 1 (one run per
+shard, every shard named, empty ones too) is read as is and rewritten as format 2
+by the first commit (``upgraded``), never the other way: a format 1 reader would
+take one run per shard and silently miss keys, so it must refuse format 2.
 """
 
 from __future__ import annotations
@@ -18,8 +23,12 @@ from .errors import CorruptionError, NotSupportedError, StoreIOError
 NAME = "MANIFEST"
 TMP_NAME = "MANIFEST.tmp"
 FORMAT = "seenstore-manifest"
-MAJOR = 1
+MAJOR = 2
 MINOR = 0
+OLDEST_MAJOR = 1  # format 1 (seenstore before tiered runs) is read and upgraded
+# Counters of a format 2 manifest (a format 1 one has only batches and new).
+NEW_COUNTERS = {"batches": 0, "new": 0, "bytes_written": 0, "compactions": 0,
+                "bytes_compacted": 0}
 
 
 def _canonical(doc: dict) -> bytes:
@@ -51,6 +60,18 @@ def write(directory: str, doc: dict, sync: bool = True) -> None:
         fsync_dir(directory)
 
 
+def upgraded(doc: dict, n_keys: int) -> dict:
+    """A copy of ``doc`` ready to be written as the current format: a format 1 one
+    loses its empty runs and gains the format 2 counters (``bytes_written`` starts as
+    the bytes of its ``n_keys`` keys: each was written once as far as anyone knows)."""
+    doc = dict(doc)
+    if doc.get("major", MAJOR) < MAJOR:
+        doc["runs"] = [r for r in doc["runs"] if r["count"]]
+        doc["counters"] = {**NEW_COUNTERS, "bytes_written": 8 * n_keys, **doc["counters"]}
+    doc["major"], doc["minor"] = MAJOR, MINOR
+    return doc
+
+
 def read(directory: str) -> dict:
     """Read and check the manifest. Raises CorruptionError / NotSupportedError;
     FileNotFoundError when there is none (the caller decides what that means)."""
@@ -72,6 +93,8 @@ def read(directory: str) -> dict:
         raise NotSupportedError(
             f"{path}: manifest version {doc.get('major')} is newer than this seenstore "
             f"reads ({MAJOR}.x); upgrade seenstore")
+    if doc["major"] < OLDEST_MAJOR:
+        raise NotSupportedError(f"{path}: manifest version {doc['major']} is not supported")
     want = doc.pop("checksum", None)
     if want != xxhash.xxh3_64_hexdigest(_canonical(doc)):
         raise CorruptionError(f"{path}: manifest checksum mismatch")

@@ -24,6 +24,9 @@ MINOR = 0
 HEADER_SIZE = 4096  # body starts page-aligned, so it can be memory-mapped directly
 ALIGN = 4096  # O_DIRECT block: buffers, offsets and lengths are multiples of it
 HASH_XXH3_64 = 1
+# Sparse index: every SPARSE_STRIDE-th key of a run (one per 4 KiB page of body),
+# kept in memory; a point lookup binary-searches it, then one page of the run.
+SPARSE_STRIDE = 512
 
 # magic, major, minor, header_size, count, host_bits, hash_id, shard_bits, reserved,
 # shard, policy_digest(16), body_checksum

@@ -15,8 +15,8 @@ import xxhash
 
 from .errors import CorruptionError, StoreIOError
 from .kernels.merge import is_strictly_increasing
-from .runformat import (ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty, direct_ready,
-                        set_direct, whole_blocks)
+from .runformat import (ALIGN, HEADER_SIZE, KEY_DTYPE, SPARSE_STRIDE, RunHeader, aligned_empty,
+                        direct_ready, set_direct, whole_blocks)
 
 
 def _open_for_stream(path: str, buf: np.ndarray) -> tuple[int, bool]:
@@ -31,8 +31,9 @@ def _open_for_stream(path: str, buf: np.ndarray) -> tuple[int, bool]:
 class RunReader:
     """A run file opened for reading. ``keys`` is a read-only memory map."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, sparse: np.ndarray | None = None):
         self.path = path
+        self._sparse = sparse  # given by the writer, else built on first use
         self.name = os.path.basename(path)
         try:
             with open(path, "rb") as f:
@@ -63,6 +64,15 @@ class RunReader:
     def keys(self) -> np.ndarray:
         """The body as a read-only memory map (empty array for an empty run)."""
         return self._keys
+
+    @property
+    def sparse(self) -> np.ndarray:
+        """Every SPARSE_STRIDE-th key (a point lookup's index). A run this process
+        wrote got it from its writer; others build it on first use (one read of the
+        run through its memory map, kept for the reader's life: N/64 bytes)."""
+        if self._sparse is None:
+            self._sparse = np.array(self._keys[::SPARSE_STRIDE], dtype=np.uint64)
+        return self._sparse
 
     def chunks(self, buf: np.ndarray) -> Iterator[int]:
         """Stream the body through ``buf`` (uint64), yielding how many keys it holds.
@@ -108,3 +118,4 @@ class RunReader:
 
     def close(self) -> None:
         self._keys = np.empty(0, dtype=np.uint64)
+        self._sparse = np.empty(0, dtype=np.uint64)

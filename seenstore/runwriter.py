@@ -20,8 +20,8 @@ import os
 import numpy as np
 import xxhash
 
-from .runformat import (ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty, direct_ready,
-                        set_direct, whole_blocks)
+from .runformat import (ALIGN, HEADER_SIZE, KEY_DTYPE, SPARSE_STRIDE, RunHeader, aligned_empty,
+                        direct_ready, set_direct, whole_blocks)
 
 BUF_KEYS = 1 << 20  # 8 MiB writes
 
@@ -45,6 +45,7 @@ class RunWriter:
         self._fill = 0
         self._hash = xxhash.xxh3_64()
         self.count = 0
+        self._sparse: list = []  # every SPARSE_STRIDE-th key, taken as the keys go by
         self._write_all(memoryview(aligned_empty(HEADER_SIZE // 8)).cast("B"), zero=True)
 
     def _write_all(self, view: memoryview, zero: bool = False) -> None:
@@ -69,6 +70,9 @@ class RunWriter:
         if keys.dtype != np.dtype(KEY_DTYPE):
             keys = keys.astype(KEY_DTYPE)
         self._hash.update(memoryview(np.ascontiguousarray(keys)).cast("B"))
+        first = -self.count % SPARSE_STRIDE
+        if first < len(keys):
+            self._sparse.append(np.array(keys[first::SPARSE_STRIDE], dtype=np.uint64))
         self.count += len(keys)
         at = 0
         while at < len(keys):
@@ -108,6 +112,12 @@ class RunWriter:
         os.close(self._fd)
         self._fd = -1
         return header
+
+    def sparse_index(self) -> np.ndarray:
+        """The run's sparse index (every SPARSE_STRIDE-th key written), for its reader."""
+        if not self._sparse:
+            return np.empty(0, dtype=np.uint64)
+        return np.concatenate(self._sparse)
 
     def abort(self) -> None:
         """Close and delete the partial file; never raises."""

@@ -1,11 +1,14 @@
 """SeenStore: the set of every key ever admitted, in a crash-safe directory.
 
-A store is a directory: MANIFEST (the commit point), one run file per shard
-(keys sorted, unique; shard = top ``shard_bits`` bits of the key) and LOCK.
-``add`` partitions a batch by shard, sorts the shards one by one on a thread of
-their own, merges each into its run in one sequential pass as soon as it is sorted
-(four shards at a time; the kernel, the sort and the I/O release the GIL), then
-commits all shards or none. See docs/architecture.md for the protocol and cost model.
+A store is a directory: MANIFEST (the commit point), run files (keys sorted,
+unique; shard = top ``shard_bits`` bits of the key; a shard has any number of
+live runs, pairwise disjoint) and LOCK. ``add`` partitions a batch by shard,
+sorts the shards one by one on a thread of their own, checks each against its
+shard's live runs as soon as it is sorted (a sequential sweep per run, or point
+lookups for few keys; four shards at a time, the kernels, the sort and the I/O
+release the GIL), writes only the new keys as one new run per shard, then commits
+all shards or none. Compaction merges runs later, between batches (tiers.py).
+See docs/architecture.md for the protocol and cost model.
 """
 
 from __future__ import annotations
@@ -22,14 +25,15 @@ import numpy as np
 
 from . import manifest
 from .batch import as_keys, prepare
-from .bloom import BloomFilter
+from .bloomlayers import LayeredBloom
 from .errors import (CorruptionError, DiskFullError, InvalidInputError, MismatchError,
                      NotAStoreError, SeenStoreError, StoreIOError, StoreNotFoundError)
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
 from .kernels.batch import (compact_inplace, mark_first_new, mark_members, partition_top_bits,
                             unique_inplace)
-from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers, merge_run
+from . import tiers
+from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
                         policy_digest, whole_blocks)
 from .runreader import RunReader
@@ -41,22 +45,29 @@ DEFAULT_BLOOM_FPR = 1e-3
 MIN_BLOOM_CAPACITY = 1 << 20
 MODES = ("exact", "approximate")
 DEFAULT_SHARD_BITS = 4
-# A shard whose run is PROBE_RATIO times larger than the batch's slice is first
-# probed by binary search in the memory map; if every key is there, it is not
-# rewritten (a few random page reads instead of a sequential rewrite).
-PROBE_RATIO = 64
+# Compaction credit: each batch earns compaction the right to read (and write)
+# COMPACT_CREDIT times the bytes of the new run(s) it wrote; unspent credit carries
+# over. After one batch, jobs run while they fit both the credit and COMPACT_CREDIT x
+# that batch's bytes (the first job only needs the credit): the compaction charged
+# to one batch stays a small multiple of its own writes, spread over the next batches.
+# Size-tiered at FANOUT 4 rewrites a key about log4(N / batch) times.
+COMPACT_CREDIT = 3
 MAX_SHARD_BITS = 12
 REBUILD_CHUNK_KEYS = 1 << 24  # 128 MiB read buffer when a Bloom filter is rebuilt
 _RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
-_TMP_RE = re.compile(r"^(MANIFEST\.tmp|BLOOM\.tmp\.\d+)$")
-_FAULT = os.environ.get("SEENSTORE_FAULT", "")  # test seam: "point" -> SIGKILL self there
+_TMP_RE = re.compile(r"^(MANIFEST\.tmp|BLOOM(\.L\d+)?\.tmp\.\d+)$")
+# test seam: "point" or "point@n" -> SIGKILL self at the (n-th) pass through there
+_FAULT, _, _FAULT_AT = os.environ.get("SEENSTORE_FAULT", "").partition("@")
+_fault_hits: dict = {}
 
 
 def _fault(point: str) -> None:
-    """Crash on purpose at a named commit step (tests only; see tests/test_crash.py)."""
+    """Crash on purpose at a named step (tests only; see tests/test_crash.py)."""
     if _FAULT == point:
-        import signal
-        os.kill(os.getpid(), signal.SIGKILL)
+        _fault_hits[point] = _fault_hits.get(point, 0) + 1
+        if _fault_hits[point] >= int(_FAULT_AT or 1):
+            import signal
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run_name(shard: int, generation: int) -> str:
@@ -78,13 +89,19 @@ class SeenStore:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
         self.path = path
         self.mode = mode
-        self.bloom: BloomFilter | None = None
+        self.bloom: LayeredBloom | None = None
         self._bloom_dirty = False
         self._bloom_state = "off"
         self._doc = doc
         self._lock = lock
         self._mutex = threading.Lock()
-        self._readers: dict[int, RunReader] = {}
+        self._runs: dict[int, list[RunReader]] = {}  # shard -> live runs, oldest first
+        self._compactor: threading.Thread | None = None
+        self._compact_error: BaseException | None = None
+        self._credit = 0  # bytes compaction may still read (earned by batches)
+        self._credit_step = 0  # what the last batch earned: one round's spending limit
+        self.compact_between_batches = True
+        self.last_compaction: dict = {}  # figures of the last background compaction
         self.chunk_keys = DEFAULT_CHUNK_KEYS
         # Shards merged at once: reads and writes are O_DIRECT and block, so more
         # than the 2 cores keeps the disk busy (4: 18 % less merge time than 2 at
@@ -177,24 +194,12 @@ class SeenStore:
     def _create(path: str, layout: Layout, policy_id: str, shard_bits: int, sync: bool) -> None:
         if not 0 <= shard_bits <= MAX_SHARD_BITS:
             raise InvalidInputError(f"shard_bits must be in 0..{MAX_SHARD_BITS}")
-        runs = []
-        pd = policy_digest(policy_id)
         try:
-            for shard in range(1 << shard_bits):
-                name = run_name(shard, 0)
-                full = os.path.join(path, name)
-                if os.path.exists(full):
-                    os.unlink(full)  # leftover of an interrupted create
-                h = RunWriter(full, layout.host_bits, shard_bits, shard, pd).finish(sync)
-                runs.append({"shard": shard, "file": name, "count": 0,
-                             "checksum": f"{h.body_checksum:016x}"})
-            if sync:
-                manifest.fsync_dir(path)
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            manifest.write(path, {
+            manifest.write(path, {  # no run at all: a shard's runs appear with its keys
                 "generation": 0, "layout": layout.to_dict(), "policy_id": policy_id,
-                "shard_bits": shard_bits, "runs": runs, "created": now, "updated": now,
-                "counters": {"batches": 0, "new": 0},
+                "shard_bits": shard_bits, "runs": [], "created": now, "updated": now,
+                "counters": dict(manifest.NEW_COUNTERS),
             }, sync=sync)
         except OSError as e:
             raise _io_error(e, f"{path}: cannot create store") from e
@@ -214,7 +219,8 @@ class SeenStore:
                 f"{self.path}: store has shard_bits={d['shard_bits']}, not {shard_bits}")
 
     def _remove_leftovers(self) -> None:
-        """Delete files of an interrupted merge: runs the manifest does not name."""
+        """Delete files of an interrupted merge, compaction or upgrade: runs the
+        manifest does not name, temporary manifests and Bloom files."""
         live = {r["file"] for r in self._doc["runs"]}
         for name in os.listdir(self.path):
             if (_RUN_RE.match(name) and name not in live) or _TMP_RE.match(name):
@@ -224,25 +230,35 @@ class SeenStore:
                     raise _io_error(e, f"{name}: cannot remove leftover") from e
 
     def _open_readers(self) -> None:
-        readers = {}
+        self._runs = self._readers_for(self._doc["runs"], {})
+
+    def _readers_for(self, entries: list, have: dict) -> dict:
+        """Readers of the runs ``entries`` names, by shard (oldest first); ``have``:
+        readers already open by file name (kept: their sparse index is built)."""
+        runs: dict[int, list[RunReader]] = {}
         pd = policy_digest(self._doc["policy_id"])
-        for r in self._doc["runs"]:
-            reader = RunReader(os.path.join(self.path, r["file"]))
+        for r in entries:
+            reader = have.get(r["file"])
+            if reader is None:
+                reader = RunReader(os.path.join(self.path, r["file"]))
             h = reader.header
             if (h.count != r["count"] or f"{h.body_checksum:016x}" != r["checksum"]
                     or h.shard != r["shard"] or h.policy_digest != pd
                     or h.host_bits != self.layout.host_bits
                     or h.shard_bits != self._doc["shard_bits"]):
                 raise CorruptionError(f"{r['file']}: header does not match the manifest")
-            readers[r["shard"]] = reader
-        self._readers = readers
+            runs.setdefault(r["shard"], []).append(reader)
+        return runs
+
+    def _all_readers(self) -> list:
+        return [r for shard in sorted(self._runs) for r in self._runs[shard]]
 
     def _load_or_build_bloom(self, fpr: float, capacity: int | None) -> None:
         """Use BLOOM if it reflects this generation and fits; else rebuild from the runs."""
         want = max(capacity, len(self)) if capacity else max(2 * len(self), MIN_BLOOM_CAPACITY)
         path = os.path.join(self.path, BLOOM_NAME)
         try:
-            bf, gen = BloomFilter.load(path)
+            bf, gen = LayeredBloom.load(path)
             fits = (capacity is None or bf.capacity >= capacity) and bf.capacity >= len(self)
             if gen == self.generation and bf.target_fpr == fpr and fits:
                 self.bloom, self._bloom_state = bf, "loaded"
@@ -255,10 +271,10 @@ class SeenStore:
         self._rebuild_bloom(want, fpr)
 
     def _rebuild_bloom(self, capacity: int, fpr: float) -> None:
-        bf = BloomFilter.for_capacity(int(capacity), fpr)
+        bf = LayeredBloom.for_capacity(int(capacity), fpr)
         # Large reads: each insert call sweeps the whole filter region by region.
         buf = aligned_empty(min(REBUILD_CHUNK_KEYS, whole_blocks(8 * max(1, len(self))) // 8))
-        for reader in self._readers.values():
+        for reader in self._all_readers():  # every live run
             for n in reader.chunks(buf):
                 bf.add(buf[:n])
         self.bloom = bf
@@ -289,8 +305,13 @@ class SeenStore:
     def generation(self) -> int:
         return self._doc["generation"]
 
+    @property
+    def manifest_format(self) -> str:
+        """``major.minor`` of the manifest as it is on disk (1.x until upgraded)."""
+        return f"{self._doc.get('major', manifest.MAJOR)}.{self._doc.get('minor', 0)}"
+
     def __len__(self) -> int:
-        return sum(r.count for r in self._readers.values())
+        return sum(r.count for r in self._all_readers())
 
     # ----------------------------------------------------------------- queries
     def _shard_bounds(self, sorted_keys: np.ndarray) -> np.ndarray:
@@ -310,10 +331,20 @@ class SeenStore:
             uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
         found = np.zeros(len(uniq), dtype=np.bool_)
         bounds = self._shard_bounds(uniq)
-        for shard, reader in list(self._readers.items()):
+        for shard, readers in list(self._runs.items()):  # one snapshot of the live runs
             lo, hi = bounds[shard], bounds[shard + 1]
-            if lo < hi:
-                found[lo:hi] = _member(reader.keys, uniq[lo:hi])
+            for reader in readers:
+                todo = lo + np.flatnonzero(~found[lo:hi])
+                if len(todo) == 0:
+                    break
+                if reader._sparse is None and len(todo) * tiers.PROBE_RATIO < reader.count:
+                    # few keys, no index yet: binary search in the memory map rather
+                    # than reading the whole run to build the index
+                    found[todo] = _member(reader.keys, uniq[todo])
+                else:
+                    sub = np.zeros(len(todo), dtype=np.bool_)
+                    tiers.lookup(reader, uniq[todo], sub)
+                    found[todo[sub]] = True
         return mark_members(keys, uniq[found])  # every occurrence, not just the first
 
     # ----------------------------------------------------------------- writing
@@ -356,8 +387,10 @@ class SeenStore:
         Bloom answers decide what is merged at all."""
         self._check_writable()
         with self._mutex:
+            waited = self._join_compactor()
             behind = None
             if self.bloom is not None and self.mode == "exact" and len(keys):
+                self._reserve_bloom(len(keys))
                 behind = self.bloom.add_in_background(keys)
             try:
                 t0 = time.perf_counter()
@@ -377,6 +410,7 @@ class SeenStore:
                     self._finish_bloom(behind)  # no-op when already waited for
         self.last_timings["sort_s"] = t_sort
         self.last_timings["offered"] = len(keys)
+        self.last_timings["compact_wait_s"] = waited
         return new
 
     def _finish_bloom(self, behind) -> int:
@@ -422,13 +456,17 @@ class SeenStore:
         positives are mostly seen keys)."""
         self._check_writable()
         with self._mutex:
-            return self._add_sorted(uniq, progress, approx_answered)
+            waited = self._join_compactor()
+            is_new = self._add_sorted(uniq, progress, approx_answered)
+            self.last_timings["compact_wait_s"] = waited
+            return is_new
 
     def _new_timings(self, n: int) -> dict:
         """The figures of one call (``last_timings``), zeroed; ``n`` keys offered."""
         self.last_timings = {
             "sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": 0.0,
             "bloom_background_s": 0.0, "merge_s": 0.0, "shard_sort_s": 0.0, "commit_s": 0.0,
+            "compact_wait_s": 0.0,
             "bytes_read": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
             "bloom_negative": 0, "approx_answered": 0}
         return self.last_timings
@@ -442,7 +480,7 @@ class SeenStore:
         timings = self._new_timings(len(part))
         if behind is not None:
             self._bloom_dirty = True
-        segs = self._merge_all(part, bounds, None, timings, progress, sort_parts=True)
+        segs = self._write_batch(part, bounds, None, timings, progress, sort_parts=True)
         timings["unique"] = sum(m for _, m, _ in segs)
         n = 0
         for lo, m, mask in segs:  # the new keys of every shard, in shard order, to the front
@@ -467,6 +505,7 @@ class SeenStore:
             # Insert now, in the same pass as the query: every key of the batch is
             # in the store once it commits, and if it does not, extra bits only
             # make a positive that the disk check answers.
+            self._reserve_bloom(len(uniq))
             maybe = self.bloom.add_query(uniq)
             self._bloom_dirty = True
         elif self.bloom is not None:
@@ -477,13 +516,14 @@ class SeenStore:
         if maybe is not None:
             timings["bloom_negative"] = int(len(uniq) - maybe.sum())
             if self.mode == "approximate":  # a Bloom positive counts as seen
-                cand, cand_maybe = uniq[~maybe], None
+                cand = uniq[~maybe]
+                cand_maybe = np.zeros(len(cand), dtype=np.bool_)  # all certainly new
                 n_approx = len(uniq) - len(cand)
         n_approx += approx_answered
         timings["approx_answered"] = n_approx
         cand_new = np.zeros(len(cand), dtype=np.bool_)
-        for lo, m, mask in self._merge_all(cand, self._shard_bounds(cand), cand_maybe,
-                                           timings, progress):
+        for lo, m, mask in self._write_batch(cand, self._shard_bounds(cand), cand_maybe,
+                                             timings, progress):
             cand_new[lo:lo + m] = mask
         if cand is uniq:
             is_new = cand_new
@@ -494,10 +534,15 @@ class SeenStore:
         self._after_merge(timings, None, uniq[is_new] if self.mode == "approximate" else None)
         return is_new
 
+    def _reserve_bloom(self, n: int) -> None:
+        """Before ``n`` keys go into the filter: a new layer if they would overfill
+        the newest (the FPR target holds at every moment; no rebuild, bloomlayers.py)."""
+        self.bloom.reserve(n)
+
     def _after_merge(self, timings: dict, behind, stored_new) -> None:
         """Bloom upkeep once a batch committed: wait for the background insert
         (``behind``), or insert ``stored_new`` (approximate mode: only what was stored);
-        rebuild the filter 2x larger when its keys passed its capacity."""
+        then start the compaction this batch paid for."""
         if behind is not None:  # the wait is the Bloom's share of this call's time
             t1 = time.perf_counter()
             timings["bloom_negative"] = self._finish_bloom(behind)
@@ -506,41 +551,39 @@ class SeenStore:
         if self.bloom is not None and timings["new"]:
             if stored_new is not None:
                 t1 = time.perf_counter()
+                self._reserve_bloom(len(stored_new))
                 self.bloom.add(stored_new)
                 self._bloom_dirty = True
                 timings["bloom_s"] += time.perf_counter() - t1
-            if self.bloom.n_added > self.bloom.capacity:  # keep the FPR at its target
-                t1 = time.perf_counter()
-                self._rebuild_bloom(2 * max(len(self), self.bloom.capacity),
-                                    self.bloom.target_fpr)
-                timings["bloom_rebuild_s"] = time.perf_counter() - t1
+        if self.bloom is not None:
+            timings["bloom_layers"] = len(self.bloom.layers)
+        self._start_compactor()
 
-    def _merge_all(self, keys: np.ndarray, bounds: np.ndarray, maybe: np.ndarray | None,
-                   timings: dict, progress=None, sort_parts: bool = False) -> list:
-        """Merge every shard's keys into its run and commit; return ``(lo, m, mask)``
-        per shard that got keys: its keys are ``keys[lo:lo + m]``, sorted and unique,
-        ``mask`` True where new.
+    def _write_batch(self, keys: np.ndarray, bounds: np.ndarray, maybe: np.ndarray | None,
+                     timings: dict, progress=None, sort_parts: bool = False) -> list:
+        """Check every shard's keys against its live runs, write the new ones as one new
+        run per shard and commit; return ``(lo, m, mask)`` per shard that got keys: its
+        keys are ``keys[lo:lo + m]``, sorted and unique, ``mask`` True where new.
 
         ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique, or with
         ``sort_parts`` in any order with repeats (one thread then sorts and deduplicates
-        them in place, shard by shard, while the merges of the shards already sorted
-        run: the sorting overlaps their disk I/O). ``maybe``: Bloom answers for sorted
-        ``keys`` (exact mode) or None. A shard whose keys are all Bloom-positive, or few
-        against its run, is probed first and not rewritten when every key is already
-        there."""
+        them in place, shard by shard, while the shards already sorted are checked: the
+        sorting overlaps their disk I/O). ``maybe``: Bloom answers for sorted ``keys``
+        or None; a Bloom negative is certainly new and is not looked for on disk."""
         gen = self.generation + 1
         jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
         if not jobs:
             return []
         pd = policy_digest(self.policy_id)
         writers: dict[int, RunWriter] = {}
+        runs = self._runs  # the live runs this batch is checked against
         t0 = time.perf_counter()
         finished = [0]
         finished_lock = threading.Lock()
 
         def job(shard: int):
             try:
-                return merge_shard(shard)
+                return check_shard(shard)
             finally:
                 with finished_lock:
                     finished[0] += 1
@@ -553,38 +596,42 @@ class SeenStore:
             keys[lo:hi].sort()  # numpy releases the GIL
             return lo + unique_inplace(keys[lo:hi]), time.perf_counter() - t
 
-        def merge_shard(shard: int):
+        def check_shard(shard: int):
             lo, hi = int(bounds[shard]), int(bounds[shard + 1])
             sort_s = 0.0
             if sort_parts:
                 hi, sort_s = sorted_parts[shard].result()
             part = keys[lo:hi]
-            reader = self._readers[shard]
-            if maybe is not None:
-                probe = reader.count > 0 and bool(maybe[lo:hi].all())
-            else:
-                probe = (hi - lo) * PROBE_RATIO < reader.count
-            if probe and _member(reader.keys, part).all():
-                # nothing new here: no rewrite at all
-                return shard, None, False, (lo, hi - lo, np.zeros(hi - lo, np.bool_)), sort_s
+            found = np.zeros(hi - lo, dtype=np.bool_)
             bufs = self._take_buffers()
-            try:  # the writer uses bufs.write until finish(): give them back after it
-                w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
-                              self.layout.host_bits, self.shard_bits, shard, pd, buf=bufs.write)
-                writers[shard] = w
-                mask = merge_run(reader, part, w, self.chunk_keys, bufs)
-                # fsync here, in the shard's thread: the fsyncs of several shards
-                # overlap each other and the merges still running
-                header = w.finish(sync=self.sync) if mask.any() else None
+            try:
+                readers = runs.get(shard, [])
+                if maybe is None:
+                    read = tiers.check_runs(readers, part, found, bufs.old)
+                else:  # only Bloom positives can be stored already
+                    pos = np.flatnonzero(maybe[lo:hi])
+                    sub = np.zeros(len(pos), dtype=np.bool_)
+                    read = tiers.check_runs(readers, part[pos], sub, bufs.old)
+                    found[pos[sub]] = True
+                header = sparse = None
+                if not found.all():
+                    w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
+                                  self.layout.host_bits, self.shard_bits, shard, pd,
+                                  buf=bufs.write)
+                    writers[shard] = w
+                    w.write(part[~found])  # only the new keys
+                    # fsync here, in the shard's thread: the fsyncs of several shards
+                    # overlap each other and the checks still running
+                    header, sparse = w.finish(sync=self.sync), w.sparse_index()
             finally:
                 self._buffer_pool.append(bufs)  # list.append/pop are atomic
-            return shard, header, True, (lo, hi - lo, mask), sort_s
+            return shard, header, sparse, (lo, hi - lo, ~found), sort_s, read
 
         sorter = ThreadPoolExecutor(max_workers=1) if sort_parts else None
         try:
             try:
-                # One thread sorts the shards in order while the merges of those already
-                # sorted read and write: the sorting overlaps their disk I/O
+                # One thread sorts the shards in order while the checks of those
+                # already sorted read and write: the sorting overlaps their disk I/O
                 sorted_parts = {s: sorter.submit(sort_part, s) for s in jobs} if sorter else {}
                 with ThreadPoolExecutor(max_workers=self.threads) as pool:
                     done = list(pool.map(job, jobs))
@@ -593,17 +640,17 @@ class SeenStore:
             t1 = time.perf_counter()
             timings["merge_s"] = t1 - t0
             timings["shard_sort_s"] = sum(d[4] for d in done)
-            changed = [(s, h) for s, h, _, _, _ in done if h is not None]
-            for s, h, merged, _, _ in done:
-                if merged and h is None:
-                    writers.pop(s).abort()  # no new key in this shard: keep the old run
-            timings["bytes_read"] = sum(self._readers[s].count * 8 + HEADER_SIZE
-                                        for s, _, merged, _, _ in done if merged)
-            timings["bytes_written"] = sum(h.count * 8 + HEADER_SIZE for _, h in changed)
+            added = [(s, h, sp) for s, h, sp, _, _, _ in done if h is not None]
+            timings["bytes_read"] = sum(d[5] for d in done)
+            timings["bytes_written"] = sum(h.count * 8 + HEADER_SIZE for _, h, _ in added)
             segs = [d[3] for d in done]
             n_new = sum(int(mask.sum()) for _, _, mask in segs)
-            if changed:
-                self._commit(gen, changed, n_new, timings["approx_answered"])
+            if added:
+                c = {"batches": 1, "new": n_new, "bytes_written": timings["bytes_written"],
+                     "approx_answered": timings["approx_answered"]}
+                self._commit(gen, added, [], c)
+                self._credit_step = COMPACT_CREDIT * timings["bytes_written"]
+                self._credit += self._credit_step
             timings["commit_s"] = time.perf_counter() - t1
             timings["new"] = n_new
             return segs
@@ -616,7 +663,7 @@ class SeenStore:
                 sorter.shutdown(cancel_futures=True)
 
     def _take_buffers(self) -> MergeBuffers:
-        """A shard merge's buffers from the pool (one set per merging thread, reused
+        """A shard check's buffers from the pool (one set per checking thread, reused
         across batches), or new ones when none fits ``chunk_keys``."""
         while self._buffer_pool:
             try:
@@ -629,7 +676,7 @@ class SeenStore:
 
     def _commit_counters(self, n_approx: int) -> None:
         """Record keys answered by the Bloom filter alone when no run changed."""
-        doc = dict(self._doc)
+        doc = manifest.upgraded(self._doc, len(self))
         c = dict(doc["counters"])
         c["approx_answered"] = c.get("approx_answered", 0) + n_approx
         doc["counters"] = c
@@ -639,60 +686,186 @@ class SeenStore:
             raise _io_error(e, f"{self.path}: committing counters") from e
         self._doc = doc
 
-    def _commit(self, gen: int, changed: list, n_new: int, n_approx: int = 0) -> None:
+    def _commit(self, gen: int, added: list, removed: list, counters: dict,
+                step: str = "") -> None:
+        """Make generation ``gen`` the store: the runs ``added`` (``(shard, header,
+        sparse index)``, files already written and fsynced) join the live runs, the
+        files ``removed`` leave them, ``counters`` are added to the manifest's. A
+        format 1 manifest is upgraded in the same commit (manifest.upgraded: its
+        empty runs leave too). ``step``: prefix of the fault points ("" for a batch,
+        "compact-", "upgrade-")."""
         self._join_retire()
         try:
-            # every new run was fsynced by its merge (RunWriter.finish)
             if self.sync:
-                manifest.fsync_dir(self.path)
-            _fault("before-manifest")
-            doc = dict(self._doc)
-            runs = {r["shard"]: r for r in doc["runs"]}
-            old_files = []
-            for shard, h in changed:
-                old_files.append(runs[shard]["file"])
-                runs[shard] = {"shard": shard, "file": run_name(shard, gen), "count": h.count,
-                               "checksum": f"{h.body_checksum:016x}"}
-            doc["runs"] = [runs[s] for s in sorted(runs)]
+                manifest.fsync_dir(self.path)  # the new run names are durable
+            _fault(step + "before-manifest")
+            doc = manifest.upgraded(self._doc, len(self))
+            gone = set(removed) | {r["file"] for r in self._doc["runs"]} - {
+                r["file"] for r in doc["runs"]}
+            runs = [r for r in doc["runs"] if r["file"] not in gone]
+            runs += [{"shard": shard, "file": run_name(shard, gen), "count": h.count,
+                      "checksum": f"{h.body_checksum:016x}"} for shard, h, _ in added]
+            doc["runs"] = sorted(runs, key=lambda r: (r["shard"], r["file"]))
             doc["generation"] = gen
             doc["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             c = dict(doc["counters"])
-            c["batches"] += 1  # batches that admitted at least one key
-            c["new"] += n_new
-            if n_approx:
-                c["approx_answered"] = c.get("approx_answered", 0) + n_approx
+            for k, v in counters.items():
+                if v:
+                    c[k] = c.get(k, 0) + v
             doc["counters"] = c
             manifest.write(self.path, doc, sync=self.sync)
         except OSError as e:
             raise _io_error(e, f"{self.path}: committing") from e
         # Committed. From here on a failure must not undo the batch.
-        _fault("after-manifest")
+        _fault(step + "after-manifest")
         self._doc = doc
-        for shard, _ in changed:
-            self._readers[shard] = RunReader(os.path.join(self.path, run_name(shard, gen)))
-        self._retire([os.path.join(self.path, name) for name in old_files])
+        have = {r.name: r for r in self._all_readers()}
+        for shard, _, sparse in added:
+            name = run_name(shard, gen)
+            have[name] = RunReader(os.path.join(self.path, name), sparse)
+        self._runs = self._readers_for(doc["runs"], have)
+        self._retire([os.path.join(self.path, name) for name in sorted(gone)], step)
 
-    def _retire(self, paths: list) -> None:
+    def _retire(self, paths: list, step: str = "") -> None:
         """Delete replaced runs on a background thread (freeing GBs of extents took
         0.2-0.3 s per 1e8-key batch, 8 % of its time); joined before the next commit
         (so at most one generation of replaced runs exists) and by ``close``. A crash
         before it ends leaves files the next open removes as leftovers. Requires: the
-        previous retirement joined (``_commit`` does it first)."""
+        previous retirement joined (``_commit`` does it first). Nothing may still
+        stream these files: a batch's checks end before its commit, and compaction
+        runs only between batches."""
 
         def unlink_all():
             for p in paths:
+                _fault(step + "retire")
                 try:
                     os.unlink(p)
                 except OSError:
                     pass  # removed as a leftover on the next open
 
-        self._retiring = threading.Thread(target=unlink_all, name="retire-runs", daemon=True)
-        self._retiring.start()
+        if paths:
+            self._retiring = threading.Thread(target=unlink_all, name="retire-runs",
+                                              daemon=True)
+            self._retiring.start()
 
     def _join_retire(self) -> None:
         if self._retiring is not None:
             self._retiring.join()
             self._retiring = None
+
+    # ------------------------------------------------------------- compaction
+    def compact(self, full: bool = True) -> dict:
+        """Merge runs now: ``full`` every shard into one run, else the jobs the
+        size-tiered policy has pending (tiers.plan). One commit per shard, so the
+        temporary disk space is at most one shard's runs. Returns figures."""
+        self._check_writable()
+        with self._mutex:
+            self._join_compactor()
+            return self._compact(tiers.plan(self._doc["runs"], full=full))
+
+    def upgrade(self) -> dict:
+        """Rewrite a format 1 manifest as the current format (crash-safe: one
+        manifest rename; its empty runs are dropped). A no-op on a current store.
+        Any write upgrades too."""
+        self._check_writable()
+        with self._mutex:
+            self._join_compactor()
+            was = self.manifest_format
+            if self._doc.get("major", manifest.MAJOR) < manifest.MAJOR:
+                self._commit(self.generation + 1, [], [], {}, step="upgrade-")
+            return {"from": was, "to": self.manifest_format, "upgraded": was != self.manifest_format}
+
+    def _compact(self, jobs: list, paid: bool = False) -> dict:
+        """Run compaction ``jobs`` (tiers.plan) in order. ``paid``: spend the batches'
+        credit — stop before a job that does not fit what is left of it, or that
+        would take this round past ``_credit_step`` (a first job may)."""
+        t0 = time.perf_counter()
+        done = {"jobs": 0, "runs_merged": 0, "bytes_read": 0, "bytes_written": 0}
+        for shard, entries in jobs:
+            cost = tiers.job_bytes(entries)
+            if paid:
+                if cost > self._credit or (done["jobs"] and done["bytes_read"] + cost
+                                           > self._credit_step):
+                    break
+                self._credit -= cost
+            written = self._compact_shard(shard, entries)
+            done["jobs"] += 1
+            done["runs_merged"] += len(entries)
+            done["bytes_read"] += cost
+            done["bytes_written"] += written
+        done["seconds"] = time.perf_counter() - t0
+        return done
+
+    def _compact_shard(self, shard: int, entries: list) -> int:
+        """Merge the runs ``entries`` of ``shard`` into one new run and commit.
+        Returns the bytes written."""
+        gen = self.generation + 1
+        files = [e["file"] for e in entries]
+        readers = [r for r in self._runs.get(shard, []) if r.name in files]
+        count = sum(r.count for r in readers)
+        added, w = [], None
+        try:
+            if count:
+                w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
+                              self.layout.host_bits, self.shard_bits, shard,
+                              policy_digest(self.policy_id))
+                for chunk in tiers.merged_chunks(readers):
+                    w.write(chunk)
+                    _fault("compact-write")
+                header = w.finish(sync=self.sync)
+                _fault("compact-written")
+                added = [(shard, header, w.sparse_index())]
+            written = sum(8 * h.count + HEADER_SIZE for _, h, _ in added)
+            self._commit(gen, added, files,
+                         {"compactions": 1, "bytes_compacted": written}, step="compact-")
+            return written
+        except OSError as e:
+            if w is not None:
+                w.abort()
+            raise _io_error(e, f"{self.path}: compacting shard {shard}") from e
+        except BaseException:
+            if w is not None:
+                w.abort()
+            raise
+
+    def _start_compactor(self) -> None:
+        """After a batch: run the pending size-tiered jobs its credit pays for on a
+        background thread (joined by the next write, ``close``), so compaction
+        overlaps the caller's own work between batches."""
+        if not self.compact_between_batches or self._lock is None:
+            return
+        jobs = tiers.plan(self._doc["runs"])
+        if not jobs or tiers.job_bytes(jobs[0][1]) > self._credit:
+            return
+
+        def run():
+            try:
+                self.last_compaction = self._compact(jobs, paid=True)
+            except BaseException as e:  # reported by the join; the store stays consistent
+                self._compact_error = e
+
+        self._compactor = threading.Thread(target=run, name="compact", daemon=True)
+        self._compactor.start()
+
+    def _join_compactor(self) -> float:
+        """Wait for the background compaction; return the seconds waited. A failed
+        compaction warns (nothing was lost: its runs are leftovers of an uncommitted
+        generation, removed by the next open)."""
+        t0 = time.perf_counter()
+        if self._compactor is not None:
+            self._compactor.join()
+            self._compactor = None
+        if self._compact_error is not None:
+            e, self._compact_error = self._compact_error, None
+            warnings.warn(f"background compaction failed ({e}); the store is unchanged "
+                          "by it and the next write retries")
+        return time.perf_counter() - t0
+
+    def pending_compaction(self) -> dict:
+        """What the size-tiered policy would merge now: jobs, runs, bytes."""
+        jobs = tiers.plan(self._doc["runs"])
+        return {"jobs": len(jobs), "runs": sum(len(e) for _, e in jobs),
+                "bytes": sum(tiers.job_bytes(e) for _, e in jobs)}
 
     # ------------------------------------------------------------ maintenance
     def stats(self) -> dict:
@@ -705,6 +878,8 @@ class SeenStore:
             except OSError:
                 pass
         keys = len(self)
+        per_shard = {shard: len(rs) for shard, rs in self._runs.items()}
+        c = {"approx_answered": 0, **self._doc["counters"]}
         wal = [n for n in os.listdir(self.path) if n.startswith("stage-") and n.endswith(".wal")]
         return {
             "path": self.path,
@@ -716,12 +891,21 @@ class SeenStore:
             "host_bits": self.layout.host_bits,
             "shard_bits": self.shard_bits,
             "shards": 1 << self.shard_bits,
-            "largest_shard_keys": max((r.count for r in self._readers.values()), default=0),
+            "largest_shard_keys": max((sum(r.count for r in rs) for rs in self._runs.values()),
+                                      default=0),
+            "runs": sum(per_shard.values()),
+            "max_runs_per_shard": max(per_shard.values(), default=0),
+            "runs_per_shard": {str(s): n for s, n in sorted(per_shard.items())},
+            # run bytes written by batches and compactions over the bytes of the keys
+            "write_amplification": ((c.get("bytes_written", 0) + c.get("bytes_compacted", 0))
+                                    / (8 * c["new"]) if c.get("new") else None),
+            "pending_compaction": self.pending_compaction(),
             "policy_id": self.policy_id,
             "generation": self.generation,
             "run_format": f"{RUN_MAJOR}.{RUN_MINOR}",
-            "manifest_format": f"{manifest.MAJOR}.{manifest.MINOR}",
-            "counters": {"approx_answered": 0, **self._doc["counters"]},
+            "manifest_format": self.manifest_format,
+            "upgrade_pending": self._doc.get("major", manifest.MAJOR) < manifest.MAJOR,
+            "counters": c,
             # keys a DedupStage handed out but has not merged yet (replayed on its open)
             "wal_segments": len(wal),
             "wal_bytes": sum(os.path.getsize(os.path.join(self.path, n)) for n in wal),
@@ -735,7 +919,7 @@ class SeenStore:
         bf, state = self.bloom, self._bloom_state
         if bf is None:  # read-only: report the saved filter, if any
             try:
-                bf, gen = BloomFilter.load(os.path.join(self.path, BLOOM_NAME))
+                bf, gen = LayeredBloom.load(os.path.join(self.path, BLOOM_NAME))
             except SeenStoreError:
                 return None
             state = "saved, current" if gen == self.generation else "saved, stale (rebuilt on next open)"
@@ -746,36 +930,46 @@ class SeenStore:
             "bits_per_key": bf.n_bits / keys if keys else None,
             "bytes_per_key": bf.nbytes / keys if keys else None,
             "fill_ratio": bf.fill_ratio, "expected_fpr": bf.expected_fpr,
+            "layers": len(bf.layers),
         }
 
     def verify(self) -> dict:
         """Full integrity check of every run (checksums, order, shard ranges).
         Raises CorruptionError on the first fault; returns a summary otherwise."""
-        doc = manifest.read(self.path)
-        if doc["generation"] != self.generation:
-            raise CorruptionError(f"{self.path}: manifest changed under an open store")
-        sb = self.shard_bits
-        for shard, reader in sorted(self._readers.items()):
-            reader.verify()
-            if reader.count and sb:
-                run = reader.keys
-                lo, hi = int(run[0]) >> (64 - sb), int(run[-1]) >> (64 - sb)
-                if lo != shard or hi != shard:
-                    raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
-        return {"keys": len(self), "runs": len(self._readers), "generation": self.generation}
+        with self._mutex:
+            self._join_compactor()
+            doc = manifest.read(self.path)
+            if doc["generation"] != self.generation:
+                raise CorruptionError(f"{self.path}: manifest changed under an open store")
+            sb = self.shard_bits
+            for shard, readers in sorted(self._runs.items()):
+                if len(readers) == 1:
+                    readers[0].verify()
+                else:  # the k-way merge checks order, disjointness and checksums
+                    for _ in tiers.merged_chunks(readers):
+                        pass
+                for reader in readers:
+                    if reader.count and sb:
+                        run = reader.keys
+                        lo, hi = int(run[0]) >> (64 - sb), int(run[-1]) >> (64 - sb)
+                        if lo != shard or hi != shard:
+                            raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
+            return {"keys": len(self), "runs": len(self._all_readers()),
+                    "generation": self.generation}
 
     def close(self, save_bloom: bool = True) -> None:
         """Save the Bloom filter (if changed and ``save_bloom``), release the lock.
         Never loses data: a Bloom filter not saved is rebuilt by the next open."""
+        self._join_compactor()
         self._join_retire()
         try:
             if save_bloom:
                 self.checkpoint()
         except SeenStoreError as e:
             warnings.warn(f"Bloom filter not saved ({e}); the next open rebuilds it")
-        for r in self._readers.values():
+        for r in self._all_readers():
             r.close()
-        self._readers = {}
+        self._runs = {}
         if self._lock is not None:
             self._lock.release()
             self._lock = None

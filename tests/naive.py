@@ -21,3 +21,15 @@ def add_naive(seen: set, keys) -> np.ndarray:
         mask.append(k not in seen)
         seen.add(k)
     return np.array(mask, dtype=bool)
+
+
+def sweep_naive(run: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """Mask over sorted ``batch``: True where the key is in ``run``."""
+    s = set(int(x) for x in run)
+    return np.array([int(b) in s for b in batch], dtype=bool)
+
+
+def kway_naive(runs) -> np.ndarray:
+    """The union of disjoint sorted runs, sorted."""
+    out = sorted(int(x) for r in runs for x in r)
+    return np.array(out, dtype=np.uint64)

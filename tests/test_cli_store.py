@@ -131,16 +131,17 @@ def _big_store(tmp_path, store_dir):
     with SeenStore.open(store_dir, create=True, shard_bits=0, bloom=False) as s:
         s.add(rng.integers(0, 2**64, 200_000, dtype=np.uint64))  # a 1.6 MB run, no BLOOM yet
     batch = tmp_path / "grow.bin"
-    rng.integers(0, 2**64, 1000, dtype=np.uint64).astype("<u8").tofile(batch)
+    # 1.6 MB of new keys: the batch's new run (batches write only their new keys)
+    rng.integers(0, 2**64, 200_000, dtype=np.uint64).astype("<u8").tofile(batch)
     with SeenStore.open(store_dir, readonly=True) as s:
-        before = (s._readers[0].keys.copy(), sorted(os.listdir(store_dir)))
+        before = (s._runs[0][0].keys.copy(), sorted(os.listdir(store_dir)))
     return str(batch), before
 
 
 def _unchanged(store_dir, before):
     assert cli("verify", "--store", store_dir).returncode == 0
     with SeenStore.open(store_dir, readonly=True) as s:
-        assert np.array_equal(s._readers[0].keys, before[0])
+        assert np.array_equal(s._runs[0][0].keys, before[0])
     assert sorted(os.listdir(store_dir)) == before[1]
 
 
@@ -161,7 +162,7 @@ def test_full_tmpfs_is_disk_full(tmp_path):
         pytest.skip("cannot mount a tmpfs here (needs root); the ulimit test covers EFBIG")
     try:
         store_dir = str(mnt / "store")
-        batch, before = _big_store(tmp_path, store_dir)  # 1.6 MB run: a rewrite cannot fit
+        batch, before = _big_store(tmp_path, store_dir)  # 1.6 MB + 1.6 MB new cannot fit
         p = cli("merge", batch, "--store", store_dir)
         assert p.returncode == 6 and one_line_error(p.stderr) and "No space" in p.stderr
         _unchanged(store_dir, before)

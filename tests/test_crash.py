@@ -29,23 +29,28 @@ from seenstore.cli import main
 import seenstore.kernels.merge, seenstore.kernels.batch  # load JIT caches before 'go'
 sys.stdout.write("ready\n"); sys.stdout.flush()
 sys.stdin.readline()
-main(["merge", sys.argv[1], "--store", sys.argv[2], "--no-create", "--json"])
+main(sys.argv[1:])
 """
 
 
 def stored(path):
     with SeenStore.open(path, readonly=True) as s:
         s.verify()
-        parts = [r.keys for _, r in sorted(s._readers.items())]
-        return np.concatenate(parts) if parts else np.empty(0, np.uint64)
+        parts = [r.keys for r in s._all_readers()]
+        return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
 
 
-def start(batch, store, env=None):
-    p = subprocess.Popen([sys.executable, "-c", RUNNER, batch, store],
+def spawn(args, env=None):
+    """A CLI command in a subprocess, started up and waiting for 'go' on stdin."""
+    p = subprocess.Popen([sys.executable, "-c", RUNNER, *args],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env={**os.environ, **(env or {})})
     assert p.stdout.readline() == b"ready\n"
     return p
+
+
+def start(batch, store, env=None):
+    return spawn(["merge", batch, "--store", store, "--no-create", "--json"], env)
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +70,7 @@ def world(tmp_path_factory):
 
 
 def fresh_copy(world, name):
+    """A copy of the world's pristine store (``world[1]``) under ``world[0]``."""
     d, pristine = world[0], world[1]
     target = str(d / name)
     shutil.rmtree(target, ignore_errors=True)
@@ -137,3 +143,144 @@ def test_sigkill_at_named_commit_steps(world, point, want):
     with SeenStore.open(target) as s:  # a writer's open removes the leftovers
         live = {r["file"] for r in s._doc["runs"]}
     assert {n for n in os.listdir(target) if n.endswith(".run")} == live
+
+
+# ------------------------------------------------- compaction and upgrade kill points
+
+def run_killable(args, env=None):
+    p = spawn(args, env)
+    p.stdin.write(b"go\n")
+    p.stdin.flush()
+    return p
+
+
+def shard_runs(path):
+    with SeenStore.open(path, readonly=True) as s:
+        return {shard: [r.name for r in rs] for shard, rs in s._runs.items()}
+
+
+def assert_clean_after_open(path):
+    """A writer's open removes every leftover; verify passes."""
+    with SeenStore.open(path, bloom=False) as s:
+        s.verify()
+        live = {r["file"] for r in s._doc["runs"]}
+    assert {n for n in os.listdir(path) if n.endswith(".run")} == live
+    assert not [n for n in os.listdir(path) if ".tmp" in n]
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory):
+    """A store whose 4 shards hold 5 runs each (compaction off while it was built)."""
+    d = tmp_path_factory.mktemp("tiered")
+    rng = np.random.default_rng(11)
+    pristine = str(d / "pristine")
+    with SeenStore.open(pristine, create=True, shard_bits=2, bloom=False) as s:
+        s.compact_between_batches = False
+        for _ in range(5):
+            s.add_new(rng.integers(0, 2**64, 400_000, dtype=np.uint64))
+    return d, pristine, stored(pristine), shard_runs(pristine)
+
+
+COMPACT_POINTS = ([f"compact-write@{n}" for n in (1, 2, 3, 4)]
+                  + [f"compact-written@{n}" for n in (1, 2, 3, 4)]
+                  + [f"compact-before-manifest@{n}" for n in (1, 2, 3, 4)]
+                  + [f"compact-after-manifest@{n}" for n in (1, 2, 3, 4)]
+                  + [f"compact-retire@{n}" for n in (1, 7, 20)])
+
+
+@pytest.mark.parametrize("point", COMPACT_POINTS)
+def test_sigkill_inside_compaction(tiered, point):
+    """Each shard's compaction is one commit: after a kill every shard holds its old
+    runs or its one merged run, the keys are exactly the same, leftovers go."""
+    d, pristine, keys, before = tiered
+    target = fresh_copy(tiered, "compact-" + point.replace("@", "-"))
+    p = run_killable(["compact", "--store", target], env={"SEENSTORE_FAULT": point})
+    assert p.wait(60) == -signal.SIGKILL, p.stderr.read()
+    assert np.array_equal(stored(target), keys)
+    now = shard_runs(target)
+    done = [s for s in now if now[s] != before[s]]
+    assert all(len(now[s]) == 1 for s in done)
+    n = int(point.split("@")[1])
+    step = point.split("@")[0]
+    # the n-th shard's job died before its commit, or after it
+    want_done = n - 1 if step in ("compact-write", "compact-written",
+                                  "compact-before-manifest") else None
+    if want_done is not None:
+        assert len(done) == want_done, (point, now)
+    elif step == "compact-after-manifest":
+        assert len(done) == n
+    assert_clean_after_open(target)
+    r = CliRunner().invoke(main, ["compact", "--store", target, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["runs"] == 4
+    assert np.array_equal(stored(target), keys)
+
+
+def test_repeated_interrupted_compactions_never_lose_or_duplicate_keys(tiered):
+    d, pristine, keys, before = tiered
+    target = fresh_copy(tiered, "compact-repeated")
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, ["compact", "--store", fresh_copy(tiered, "compact-timing")])
+    assert r.exit_code == 0
+    window = time.monotonic() - t0
+    rnd = random.Random(14)
+    kills = 0
+    for trial in range(10):
+        p = run_killable(["compact", "--store", target])
+        time.sleep(rnd.uniform(0.0, window))
+        p.send_signal(signal.SIGKILL)
+        kills += p.wait(60) == -signal.SIGKILL
+        got = stored(target)  # verify runs inside; a key in two runs fails it
+        assert np.array_equal(got, keys), f"trial {trial}"
+        with SeenStore.open(target, readonly=True) as s:
+            assert len(s) == len(keys)
+    assert_clean_after_open(target)
+    r = CliRunner().invoke(main, ["compact", "--store", target, "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["runs"] == 4
+    assert np.array_equal(stored(target), keys)
+    print(f"compaction takes {window:.3f}s; {kills} of 10 runs killed before they ended")
+
+
+V1_STORE = os.path.join(os.path.dirname(__file__), "fixtures", "v1-store")
+
+
+def v1_copy(tmp_path):
+    target = str(tmp_path / "v1")
+    shutil.copytree(V1_STORE, target)
+    return target
+
+
+@pytest.mark.parametrize("point,major", [("upgrade-before-manifest", 1),
+                                         ("upgrade-after-manifest", 2),
+                                         ("upgrade-retire@1", 2)])
+def test_sigkill_inside_upgrade(tmp_path, point, major):
+    from seenstore import manifest
+    target = v1_copy(tmp_path)
+    keys = stored(target)
+    p = run_killable(["upgrade", "--store", target], env={"SEENSTORE_FAULT": point})
+    assert p.wait(60) == -signal.SIGKILL, p.stderr.read()
+    assert manifest.read(target)["major"] == major
+    assert np.array_equal(stored(target), keys)
+    assert_clean_after_open(target)
+    r = CliRunner().invoke(main, ["upgrade", "--store", target, "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["to"] == "2.0"
+    assert np.array_equal(stored(target), keys)
+
+
+@pytest.mark.parametrize("point,want", [("before-manifest", "pre"), ("after-manifest", "post"),
+                                        ("retire", "post")])
+def test_sigkill_in_the_first_write_of_a_format1_store(tmp_path, point, want):
+    """The first batch on a format 1 store upgrades it in the same commit."""
+    from seenstore import manifest
+    target = v1_copy(tmp_path)
+    pre = stored(target)
+    batch = np.array([5, 2**63 + 5, 2**64 - 2], dtype=np.uint64)
+    batch_path = str(tmp_path / "b.bin")
+    batch.tofile(batch_path)
+    p = run_killable(["merge", batch_path, "--store", target, "--no-create", "--no-bloom"],
+                     env={"SEENSTORE_FAULT": point})
+    assert p.wait(60) == -signal.SIGKILL, p.stderr.read()
+    got = stored(target)
+    assert np.array_equal(got, pre if want == "pre" else np.union1d(pre, batch))
+    assert manifest.read(target)["major"] == (1 if want == "pre" else 2)
+    assert_clean_after_open(target)

@@ -21,7 +21,7 @@ batches = st.lists(st.lists(key, max_size=40), max_size=8)
 
 
 def all_keys(store):
-    return sorted(int(k) for r in store._readers.values() for k in r.keys)
+    return sorted(int(k) for r in store._all_readers() for k in r.keys)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,4 +1,5 @@
-"""Store commands: ``merge`` a batch file of keys, ``stats``, ``verify``."""
+"""Store commands: ``merge`` a batch file of keys, ``stats``, ``verify``, ``compact``,
+``upgrade``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ from . import default_store_dir, main, store_option
 wait_option = click.option(
     "--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
     help="Wait this long for another writer to release the store (-1: forever).")
+
+
+def maintenance_command(f):
+    """A writer command on an existing store: --store, --json, --wait."""
+    f = wait_option(f)
+    f = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(f)
+    return main.command()(store_option(f))
 
 
 def _open(store_dir, **kw) -> SeenStore:
@@ -135,11 +143,18 @@ def stats(store_dir, as_json):
         ("store", s["path"]),
         ("keys", f"{s['keys']:,}"),
         ("files", f"{s['files']} ({s['shards']} shards, largest {s['largest_shard_keys']:,} keys)"),
+        ("runs", f"{s['runs']} live, at most {s['max_runs_per_shard']} in a shard; pending "
+                 f"compaction {s['pending_compaction']['jobs']} jobs "
+                 f"({_human_bytes(s['pending_compaction']['bytes'])})"),
+        ("write amp.", "-" if s["write_amplification"] is None else
+         f"{s['write_amplification']:.2f} (run bytes written / bytes of keys admitted)"),
         ("bytes on disk", f"{_human_bytes(s['bytes_on_disk'])} ({bpk} bytes/key)"),
         ("layout", s["layout"]),
         ("policy", s["policy_id"]),
         ("generation", str(s["generation"])),
-        ("formats", f"run {s['run_format']}, manifest {s['manifest_format']}"),
+        ("formats", f"run {s['run_format']}, manifest {s['manifest_format']}"
+                    + (" (upgraded by the next write or `seenstore upgrade`)"
+                       if s["upgrade_pending"] else "")),
         ("batches", f"{s['counters']['batches']:,} committed"),
         ("approximate", f"{s['counters']['approx_answered']:,} keys answered seen by the "
                         f"Bloom filter alone"),
@@ -178,4 +193,38 @@ def verify(store_dir, as_json):
                    f"({r['seconds']:.2f}s)")
 
 
-__all__ = ["merge", "stats", "verify"]
+@maintenance_command
+def compact(store_dir, as_json, wait):
+    """Merge every shard's runs into one run now (a full compaction). Batches
+    compact on their own, a little at a time; this is for before a backup or a
+    read-mostly period. One shard at a time: the extra disk space is at most one
+    shard's runs. An interrupted compaction loses nothing."""
+    with _open(store_dir, wait=_wait(wait), bloom=False) as store:
+        r = store.compact()
+        s = store.stats()
+    r = {**{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()},
+         "runs": s["runs"], "keys": s["keys"], "write_amplification": s["write_amplification"]}
+    if as_json:
+        click.echo(json.dumps(r))
+    else:
+        click.echo(f"compacted {r['jobs']} shards ({r['runs_merged']} runs, "
+                   f"{_human_bytes(r['bytes_written'])} written) in {r['seconds']:.2f}s; "
+                   f"{r['keys']:,} keys now in {r['runs']} runs")
+
+
+@maintenance_command
+def upgrade(store_dir, as_json, wait):
+    """Rewrite the store's manifest in the current format (one atomic rename; the
+    run files stay). Any write does the same; after it, older seenstore versions
+    refuse the store."""
+    with _open(store_dir, wait=_wait(wait), bloom=False) as store:
+        r = store.upgrade()
+    if as_json:
+        click.echo(json.dumps(r))
+    elif r["upgraded"]:
+        click.echo(f"upgraded: manifest format {r['from']} -> {r['to']}")
+    else:
+        click.echo(f"nothing to do: manifest format {r['to']} is current")
+
+
+__all__ = ["merge", "stats", "verify", "compact", "upgrade"]

@@ -73,3 +73,105 @@ def is_strictly_increasing(a):
         if a[k] <= a[k - 1]:
             return False
     return True
+
+
+@njit(cache=True, nogil=True)
+def sweep_step(old, n_old, batch, j, found, prev, have_prev):
+    """Mark the keys of ``batch[j:]`` present in ``old[:n_old]`` (one chunk of a run).
+
+    Requires: ``batch`` sorted ascending and unique (uint64); ``found`` a bool array
+    as long as ``batch``, only set to True here. ``prev``/``have_prev``: the run's
+    last key of the previous chunk. Returns ``(j, prev, have_prev, ok)``: the first
+    batch position above every key of the chunk, the chunk's last key, and ``ok``
+    False when the run is not strictly increasing (corruption). Twin: tests/naive.py
+    ``sweep_naive``.
+    """
+    n_batch = batch.shape[0]
+    ok = True
+    for i in range(n_old):
+        a = old[i]
+        if have_prev and a <= prev:
+            ok = False
+            break
+        prev = a
+        have_prev = True
+        while j < n_batch and batch[j] < a:
+            j += 1
+        if j < n_batch and batch[j] == a:
+            found[j] = True
+            j += 1
+    return j, prev, have_prev, ok
+
+
+KWAY_FULL = -1  # ``out`` is full: flush it and call again
+KWAY_DONE = -2  # every row is used up and was its run's last chunk
+KWAY_BAD = -3  # the merged output would not be strictly increasing
+
+
+@njit(cache=True, nogil=True)
+def kway_step(bufs, pos, fill, last, out, prev, have_prev):
+    """Merge the rows of ``bufs`` (row r holds ``bufs[r, pos[r]:fill[r]]``, a chunk
+    of run r) into ``out`` from position 0, ascending.
+
+    Requires: every run sorted ascending; runs pairwise disjoint (a store's runs of
+    one shard are). ``last[r]``: row r holds its run's final chunk. Stops when
+    ``out`` is full, when a row that is not its run's last chunk runs empty (the
+    caller refills it) or when everything is merged. Returns ``(n_out, status,
+    prev, have_prev)``: status is the row to refill (>= 0), KWAY_FULL, KWAY_DONE or
+    KWAY_BAD (a run out of order, or a key in two runs: corruption). Twin: sorted
+    concatenation (tests/naive.py ``kway_naive``)."""
+    k = bufs.shape[0]
+    cap = out.shape[0]
+    n = 0
+    while n < cap:
+        best = -1
+        for r in range(k):
+            if pos[r] < fill[r]:
+                if best < 0 or bufs[r, pos[r]] < bufs[best, pos[best]]:
+                    best = r
+            elif not last[r]:
+                return n, r, prev, have_prev
+        if best < 0:
+            return n, KWAY_DONE, prev, have_prev
+        key = bufs[best, pos[best]]
+        if have_prev and key <= prev:
+            return n, KWAY_BAD, prev, have_prev
+        out[n] = key
+        n += 1
+        pos[best] += 1
+        prev = key
+        have_prev = True
+    return n, KWAY_FULL, prev, have_prev
+
+
+@njit(cache=True, nogil=True)
+def sparse_member(run, sparse, stride, needles, found):
+    """Set ``found[i]`` where ``needles[i]`` is in ``run``: a binary search in the
+    sparse index ``sparse`` (= ``run[::stride]``, kept in memory) names the one block
+    of ``stride`` keys that can hold it, and a binary search inside that block (one
+    or two pages of a memory-mapped run) decides. Requires: ``run`` sorted ascending
+    and unique. Twin: ``np.isin``."""
+    n = run.shape[0]
+    ns = sparse.shape[0]
+    for i in range(needles.shape[0]):
+        x = needles[i]
+        lo, hi = 0, ns  # last sparse entry <= x
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if sparse[mid] <= x:
+                lo = mid + 1
+            else:
+                hi = mid
+        b = lo - 1
+        if b < 0:
+            continue
+        lo = b * stride
+        hi = min(lo + stride, n)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if run[mid] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < n and run[lo] == x:
+            found[i] = True

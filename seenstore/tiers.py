@@ -1,0 +1,158 @@
+"""Tiered runs: a batch checked against a shard's live runs, runs merged (compaction),
+and the size-tiered compaction policy (docs/architecture.md, "Tiered runs").
+
+A shard holds any number of live runs, pairwise disjoint (a batch writes only the
+keys that none of them holds). ``check_runs`` marks the batch keys some run already
+holds: one sequential, checksum-checked sweep per run (the batch sorted alongside),
+or, when the batch is small against a run, point lookups through the run's sparse
+index. ``merged_chunks`` streams the union of several runs in order (k-way merge,
+checking order, disjointness and checksums): compaction writes it to one new run,
+``verify`` only reads it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import numpy as np
+
+from .errors import CorruptionError
+from .kernels.merge import KWAY_BAD, KWAY_DONE, kway_step, sparse_member, sweep_step
+from .runformat import ALIGN, HEADER_SIZE, SPARSE_STRIDE, aligned_empty
+from .runreader import RunReader
+
+# A run is swept when the keys to check are at least 1/PROBE_RATIO of it; fewer are
+# looked up one by one (sparse index, then one page): 64 lookups of a page cost about
+# what sweeping 64 x 8 bytes x 512 keys... measured crossover in the issue-14 note.
+PROBE_RATIO = 64
+FANOUT = 4  # size-tiered: FANOUT runs of one tier merge into one run of the next
+MIN_TIER_KEYS = 1 << 16  # runs below this size share tier 0
+MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows together
+
+
+def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
+    """Set ``found`` where sorted unique ``needles`` are in the run (point lookups)."""
+    if reader.count and len(needles):
+        sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
+
+
+def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
+    """Set ``found`` where sorted unique ``batch`` keys are in the run, reading it once
+    sequentially through ``buf`` (checksum and order checked). Returns bytes read."""
+    j, prev, have = 0, np.uint64(0), False
+    for n in reader.chunks(buf):
+        j, prev, have, ok = sweep_step(buf, n, batch, j, found, prev, have)
+        prev = np.uint64(prev)  # numba hands uint64 back as a Python int
+        if not ok:
+            raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
+    return HEADER_SIZE + 8 * reader.count
+
+
+def check_runs(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndarray,
+               probe_ratio: int = PROBE_RATIO) -> int:
+    """Mark in ``found`` the keys of sorted unique ``batch`` held by any of ``readers``
+    (one shard's live runs). Each run is swept, or probed key by key when the keys
+    still unanswered are fewer than 1/``probe_ratio`` of it. Returns bytes swept."""
+    read = 0
+    for reader in readers:
+        if reader.count == 0:
+            continue
+        todo = np.flatnonzero(~found)
+        if len(todo) == 0:
+            break
+        if len(todo) * probe_ratio < reader.count:
+            sub = np.zeros(len(todo), dtype=np.bool_)
+            lookup(reader, batch[todo], sub)
+            found[todo[sub]] = True
+        else:
+            read += sweep(reader, batch, found, buf)
+    return read
+
+
+def merged_chunks(readers: list, out_keys: int = 1 << 20,
+                  buffer_bytes: int = MERGE_BUFFER_BYTES) -> Iterator[np.ndarray]:
+    """The union of ``readers`` (disjoint sorted runs of one shard), ascending, as
+    successive views of one output buffer (use each before asking for the next).
+
+    Reads each run sequentially (O_DIRECT where allowed) through its row of one
+    ``buffer_bytes`` block; raises CorruptionError when a run fails its checksum, is
+    out of order, or two runs share a key."""
+    k = len(readers)
+    if k == 0:
+        return
+    row = max(ALIGN // 8, (buffer_bytes // 8 // k) // (ALIGN // 8) * (ALIGN // 8))
+    bufs = aligned_empty(k * row).reshape(k, row)
+    pos = np.zeros(k, np.int64)
+    fill = np.zeros(k, np.int64)
+    last = np.zeros(k, np.bool_)
+    gens = [r.chunks(bufs[i]) for i, r in enumerate(readers)]
+    seen = [0] * k
+
+    def refill(r: int) -> None:
+        if seen[r] < readers[r].count:
+            n = next(gens[r])
+            seen[r] += n
+            pos[r], fill[r] = 0, n
+        if seen[r] == readers[r].count:
+            last[r] = True
+            for _ in gens[r]:  # runs the generator to its end: the body checksum
+                pass
+
+    for r in range(k):
+        refill(r)
+    out = np.empty(out_keys, np.uint64)
+    prev, have = np.uint64(0), False
+    while True:
+        n, status, prev, have = kway_step(bufs, pos, fill, last, out, prev, have)
+        prev = np.uint64(prev)
+        if n:
+            yield out[:n]
+        if status >= 0:
+            refill(status)
+        elif status == KWAY_DONE:
+            return
+        elif status == KWAY_BAD:
+            names = ", ".join(r.name for r in readers)
+            raise CorruptionError(f"{names}: keys out of order or held by two runs")
+
+
+def tier(count: int) -> int:
+    """Size class of a run of ``count`` keys: 0 below MIN_TIER_KEYS, then +1 per FANOUT x."""
+    if count < MIN_TIER_KEYS:
+        return 0
+    return 1 + int(math.log(count / MIN_TIER_KEYS, FANOUT) + 1e-9)
+
+
+def plan(runs: list, full: bool = False) -> list:
+    """Compaction jobs for a manifest's ``runs`` (dicts with shard, file, count): a list
+    of ``(shard, [run entries])``, at most one per shard, smallest input first.
+
+    Size-tiered: a shard's runs are grouped by ``tier``; the lowest tier holding
+    FANOUT or more runs is merged into one run (which usually lands one tier up).
+    Empty runs (left by format 1 stores) always go. ``full``: every shard with more
+    than one run (or an empty one) is merged into a single run."""
+    by_shard: dict[int, list] = {}
+    for r in runs:
+        by_shard.setdefault(r["shard"], []).append(r)
+    jobs = []
+    for shard, rs in sorted(by_shard.items()):
+        empty = [r for r in rs if r["count"] == 0]
+        live = [r for r in rs if r["count"]]
+        if full:
+            if len(live) > 1 or empty:
+                jobs.append((shard, rs if len(live) > 1 else empty))
+            continue
+        tiers: dict[int, list] = {}
+        for r in live:
+            tiers.setdefault(tier(r["count"]), []).append(r)
+        group = next((g for t, g in sorted(tiers.items()) if len(g) >= FANOUT), [])
+        if group or empty:
+            jobs.append((shard, group + empty))
+    jobs.sort(key=lambda j: job_bytes(j[1]))
+    return jobs
+
+
+def job_bytes(entries: list) -> int:
+    """Bytes a compaction job reads (and, the runs being disjoint, writes)."""
+    return sum(8 * r["count"] for r in entries)

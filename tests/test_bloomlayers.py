@@ -1,0 +1,90 @@
+"""The layered (scalable) Bloom filter: grows by a layer, never forgets a key, keeps
+its false-positive rate under the target, saves and loads its layers."""
+
+import os
+
+import numpy as np
+import pytest
+
+from seenstore.bloomlayers import GROWTH, LayeredBloom, layer_path
+from seenstore.errors import StoreNotFoundError
+from seenstore.store import SeenStore
+
+
+def test_grows_by_layers_without_losing_keys_and_keeps_the_fpr(rng):
+    target = 0.01
+    bf = LayeredBloom.for_capacity(10_000, target)
+    added = []
+    for _ in range(12):  # 16x the first capacity, in uneven batches
+        keys = rng.integers(0, 2**64, int(rng.integers(5_000, 25_000)), dtype=np.uint64)
+        bf.reserve(len(keys))
+        assert bf.layers[-1].n_added + len(keys) <= bf.layers[-1].capacity
+        bf.add(keys)
+        added.append(keys)
+    everything = np.concatenate(added)
+    assert len(bf.layers) >= 3
+    assert bf.query(everything).all()  # no false negative, whatever layer holds a key
+    for layer in bf.layers:
+        assert layer.n_added <= layer.capacity  # no layer was ever overfilled
+    probe = rng.integers(0, 2**64, 400_000, dtype=np.uint64)
+    fpr = bf.query(probe).mean()
+    assert fpr < target and bf.expected_fpr < target, (fpr, bf.expected_fpr)
+    # the capacity grew geometrically: GROWTH x per layer unless a batch needed more
+    assert bf.layers[1].capacity >= (GROWTH - 1) * bf.layers[0].capacity
+
+
+def test_add_query_sees_every_layer(rng):
+    bf = LayeredBloom.for_capacity(1000, 1e-3)
+    a = rng.integers(0, 2**64, 1000, dtype=np.uint64)
+    bf.add(a)
+    bf.reserve(5000)
+    assert len(bf.layers) == 2
+    b = rng.integers(0, 2**64, 100, dtype=np.uint64)
+    maybe = bf.add_query(np.concatenate([a[:50], b]))
+    assert maybe[:50].all() and maybe[50:].mean() < 0.05
+    assert bf.layers[1].query(b).all() and bf.query(b).all()
+
+
+def test_save_load_layers_of_one_generation(tmp_path, rng):
+    path = str(tmp_path / "BLOOM")
+    bf = LayeredBloom.for_capacity(1000, 1e-3)
+    keys = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+    for part in np.split(keys, 3):
+        bf.reserve(len(part))
+        bf.add(part)
+    n = len(bf.layers)
+    assert n >= 2
+    bf.save(path, 7)
+    got, gen = LayeredBloom.load(path)
+    assert gen == 7 and len(got.layers) == n and got.query(keys).all()
+    assert got.target_fpr == pytest.approx(1e-3)
+    # a crash between layer files: a layer of another generation is refused
+    got.layers[1].save(layer_path(path, 1), 6)
+    with pytest.raises(StoreNotFoundError, match="generation"):
+        LayeredBloom.load(path)
+    # fewer layers saved later: the extra layer files go
+    one = LayeredBloom.for_capacity(10_000, 1e-3)
+    one.save(path, 8)
+    assert not os.path.exists(layer_path(path, 1))
+    assert len(LayeredBloom.load(path)[0].layers) == 1
+
+
+def test_store_filter_grows_without_rebuild_and_stays_exact(tmp_path, rng):
+    path = str(tmp_path / "s")
+    everything = np.empty(0, np.uint64)
+    with SeenStore.open(path, create=True, shard_bits=1, sync=False, bloom_capacity=2000) as s:
+        for _ in range(5):
+            b = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+            assert np.array_equal(s.add_new(b), np.setdiff1d(b, everything))
+            everything = np.union1d(everything, b)
+            assert s.last_timings["bloom_rebuild_s"] == 0.0
+        assert s.last_timings["bloom_layers"] == len(s.bloom.layers) >= 2
+        assert s.bloom.query(everything).all()
+        assert s.stats()["bloom"]["layers"] == len(s.bloom.layers)
+        layers = len(s.bloom.layers)
+    with SeenStore.open(path, bloom_capacity=2000) as s:  # loaded as saved, all layers
+        assert s._bloom_state == "loaded" and len(s.bloom.layers) == layers
+        assert s.contains(everything).all()
+    os.unlink(os.path.join(path, "BLOOM"))
+    with SeenStore.open(path) as s:  # rebuilt from the runs: one layer again
+        assert len(s.bloom.layers) == 1 and s.contains(everything).all()

@@ -1,0 +1,258 @@
+"""Tiered runs: the sweep, k-way merge and sparse-index kernels against their twins,
+the compaction policy, and the store's batch / compaction / upgrade behaviour."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import EDGE_KEYS
+from naive import kway_naive, sweep_naive
+from seenstore import manifest, tiers
+from seenstore.errors import CorruptionError, NotSupportedError
+from seenstore.kernels.merge import (KWAY_BAD, KWAY_DONE, KWAY_FULL, kway_step, sparse_member,
+                                     sweep_step)
+from seenstore.store import SeenStore
+
+key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.integers(0, 40))
+sorted_unique = st.sets(key, max_size=80).map(lambda s: np.array(sorted(s), dtype=np.uint64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(run=sorted_unique, batch=sorted_unique, chunk=st.integers(1, 9))
+def test_sweep_step_matches_twin(run, batch, chunk):
+    found = np.zeros(len(batch), np.bool_)
+    j, prev, have = 0, np.uint64(0), False
+    for lo in range(0, len(run), chunk):
+        part = run[lo:lo + chunk].copy()
+        j, prev, have, ok = sweep_step(part, len(part), batch, j, found, prev, have)
+        prev = np.uint64(prev)
+        assert ok
+    assert found.tolist() == sweep_naive(run, batch).tolist()
+
+
+def test_sweep_step_flags_an_unsorted_run():
+    run = np.array([5, 3], np.uint64)
+    found = np.zeros(1, np.bool_)
+    assert not sweep_step(run, 2, np.array([3], np.uint64), 0, found, np.uint64(0), False)[3]
+
+
+def _kway(runs, row, out_len):
+    k = len(runs)
+    bufs = np.zeros((k, row), np.uint64)
+    pos, fill = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    last = np.zeros(k, np.bool_)
+    at = [0] * k
+
+    def refill(r):
+        part = runs[r][at[r]:at[r] + row]
+        bufs[r, :len(part)] = part
+        at[r] += len(part)
+        pos[r], fill[r] = 0, len(part)
+        last[r] = at[r] == len(runs[r])
+
+    for r in range(k):
+        refill(r)
+    out = np.empty(out_len, np.uint64)
+    got, prev, have = [], np.uint64(0), False
+    while True:
+        n, status, prev, have = kway_step(bufs, pos, fill, last, out, prev, have)
+        prev = np.uint64(prev)
+        got += out[:n].tolist()
+        if status >= 0:
+            refill(status)
+        elif status == KWAY_DONE:
+            return got, True
+        elif status == KWAY_BAD:
+            return got, False
+        else:
+            assert status == KWAY_FULL
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=sorted_unique, owner=st.lists(st.integers(0, 4), min_size=80, max_size=80),
+       row=st.integers(1, 7), out_len=st.integers(1, 9))
+def test_kway_step_matches_twin(keys, owner, row, out_len):
+    k = 1 + max(owner)
+    runs = [keys[[o == r for o in owner[:len(keys)]]] for r in range(k)]  # disjoint runs
+    got, ok = _kway(runs, row, out_len)
+    assert ok and got == kway_naive(runs).tolist()
+
+
+def test_kway_step_flags_a_key_in_two_runs():
+    runs = [np.array([1, 5, 9], np.uint64), np.array([2, 5], np.uint64)]
+    assert _kway(runs, 2, 3)[1] is False
+
+
+@settings(max_examples=200, deadline=None)
+@given(run=sorted_unique, needles=sorted_unique, stride=st.sampled_from([1, 2, 3, 512]))
+def test_sparse_member_matches_isin(run, needles, stride):
+    found = np.zeros(len(needles), np.bool_)
+    sparse_member(run, run[::stride].copy(), stride, needles, found)
+    assert found.tolist() == np.isin(needles, run).tolist()
+
+
+def test_plan_size_tiered():
+    def e(shard, i, count):
+        return {"shard": shard, "file": f"s{shard}-{i}", "count": count}
+    small = [e(0, i, 1000) for i in range(tiers.FANOUT)]
+    big = [e(0, 9, 10**7)]
+    assert tiers.plan(small[:-1] + big) == []  # too few of one tier
+    jobs = tiers.plan(small + big + [e(1, 0, 0), e(1, 1, 5)])
+    assert [(s, len(g)) for s, g in jobs] == [(1, 1), (0, tiers.FANOUT)]  # smallest first
+    assert [len(g) for _, g in tiers.plan(small + big, full=True)] == [tiers.FANOUT + 1]
+    assert tiers.plan([e(0, 0, 5)], full=True) == []
+
+
+# ------------------------------------------------------------------- the store
+
+def _stored(s):
+    parts = [r.keys for r in s._all_readers()]
+    return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
+
+
+def test_batch_writes_only_its_new_keys(tmp_path, rng):
+    keys = rng.integers(0, 2**64, 100_000, dtype=np.uint64)
+    with SeenStore.open(str(tmp_path / "s"), create=True, shard_bits=2, sync=False) as s:
+        s.compact_between_batches = False
+        s.add_new(keys)
+        assert s.last_timings["bytes_written"] == 8 * 100_000 + 4 * 4096
+        fresh = rng.integers(0, 2**64, 1000, dtype=np.uint64)
+        new = s.add_new(np.concatenate([keys[:50_000], fresh]))
+        assert sorted(new.tolist()) == sorted(set(fresh.tolist()))
+        # only the 1000 new keys were written, as one more run per shard
+        assert s.last_timings["bytes_written"] == 8 * 1000 + 4 * 4096
+        assert s.last_timings["bytes_read"] == 8 * 100_000 + 4 * 4096  # one sweep per run
+        assert s.stats()["runs"] == 8 and s.stats()["max_runs_per_shard"] == 2
+        small = s.add_new(keys[:10])  # few keys: point lookups, nothing swept
+        assert len(small) == 0 and s.last_timings["bytes_read"] == 0
+        assert np.array_equal(_stored(s), np.union1d(keys, fresh))
+        s.verify()
+
+
+def test_compaction_merges_runs_and_keeps_every_key(tmp_path, rng):
+    path = str(tmp_path / "s")
+    everything = np.empty(0, np.uint64)
+    with SeenStore.open(path, create=True, shard_bits=1, sync=False) as s:
+        s.compact_between_batches = False
+        for _ in range(6):
+            b = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+            s.add_new(b)
+            everything = np.union1d(everything, b)
+        assert s.stats()["max_runs_per_shard"] == 6
+        assert s.stats()["pending_compaction"]["jobs"] == 2
+        done = s.compact()
+        assert done["jobs"] == 2 and done["runs_merged"] == 12
+        st_ = s.stats()
+        assert st_["runs"] == 2 and st_["pending_compaction"]["jobs"] == 0
+        assert st_["write_amplification"] == pytest.approx(
+            (2 * 8 * len(everything) + 14 * 4096) / (8 * len(everything)))
+        assert np.array_equal(_stored(s), everything)
+        assert s.contains(everything).all()
+        s.verify()
+    assert sorted(n for n in os.listdir(path) if n.endswith(".run")) == sorted(
+        r["file"] for r in manifest.read(path)["runs"])
+
+
+def test_background_compaction_between_batches(tmp_path, rng):
+    path = str(tmp_path / "s")
+    everything = np.empty(0, np.uint64)
+    with SeenStore.open(path, create=True, shard_bits=0, sync=False) as s:
+        for _ in range(3 * tiers.FANOUT):
+            b = rng.integers(0, 2**64, 2000, dtype=np.uint64)
+            assert np.array_equal(s.add_new(b), np.setdiff1d(b, everything))
+            everything = np.union1d(everything, b)
+        s._join_compactor()
+        assert s.stats()["runs"] < tiers.FANOUT  # merged as they came
+        assert s.stats()["counters"]["compactions"] >= 2
+        assert np.array_equal(_stored(s), everything)
+        s.verify()
+
+
+def test_verify_finds_a_key_in_two_runs(tmp_path):
+    path = str(tmp_path / "s")
+    with SeenStore.open(path, create=True, shard_bits=0, sync=False) as s:
+        s.compact_between_batches = False
+        s.add([1, 2, 3])
+        s.add([4, 5])
+        s._runs = {0: s._runs[0] + s._runs[0][:1]}  # as if one run were listed twice
+        with pytest.raises(CorruptionError, match="two runs"):
+            s.verify()
+
+
+# --------------------------------------------------------------------- upgrade
+
+V1_STORE = os.path.join(os.path.dirname(__file__), "fixtures", "v1-store")
+V1_KEYS = os.path.join(os.path.dirname(__file__), "fixtures", "v1-store-keys.json")
+
+
+def _v1_copy(tmp_path):
+    import shutil
+    target = str(tmp_path / "v1")
+    shutil.copytree(V1_STORE, target)
+    return target, json.load(open(V1_KEYS))
+
+
+def test_format1_store_opens_answers_and_upgrades_on_first_write(tmp_path):
+    path, want = _v1_copy(tmp_path)
+    probe = np.array(want["stored"] + want["absent"], dtype=np.uint64)
+    answer = [True] * len(want["stored"]) + [False] * len(want["absent"])
+    with SeenStore.open(path, readonly=True) as s:
+        assert s.manifest_format == "1.0" and s.stats()["upgrade_pending"]
+        assert s.contains(probe).tolist() == answer
+        assert len(s) == len(want["stored"])
+        s.verify()
+    with SeenStore.open(path, bloom=False) as s:  # opening does not write
+        assert manifest.read(path)["major"] == 1
+        assert s.add_new(np.array(want["absent"][:1], np.uint64)).tolist() == want["absent"][:1]
+        assert s.manifest_format == "2.0"
+    doc = manifest.read(path)
+    assert doc["major"] == 2 and all(r["count"] for r in doc["runs"])  # empty runs dropped
+    assert doc["counters"]["bytes_written"] > 0
+    with SeenStore.open(path) as s:
+        assert s.contains(probe).tolist() == [True] * (len(want["stored"]) + 1) + answer[-len(
+            want["absent"]) + 1:]
+        s.verify()
+    assert sorted(n for n in os.listdir(path) if n.endswith(".run")) == sorted(
+        r["file"] for r in doc["runs"])
+
+
+def test_upgrade_command_and_old_code_refuses_format2(tmp_path):
+    from click.testing import CliRunner
+    from seenstore.cli import main
+    path, want = _v1_copy(tmp_path)
+    r = CliRunner().invoke(main, ["upgrade", "--store", path, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == {"from": "1.0", "to": "2.0", "upgraded": True}
+    r = CliRunner().invoke(main, ["upgrade", "--store", path, "--json"])
+    assert json.loads(r.output)["upgraded"] is False
+    with SeenStore.open(path, readonly=True) as s:
+        assert s.contains(np.array(want["stored"], np.uint64)).all()
+    # a format 1 reader refuses format 2 (the check the old code makes)
+    doc = manifest.read(path)
+    assert doc["major"] == 2
+    old = manifest.MAJOR
+    try:
+        manifest.MAJOR = 1
+        with pytest.raises(NotSupportedError, match="newer"):
+            manifest.read(path)
+    finally:
+        manifest.MAJOR = old
+
+
+def test_compact_command(tmp_path, rng):
+    from click.testing import CliRunner
+    from seenstore.cli import main
+    path = str(tmp_path / "s")
+    with SeenStore.open(path, create=True, shard_bits=1, sync=False) as s:
+        s.compact_between_batches = False
+        for _ in range(3):
+            s.add(rng.integers(0, 2**64, 500, dtype=np.uint64))
+    r = CliRunner().invoke(main, ["compact", "--store", path, "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["jobs"] == 2 and out["runs_merged"] == 6 and out["runs"] == 2
+    r = CliRunner().invoke(main, ["compact", "--store", str(tmp_path / "none")])
+    assert r.exit_code == 3 and r.output.startswith("seenstore: error:")
