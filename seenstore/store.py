@@ -102,6 +102,7 @@ class SeenStore:
         self._credit_step = 0  # what the last batch earned: one round's spending limit
         self.compact_between_batches = True
         self.last_compaction: dict = {}  # figures of the last background compaction
+        self.joined_compaction: dict = {}  # ... of the one the last write waited for
         self.chunk_keys = DEFAULT_CHUNK_KEYS
         # Shards merged at once: reads and writes are O_DIRECT and block, so more
         # than the 2 cores keeps the disk busy (4: 18 % less merge time than 2 at
@@ -410,7 +411,7 @@ class SeenStore:
                     self._finish_bloom(behind)  # no-op when already waited for
         self.last_timings["sort_s"] = t_sort
         self.last_timings["offered"] = len(keys)
-        self.last_timings["compact_wait_s"] = waited
+        self._record_compaction(waited)
         return new
 
     def _finish_bloom(self, behind) -> int:
@@ -458,8 +459,16 @@ class SeenStore:
         with self._mutex:
             waited = self._join_compactor()
             is_new = self._add_sorted(uniq, progress, approx_answered)
-            self.last_timings["compact_wait_s"] = waited
+            self._record_compaction(waited)
             return is_new
+
+    def _record_compaction(self, waited: float) -> None:
+        """Book the compaction this call waited for in ``last_timings``: seconds, and
+        the bytes it read and wrote (between batches, paid for by earlier ones)."""
+        c = self.joined_compaction
+        self.last_timings["compact_wait_s"] = waited
+        self.last_timings["compact_bytes_read"] = c.get("bytes_read", 0)
+        self.last_timings["compact_bytes_written"] = c.get("bytes_written", 0)
 
     def _new_timings(self, n: int) -> dict:
         """The figures of one call (``last_timings``), zeroed; ``n`` keys offered."""
@@ -850,11 +859,14 @@ class SeenStore:
     def _join_compactor(self) -> float:
         """Wait for the background compaction; return the seconds waited. A failed
         compaction warns (nothing was lost: its runs are leftovers of an uncommitted
-        generation, removed by the next open)."""
+        generation, removed by the next open). ``joined_compaction``: the figures of
+        the compaction joined (empty if none)."""
         t0 = time.perf_counter()
+        self.joined_compaction: dict = {}
         if self._compactor is not None:
             self._compactor.join()
             self._compactor = None
+            self.joined_compaction = self.last_compaction
         if self._compact_error is not None:
             e, self._compact_error = self._compact_error, None
             warnings.warn(f"background compaction failed ({e}); the store is unchanged "

@@ -22,9 +22,10 @@ from .kernels.merge import KWAY_BAD, KWAY_DONE, kway_step, sparse_member, sweep_
 from .runformat import ALIGN, HEADER_SIZE, SPARSE_STRIDE, aligned_empty
 from .runreader import RunReader
 
-# A run is swept when the keys to check are at least 1/PROBE_RATIO of it; fewer are
-# looked up one by one (sparse index, then one page): 64 lookups of a page cost about
-# what sweeping 64 x 8 bytes x 512 keys... measured crossover in the issue-14 note.
+# A run is swept when the keys to check are at least 1/PROBE_RATIO of its keys; fewer
+# are looked up one by one (sparse index, then one 4 KiB page each). A lookup reads a
+# page for one key where the sweep reads it for 512, but a random read costs several
+# sequential ones: the value kept from the rewrite design's probe rule (not re-measured).
 PROBE_RATIO = 64
 FANOUT = 4  # size-tiered: FANOUT runs of one tier merge into one run of the next
 MIN_TIER_KEYS = 1 << 16  # runs below this size share tier 0

@@ -54,7 +54,8 @@ def _print_text(r: dict) -> None:
     if not p.get("bloom", True):
         echo("bloom            off (--no-bloom): the merge alone answers")
     else:
-        echo("bloom capacity   " + (f"{cap:,} keys" if cap else "store default (2^20, grows 2x)"))
+        echo("bloom capacity   " + (f"{cap:,} keys" if cap else
+                                  "store default (2^20, grows 4x by adding a layer)"))
     echo(f"new keys         {r['new']:,} (expected {r['expected_new']:,}): "
          + ("VERIFIED" if r["verified"] else f"WRONG in batches {r['bad_batches']}"))
     echo(f"store total      {r['store_s']:.2f} s  = {r['keys_per_s'] / 1e6:.2f} M keys/s"
@@ -62,7 +63,7 @@ def _print_text(r: dict) -> None:
     echo("                 (ns/key below is per offered key; 'other' = time inside add() that "
          "last_timings does not name)")
     echo("ns/key by stage  " + "  ".join(f"{s} {ns[s]:.1f}" for s in STAGES)
-         + f"  other {ns['other']:.1f}")
+         + f"  compaction wait {ns.get('compact_wait', 0):.1f}  other {ns['other']:.1f}")
     if ns.get("shard_sort"):
         echo(f"                 (sort = partitioning the batch by shard; each shard's sort, "
              f"{ns['shard_sort']:.1f} ns/key, ran on a thread of its own inside merge,")
@@ -81,7 +82,8 @@ def _print_text(r: dict) -> None:
              f"write+fsync {d['write_bps'] / 1e9:.2f} GB/s, cold read {d['read_bps'] / 1e9:.2f} GB/s"
              + (f", O_DIRECT write {direct / 1e9:.2f} GB/s" if direct else ""))
     echo(f"floor            {fl['total_s']:.2f} s = np.sort {fl['sort_s']:.2f} s "
-         f"+ sequential I/O of the merged bytes {fl['io_s']:.2f} s")
+         f"+ sequential I/O of the bytes read and written (compaction included) "
+         f"{fl['io_s']:.2f} s")
     echo(f"ratio            store/floor {fl['ratio_store_to_floor']:.2f}x   "
          f"(store+generate)/floor {fl['ratio_store_plus_generate_to_floor']:.2f}x")
     if fl.get("direct_total_s"):
@@ -90,7 +92,7 @@ def _print_text(r: dict) -> None:
     echo(f"JIT warm-up      {r['warmup_s']:.2f} s (not in timings); wall {r['wall_s']:.1f} s")
 
 
-ROW_STAGES = STAGES + ("other",)
+ROW_STAGES = STAGES + ("compact_wait", "other")
 
 
 def _print_batches(batches: list) -> None:
