@@ -384,18 +384,22 @@ class SeenStore:
         of the raw keys runs on another thread meanwhile: exact answers never wait
         for the filter (the merge decides), so the insert only has to finish before
         return. Extra bits from a batch that then fails to commit only cost a
-        positive the disk answers. Approximate mode sorts the whole batch first: the
-        Bloom answers decide what is merged at all."""
+        positive the disk answers. Approximate mode, and a batch small against the
+        store (point lookups rather than sweeps), sort the whole batch first and ask
+        the Bloom filter before the disk: only its positives are looked up."""
         self._check_writable()
         with self._mutex:
             waited = self._join_compactor()
             behind = None
-            if self.bloom is not None and self.mode == "exact" and len(keys):
+            # small: fewer keys than 1/PROBE_RATIO of the store, looked up key by key
+            sweep = self.mode == "exact" and not (
+                self.bloom is not None and len(keys) * tiers.PROBE_RATIO < len(self))
+            if self.bloom is not None and sweep and len(keys):
                 self._reserve_bloom(len(keys))
                 behind = self.bloom.add_in_background(keys)
             try:
                 t0 = time.perf_counter()
-                if self.mode == "exact":
+                if sweep:
                     part = np.empty(len(keys), dtype=np.uint64)
                     bounds = np.empty((1 << self.shard_bits) + 1, dtype=np.int64)
                     partition_top_bits(keys, self.shard_bits, part, bounds)

@@ -256,3 +256,15 @@ def test_compact_command(tmp_path, rng):
     assert out["jobs"] == 2 and out["runs_merged"] == 6 and out["runs"] == 2
     r = CliRunner().invoke(main, ["compact", "--store", str(tmp_path / "none")])
     assert r.exit_code == 3 and r.output.startswith("seenstore: error:")
+
+
+def test_small_batch_asks_the_bloom_filter_before_the_runs(tmp_path, rng):
+    keys = rng.integers(0, 2**64, 50_000, dtype=np.uint64)
+    with SeenStore.open(str(tmp_path / "s"), create=True, shard_bits=1, sync=False) as s:
+        s.add_new(keys)
+        small = np.concatenate([keys[:5], rng.integers(0, 2**64, 20, dtype=np.uint64)])
+        mask = s.add(small)
+        assert mask.tolist() == [False] * 5 + [True] * 20
+        assert s.last_timings["bloom_negative"] >= 15  # certainly new: never looked up
+        assert s.last_timings["bytes_read"] == 0
+        assert s.contains(small).all()
