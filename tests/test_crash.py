@@ -188,6 +188,7 @@ COMPACT_POINTS = ([f"compact-write@{n}" for n in (1, 2, 3, 4)]
                   + [f"compact-retire@{n}" for n in (1, 7, 20)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", COMPACT_POINTS)
 def test_sigkill_inside_compaction(tiered, point):
     """Each shard's compaction is one commit: after a kill every shard holds its old
@@ -216,6 +217,7 @@ def test_sigkill_inside_compaction(tiered, point):
     assert np.array_equal(stored(target), keys)
 
 
+@pytest.mark.slow
 def test_repeated_interrupted_compactions_never_lose_or_duplicate_keys(tiered):
     d, pristine, keys, before = tiered
     target = fresh_copy(tiered, "compact-repeated")
