@@ -121,6 +121,25 @@ def classic_fpr(bits_per_key: float, k: int) -> float:
 
 
 @functools.lru_cache(maxsize=256)  # ~1,400 FPR evaluations: worth remembering
+def max_loads(fpr: float) -> tuple:
+    """``((k, load), ...)``: for each k in 1..MAX_HASHES meeting ``fpr`` at all, the
+    largest keys per block whose ``blocked_fpr`` is <= fpr. Independent of the key
+    count, so a filter of any size at this rate is sized from it in microseconds
+    (the store's Bloom layers ask for a new size at a known rate as they grow)."""
+    out = []
+    for k in range(1, MAX_HASHES + 1):
+        lo, hi = 0.0, 1.0
+        while blocked_fpr(hi, k) <= fpr and hi < 4 * BLOCK_BITS:
+            lo, hi = hi, hi * 2.0
+        for _ in range(40):  # largest load (keys per block) meeting the target
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if blocked_fpr(mid, k) <= fpr else (lo, mid)
+        if lo > 0.0:
+            out.append((k, lo))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
 def size_for(n_keys: int, fpr: float) -> tuple[int, int]:
     """``(n_blocks, k)`` of the smallest filter whose ``blocked_fpr`` at n_keys is <= fpr.
 
@@ -129,16 +148,8 @@ def size_for(n_keys: int, fpr: float) -> tuple[int, int]:
     """
     n = max(int(n_keys), 1)
     best: tuple[int, float, int] | None = None
-    for k in range(1, MAX_HASHES + 1):
-        lo, hi = 0.0, 1.0
-        while blocked_fpr(hi, k) <= fpr and hi < 4 * BLOCK_BITS:
-            lo, hi = hi, hi * 2.0
-        for _ in range(40):  # largest load (keys per block) meeting the target
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if blocked_fpr(mid, k) <= fpr else (lo, mid)
-        if lo <= 0.0:
-            continue
-        n_blocks = max(1, math.ceil(n / lo))
+    for k, load in max_loads(float(fpr)):
+        n_blocks = max(1, math.ceil(n / load))
         cand = (n_blocks, blocked_fpr(n / n_blocks, k), k)
         best = cand if best is None or cand < best else best
     assert best is not None  # k = 1 always meets any fpr >= 1e-9 at some load
