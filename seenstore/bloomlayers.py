@@ -38,6 +38,17 @@ def layer_path(path: str, i: int) -> str:
     return path if i == 0 else f"{path}.L{i}"
 
 
+def _ask(layers: list, out: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``out`` (one layer's answers) OR the answers of ``layers``, each asked only
+    about the keys no layer asked before answered "maybe"."""
+    for layer in layers:
+        todo = np.flatnonzero(~out)
+        if len(todo) == 0:
+            break
+        out[todo] = layer.query(np.ascontiguousarray(keys[todo]))
+    return out
+
+
 class _PendingLayers:
     """``add_in_background`` of a layered filter: the newest layer's PendingAdd."""
 
@@ -106,13 +117,7 @@ class LayeredBloom:
 
     # -- operations ----------------------------------------------------------
     def query(self, keys: np.ndarray) -> np.ndarray:
-        out = self.layers[-1].query(keys)
-        for layer in self.layers[-2::-1]:  # only keys no newer layer answered
-            todo = np.flatnonzero(~out)
-            if len(todo) == 0:
-                break
-            out[todo] = layer.query(np.ascontiguousarray(keys[todo]))
-        return out
+        return _ask(self.layers[-2::-1], self.layers[-1].query(keys), keys)
 
     def add(self, keys: np.ndarray) -> None:
         self.layers[-1].add(keys)
@@ -120,11 +125,7 @@ class LayeredBloom:
     def add_query(self, keys: np.ndarray) -> np.ndarray:
         """Was each key maybe present before (any layer, or earlier in this call),
         then insert it into the newest layer."""
-        old = self.layers[:-1]
-        maybe = self.layers[-1].add_query(keys)
-        if old:
-            maybe |= LayeredBloom(old, self._target).query(keys)
-        return maybe
+        return _ask(self.layers[-2::-1], self.layers[-1].add_query(keys), keys)
 
     def add_in_background(self, keys: np.ndarray) -> _PendingLayers:
         """Insert into the newest layer on another thread. ``wait()`` returns how
