@@ -104,7 +104,7 @@ class SeenStore:
         self.last_compaction: dict = {}  # figures of the last background compaction
         self.joined_compaction: dict = {}  # ... of the one the last write waited for
         self.chunk_keys = DEFAULT_CHUNK_KEYS
-        # Shards merged at once: reads and writes are O_DIRECT and block, so more
+        # Shards checked at once: reads and writes are O_DIRECT and block, so more
         # than the 2 cores keeps the disk busy (4: 18 % less merge time than 2 at
         # 2.25e8 stored keys, 8 no better; scratch measurement in the issue 6 note)
         self.threads = 4
@@ -376,13 +376,14 @@ class SeenStore:
         return new.copy() if 4 * len(new) < len(keys) else new
 
     def _admit(self, keys: np.ndarray, progress) -> np.ndarray:
-        """Sort, merge and commit ``keys``; return the new keys, sorted, each once.
+        """Sort, check, write and commit ``keys``; return the new keys, sorted, each once.
 
         Exact mode: the keys are only partitioned by shard here (one counting pass);
         one thread then sorts and deduplicates the shards in order while the shards
-        already sorted merge, so the sorting overlaps their disk I/O. The Bloom insert
-        of the raw keys runs on another thread meanwhile: exact answers never wait
-        for the filter (the merge decides), so the insert only has to finish before
+        already sorted are checked against their runs, so the sorting overlaps their
+        disk I/O. The Bloom insert of the raw keys runs on another thread meanwhile:
+        exact answers never wait for the filter (the runs decide), so the insert only
+        has to finish before
         return. Extra bits from a batch that then fails to commit only cost a
         positive the disk answers. Approximate mode, and a batch small against the
         store (point lookups rather than sweeps), sort the whole batch first and ask
@@ -456,9 +457,9 @@ class SeenStore:
         touches are committed together, or none (on any error).
         ``approx_answered``: keys a caller (the streaming stage) answered as seen
         from a Bloom positive alone; added to the durable counter with this commit.
-        In exact mode the Bloom query runs first here, so a shard whose keys are
-        all Bloom-positive is probed before it is rewritten (the stage's held
-        positives are mostly seen keys)."""
+        In exact mode the Bloom query runs first here, so only its positives are
+        looked for in the runs (the stage's held keys are mostly positives: point
+        lookups through the runs' sparse indexes when they are few)."""
         self._check_writable()
         with self._mutex:
             waited = self._join_compactor()
