@@ -97,6 +97,8 @@ def run(args) -> dict:
                       f"{add_s / B * 1e9:7.1f} ns/key  merge {tm.get('merge_s', 0):6.2f} s  "
                       f"commit {tm.get('commit_s', 0):6.2f} s  {'ok' if ok else 'WRONG'}",
                       flush=True)
+            st._join_compactor()
+            final = st.stats()
     finally:
         disk.append(disk_bandwidth(work, args.probe_bytes))
         if not args.keep:
@@ -121,6 +123,8 @@ def run(args) -> dict:
         "fit": {"fixed_s": a, "s_per_stored_key": b,
                 "crossover_N": a / b if b > 0 else None},
         "all_ok": all(p["ok"] for p in points),
+        "final": {k: final.get(k) for k in ("keys", "runs", "max_runs_per_shard",
+                                             "write_amplification", "counters")},
     }
 
 
@@ -165,6 +169,10 @@ def report(res: dict) -> str:
         f"measured fit: fixed {f['fixed_s']:.3f} s + {f['s_per_stored_key'] * 1e9:.2f} ns per "
         f"stored key; the read of N dominates from N = "
         + (f"{f['crossover_N']:,.0f}" if f["crossover_N"] else "n/a"),
+        f"whole run: {res['final']['keys']:,} keys in {res['final']['runs']} runs (at most "
+        f"{res['final']['max_runs_per_shard']} per shard), write amplification "
+        + (f"{res['final']['write_amplification']:.2f}" if res['final']['write_amplification']
+           else "n/a") + " (run bytes written by batches and compactions / 8 x keys stored)",
         f"(JIT warm-up {res['warmup_s']:.2f} s outside timings; growing the store took "
         f"{res['grow_s']:.0f} s; peak RSS {res['peak_rss'] / 2**20:,.0f} MiB)",
     ]
