@@ -11,6 +11,7 @@ little-endian uint64 batch file.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -21,8 +22,10 @@ from .kernels.batch import unique_inplace
 def as_keys(keys) -> np.ndarray:
     """Offered keys as a 1-D uint64 array (no copy when already one).
 
-    Accepts a uint64 array or a sequence of Python ints in [0, 2**64). Signed or
-    float arrays are refused rather than reinterpreted."""
+    Accepts a uint64 (or other unsigned) array, or any iterable of ints in
+    [0, 2**64) (Python or numpy integers). Signed, float or bool arrays, and
+    floats, bools, strings or other items in a list, are refused (InvalidInputError
+    naming the first bad item) rather than truncated or reinterpreted."""
     if isinstance(keys, np.ndarray):
         if keys.dtype != np.uint64:
             if keys.dtype.kind == "u":
@@ -33,10 +36,24 @@ def as_keys(keys) -> np.ndarray:
         if keys.ndim != 1:
             raise InvalidInputError(f"keys must be 1-D, got shape {keys.shape}")
         return keys
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise InvalidInputError(
+            f"keys must be a uint64 array or an iterable of ints, not {type(keys).__name__}")
+    if not isinstance(keys, (list, tuple)):
+        keys = list(keys)
+    kinds = set(map(type, keys))
+    if not kinds <= {int}:
+        for i, k in enumerate(keys):  # np.uint64 would truncate 1.5 and take True as 1
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+                raise InvalidInputError(
+                    f"keys must be integers in [0, 2**64): item {i} is "
+                    f"{type(k).__name__} {k!r:.60}")
     try:
         return np.array(keys, dtype=np.uint64).reshape(-1)
-    except (OverflowError, TypeError, ValueError) as e:
-        raise InvalidInputError(f"keys must be integers in [0, 2**64): {e}") from None
+    except (OverflowError, TypeError, ValueError):
+        bad = next((i for i, k in enumerate(keys) if not 0 <= int(k) < 2**64), None)
+        raise InvalidInputError(
+            f"keys must be integers in [0, 2**64): item {bad} is {keys[bad]!r}") from None
 
 
 def prepare(keys: np.ndarray) -> np.ndarray:

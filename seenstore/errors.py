@@ -72,3 +72,9 @@ class DiskFullError(StoreIOError):
     """The disk (or a file-size limit) ran out while writing; nothing was committed."""
 
     exit_code = 6
+
+
+class ClosedError(InvalidInputError):
+    """A call on a SeenStore or DedupStage after its ``close()`` (closing again is a no-op)."""
+
+    exit_code = 3

@@ -72,7 +72,12 @@ class RunReader:
         """
         h = xxhash.xxh3_64()
         left = self.count
-        fd, direct = _open_for_stream(self.path, buf)
+        try:
+            fd, direct = _open_for_stream(self.path, buf)
+        except FileNotFoundError:
+            # retired by a writer's commit since we opened it: the map still holds it
+            yield from self._chunks_from_map(buf, h)
+            return
         with open(fd, "rb", buffering=0) as f:
             f.seek(HEADER_SIZE)
             whole = memoryview(buf).cast("B")
@@ -93,6 +98,16 @@ class RunReader:
                 h.update(view)
                 left -= n
                 yield n
+        if h.intdigest() != self.header.body_checksum:
+            raise CorruptionError(f"{self.name}: body checksum mismatch")
+
+    def _chunks_from_map(self, buf: np.ndarray, h) -> Iterator[int]:
+        """``chunks`` from the memory map taken at open (the file may be gone)."""
+        for lo in range(0, self.count, len(buf)):
+            n = min(len(buf), self.count - lo)
+            buf[:n] = self._keys[lo:lo + n]
+            h.update(memoryview(buf[:n]).cast("B"))
+            yield n
         if h.intdigest() != self.header.body_checksum:
             raise CorruptionError(f"{self.name}: body checksum mismatch")
 
