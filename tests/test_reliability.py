@@ -352,3 +352,26 @@ def test_verify_and_stats_beside_commits_in_the_same_process(store_dir):
         s.close()
         ro.close()
     assert not errors, errors[:3]
+
+
+def test_cli_add_and_merge_after_a_stage_left_its_wal(tmp_path):
+    """Every other writer after a stage that stopped without merging (issue 12 item 1)."""
+    store = str(tmp_path / "nf.db")
+    st = DedupStage.open(store, create=True, sync=False)
+    handed = st.offer(["http://a.test/page1"]).keys
+    st.offer(keys_of(11, 12))
+    st.close(flush=False)
+    run = [sys.executable, "-m", "seenstore.cli"]
+    p = subprocess.run(run + ["add", "-", "--store", store], input="http://a.test/page1\n",
+                       capture_output=True, text=True, timeout=120, env=child_env())
+    assert p.returncode == 0 and p.stdout == "", p.stderr  # not printed again
+    assert wal.list_segments(store) == []
+    leave_wal(store, keys_of(21, 22))
+    batch, out = tmp_path / "k.bin", tmp_path / "new.bin"
+    keys_of(11, 21, 23).astype("<u8").tofile(batch)
+    p = subprocess.run(run + ["merge", str(batch), "--store", store, "--new-out", str(out)],
+                       capture_output=True, text=True, timeout=120, env=child_env())
+    assert p.returncode == 0, p.stderr
+    assert np.fromfile(out, dtype="<u8").tolist() == [23]
+    with SeenStore.open(store, readonly=True) as ro:
+        assert ro.contains(np.concatenate([handed, keys_of(11, 12, 21, 22, 23)])).all()
