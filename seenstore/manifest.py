@@ -69,9 +69,11 @@ def read(directory: str) -> dict:
         raise CorruptionError(f"{path}: manifest is not valid JSON (damaged or foreign)")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise NotSupportedError(f"{path}: not a seenstore manifest")
-    if not isinstance(doc.get("major"), int) or doc["major"] != MAJOR:
+    major = doc.get("major")
+    if not isinstance(major, int) or major != MAJOR:
+        how = "newer than" if isinstance(major, int) and major > MAJOR else "not one"
         raise NotSupportedError(
-            f"{path}: manifest version {doc.get('major')}.{doc.get('minor')} is not one this "
+            f"{path}: manifest version {major}.{doc.get('minor')} is {how} this "
             f"seenstore reads ({MAJOR}.x); upgrade seenstore")
     want = doc.pop("checksum", None)
     if want != xxhash.xxh3_64_hexdigest(_canonical(doc)):

@@ -1,6 +1,7 @@
 """Issue 12 (store, stage, Bloom, WAL) and issue 11 items 5-6: one regression test per
 defect, each failing on the code before its fix (named in the closing note)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import threading
 
 import numpy as np
 import pytest
+import xxhash
 
 from seenstore import manifest, wal
 from seenstore.bloom import BloomFilter
@@ -375,3 +377,20 @@ def test_cli_add_and_merge_after_a_stage_left_its_wal(tmp_path):
     assert np.fromfile(out, dtype="<u8").tolist() == [23]
     with SeenStore.open(store, readonly=True) as ro:
         assert ro.contains(np.concatenate([handed, keys_of(11, 12, 21, 22, 23)])).all()
+
+
+def test_unknown_major_versions_are_refused_not_only_newer_ones(store_dir):
+    """docs/format.md: a reader refuses any major it does not know (0 included)."""
+    with SeenStore.open(store_dir, create=True, sync=False):
+        pass
+    path = os.path.join(store_dir, manifest.NAME)
+    with open(path) as f:
+        body = json.load(f)
+    body.pop("checksum")
+    body["major"] = 0  # resealed: only the version is wrong
+    body["checksum"] = xxhash.xxh3_64_hexdigest(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    with open(path, "w") as f:
+        json.dump(body, f)
+    with pytest.raises(NotSupportedError, match="manifest version 0"):
+        SeenStore.open(store_dir, readonly=True)
