@@ -104,8 +104,15 @@ def iter_batches(
     ``base<TAB>href`` lines). Memory is bounded by the batch, not the input.
     Raises InvalidInputError for a bad ``base``, like ``normalise_many``."""
     check_base(base)
-    for ub in URLBuffer.iter_file(source, pairs=pairs, base=base, chunk_urls=batch_lines):
+    for ub in URLBuffer.iter_file(source, pairs=pairs, base=base, chunk_urls=batch_lines,
+                                  max_line=line_cap(max_length, pairs)):
         yield normalise_buffer(ub, policy, layout, max_length)
+
+
+def line_cap(max_length: int, pairs: bool = False) -> int:
+    """Bytes kept of an input line: enough to see that a longer one is too long (a
+    ``BASE<TAB>HREF`` line holds two URLs); the rest of the line is never held."""
+    return (2 * max_length + 1 if pairs else max_length) + 1
 
 
 def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH, host_bits: int = 20):

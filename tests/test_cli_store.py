@@ -69,7 +69,7 @@ def test_default_store_location_from_env(tmp_path, batch):
     assert code == 0 and os.path.exists(os.path.join(env_dir, "MANIFEST"))
 
 
-@pytest.mark.parametrize("content,msg", [(b"abc", "multiple of 8"), (b"", "empty batch")])
+@pytest.mark.parametrize("content,msg", [(b"abc", "multiple of 8")])
 def test_bad_batch_files(tmp_path, store_dir, batch, content, msg):
     run("merge", batch, "--store", store_dir)
     bad = tmp_path / "bad.bin"
