@@ -16,7 +16,9 @@ import stat
 import numpy as np
 
 from .errors import InvalidInputError, StoreIOError, StoreNotFoundError
-from .kernels.batch import unique_inplace
+from .dispatch import batch as _kernels
+
+unique_inplace = _kernels.unique_inplace  # numpy twin below dispatch.SMALL keys
 
 
 def as_keys(keys) -> np.ndarray:

@@ -27,10 +27,12 @@ from .bloom import BloomFilter
 from .errors import InvalidInputError, MismatchError
 from .fastpath import normalise_urls
 from .fingerprint import fingerprint_many
-from .kernels.batch import unique_sorted
+from .dispatch import batch as _kernels
 from .normalise import normalise_many
 from .policy import DEFAULT_POLICY, Policy
 from .store import DEFAULT_BLOOM_FPR, SeenStore
+
+unique_sorted = _kernels.unique_sorted  # numpy twin below dispatch.SMALL keys
 
 MODES = ("exact", "approximate")
 DEFAULT_BUDGET_BYTES = 64 << 20  # keys of one buffer, 8 bytes each: 8 Mi keys

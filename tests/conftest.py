@@ -2,6 +2,10 @@ import os
 import sys
 
 import numpy as np
+
+# The suite tests the numba kernels at every size: the small-input numpy twins
+# (seenstore/dispatch.py) are tested against them in tests/test_dispatch.py.
+os.environ.setdefault("SEENSTORE_JIT_MIN", "0")
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/naive.py and friends

@@ -15,6 +15,7 @@ import warnings
 
 import click
 
+from .. import dispatch
 from ..errors import (DiskFullError, InvalidInputError, SeenStoreError, StoreIOError,
                       UndeliveredError)
 
@@ -65,6 +66,11 @@ def json_to_stderr() -> None:
     _JSON_TO_STDERR[0] = True
 
 
+def _say_compiling() -> None:
+    click.echo("seenstore: compiling kernels, first run only "
+               "(seenstore warmup does it ahead)", err=True)
+
+
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     click.echo(f"seenstore: warning: {message}", err=True)
 
@@ -88,6 +94,7 @@ class _Group(click.Group):
         _ARGS[0] = list(sys.argv[1:] if args is None else args)
         _JSON_TO_STDERR[0] = False
         warnings.showwarning = _one_line_warning
+        dispatch.on_compile = _say_compiling
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             sys.stdout.flush()

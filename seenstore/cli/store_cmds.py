@@ -231,4 +231,29 @@ def verify(store_dir, as_json):
                    f"({r['seconds']:.2f}s)")
 
 
-__all__ = ["merge", "stats", "verify"]
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def warmup(as_json):
+    """Compile every numba kernel now (a first run's 10-40 s), so later commands never
+    wait for the compiler. Inputs below SEENSTORE_JIT_MIN items (default 200,000)
+    use numpy twins and need no compiling; larger ones compile on first use.
+    The compiled kernels are cached (numba's cache, $NUMBA_CACHE_DIR if set)."""
+    from .. import dispatch
+
+    dispatch.on_compile = None  # this command says what it does itself
+
+    def progress(name: str, i: int, n: int) -> None:
+        if not as_json:
+            click.echo(f"[{i}/{n}] {name}: done ({time.perf_counter() - t0:.1f} s)", err=True)
+
+    t0 = time.perf_counter()
+    if not as_json:
+        click.echo("compiling kernels (or loading them from the cache)...", err=True)
+    seconds = dispatch.warm_up(progress)
+    if as_json:
+        click.echo(json.dumps({"ok": True, "seconds": round(seconds, 3)}))
+    else:
+        click.echo(f"kernels ready in {seconds:.1f} s")
+
+
+__all__ = ["merge", "stats", "verify", "warmup"]
