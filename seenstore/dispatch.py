@@ -23,10 +23,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-# Items (keys, URLs, filter words) below which a call takes the numpy twin. Measured
-# (README "First run"): the twins cost ~10-60 ns/item more than the kernels, so below
-# 2e5 items a call loses < 12 ms to them, while compiling a family costs 1-15 s.
-SMALL = int(os.environ.get("SEENSTORE_JIT_MIN", 200_000))
+# Items (keys, URLs) below which a call takes the numpy twin. Measured (README "First
+# run", scratch CPU time on the shared 2-core machine): SeenStore.add costs 3-4.5 us/key
+# on the twins against 0.2-0.4 us/key on the compiled kernels, so a call of 1e5 keys
+# loses ~0.3 s to the twins, while compiling the kernels costs 10-40 s once.
+SMALL = int(os.environ.get("SEENSTORE_JIT_MIN", 100_000))
 
 on_compile: Callable[[], None] | None = None  # called once, before the first compile
 _announced = False

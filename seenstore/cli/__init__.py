@@ -2,7 +2,8 @@
 
 One click group; each command family lives in its own module and registers
 itself on ``main``. Every ``SeenStoreError`` becomes a one-line message on
-stderr and the error kind's exit code (see docs/cli.md), never a traceback.
+stderr (and a JSON object under --json) with the error kind's exit code (README,
+"Errors and exit codes"), never a traceback.
 """
 
 from __future__ import annotations

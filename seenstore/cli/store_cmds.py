@@ -235,7 +235,7 @@ def verify(store_dir, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def warmup(as_json):
     """Compile every numba kernel now (a first run's 10-40 s), so later commands never
-    wait for the compiler. Inputs below SEENSTORE_JIT_MIN items (default 200,000)
+    wait for the compiler. Inputs below SEENSTORE_JIT_MIN items (default 100,000)
     use numpy twins and need no compiling; larger ones compile on first use.
     The compiled kernels are cached (numba's cache, $NUMBA_CACHE_DIR if set)."""
     from .. import dispatch
