@@ -323,6 +323,20 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
         try:
             _set_small(0)
             store_warm_up(directory)
+            from .store import SeenStore
+
+            with SeenStore.open(os.path.join(directory, "readers"), create=True,
+                                sync=False) as st:  # contains, verify: readers' kernels
+                keys = np.arange(1, 1001, dtype=_U)
+                st.add(keys)
+                st.contains(keys[::3])
+                st.verify()
+                st.stats()  # the Bloom fill histogram
+            batch.unique_sorted(keys)  # the stage's
+            from .bloom import GROUP
+
+            words = np.zeros(8 * 64, dtype=_U)  # region inserts (large batches into large filters)
+            bloom.kernel("bloom_add_regions")(words, keys, 7, GROUP, 2, np.empty(256, _U))
         finally:
             _set_small(saved)
             shutil.rmtree(directory, ignore_errors=True)
@@ -335,7 +349,8 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
         try:
             _set_small(0)
             fb = normalise_buffer(URLBuffer.from_strs(
-                ["http://a.example/x", "HTTP://b.example:80/./y#f", "mailto:x", "http://[::1"]))
+                ["http://a.example/x", "HTTP://b.example:80/./y#f", "mailto:x", "http://[::1",
+                 "http://\u00e9.example/routed"]))
             fb.lines(np.ones(len(fb.keys), dtype=bool))
         finally:
             _set_small(saved)

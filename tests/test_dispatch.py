@@ -187,3 +187,19 @@ def test_compile_is_announced_once(monkeypatch):
     D.announce(Fresh())
     D.announce(Fresh())
     assert said == [1]
+
+
+def test_warmup_command_compiles_every_kernel_and_says_how_long():
+    import json
+
+    from click.testing import CliRunner
+
+    from seenstore.cli import main
+
+    r = CliRunner().invoke(main, ["warmup", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and doc["seconds"] > 0
+    for family in D.FAMILIES.values():
+        for name in family._twins:
+            assert family.kernel(name).signatures, name  # compiled (or loaded) for real
