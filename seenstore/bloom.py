@@ -31,7 +31,7 @@ from .errors import (
     StoreIOError,
     StoreNotFoundError,
 )
-from .kernels import bloom as _k
+from .dispatch import bloom as _k  # numpy twins below dispatch.SMALL items
 from .runformat import aligned_empty
 
 BLOCK_BITS = 512

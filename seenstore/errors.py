@@ -78,3 +78,11 @@ class ClosedError(InvalidInputError):
     """A call on a SeenStore or DedupStage after its ``close()`` (closing again is a no-op)."""
 
     exit_code = 3
+
+
+class UndeliveredError(StoreIOError):
+    """Results of a committed batch could not be delivered (closed pipe, full disk,
+    unwritable output); the undelivered ones were saved to a recovery file whose path
+    the message gives (docs/format.md, "Recovery files")."""
+
+    exit_code = 6

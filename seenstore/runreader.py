@@ -14,9 +14,11 @@ import numpy as np
 import xxhash
 
 from .errors import CorruptionError, StoreIOError
-from .kernels.merge import is_strictly_increasing
+from .dispatch import merge as _kernels
 from .runformat import (ALIGN, HEADER_SIZE, KEY_DTYPE, RunHeader, aligned_empty, direct_ready,
                         set_direct, whole_blocks)
+
+is_strictly_increasing = _kernels.is_strictly_increasing  # numpy twin when small
 
 
 def _open_for_stream(path: str, buf: np.ndarray) -> tuple[int, bool]:

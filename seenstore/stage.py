@@ -28,11 +28,13 @@ from .bloom import BloomFilter
 from .errors import ClosedError, CorruptionError, InvalidInputError, MismatchError
 from .fastpath import normalise_urls
 from .fingerprint import fingerprint_many
-from .kernels.batch import unique_sorted
+from .dispatch import batch as _kernels
 from .normalise import normalise_many
 from .policy import DEFAULT_POLICY, Policy
 from .store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
 from .wal import replay_wal  # noqa: F401  (was defined here; SeenStore.open calls it now)
+
+unique_sorted = _kernels.unique_sorted  # numpy twin below dispatch.SMALL keys
 
 MODES = ("exact", "approximate")
 DEFAULT_BUDGET_BYTES = 64 << 20  # keys of one buffer, 8 bytes each: 8 Mi keys

@@ -28,13 +28,16 @@ from .errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputEr
                      StoreNotFoundError)
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
-from .kernels.batch import (compact_inplace, mark_first_new, mark_members, partition_top_bits,
-                            unique_inplace)
+from .dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers, merge_run
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
                         policy_digest, whole_blocks)
 from .runreader import RunReader
 from .runwriter import RunWriter
+
+compact_inplace, mark_first_new, mark_members, partition_top_bits, unique_inplace = (
+    _kernels.compact_inplace, _kernels.mark_first_new, _kernels.mark_members,
+    _kernels.partition_top_bits, _kernels.unique_inplace)
 
 DEFAULT_POLICY_ID = "safe-v1"
 BLOOM_NAME = "BLOOM"

@@ -3,7 +3,7 @@ clean reopen and crash-like reopen (WAL replay), tiny budgets so merges run ofte
 
 import numpy as np
 import pytest
-from conftest import EDGE_KEYS
+from conftest import EDGE_KEYS, request_cleanup
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -76,7 +76,7 @@ class Oracle:
 
 def preloaded(tmp_path_factory, pre):
     """A fresh store holding ``pre`` and an oracle that knows it."""
-    path = str(tmp_path_factory.mktemp("stage") / "s")
+    path = str(request_cleanup(tmp_path_factory.mktemp("stage")) / "s")
     with SeenStore.open(path, create=True, shard_bits=1, sync=False) as s:
         s.add(np.array(pre, dtype=np.uint64))
     return path, Oracle(pre)
