@@ -1,4 +1,5 @@
-"""Merge stage: one sequential pass of a sorted batch against one run.
+"""Merge stage: one sequential pass of a sorted batch against one run (the rewrite
+design before tiered runs; the store now uses only ``MergeBuffers`` from here).
 
 ``merge_run`` streams the old run through a fixed buffer (checking its checksum
 and order on the way), merges it with the batch in the numba kernel, and writes
@@ -11,10 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import CorruptionError
-from .kernels.merge import merge_step
+from .dispatch import merge as _kernels
 from .runreader import RunReader
 from .runformat import aligned_empty
 from .runwriter import BUF_KEYS, RunWriter
+
+merge_step = _kernels.merge_step  # numpy twin below dispatch.SMALL keys
 
 DEFAULT_CHUNK_KEYS = 1 << 20  # 8 MiB buffers: large sequential I/O, small footprint
 

@@ -17,10 +17,14 @@ from typing import Iterator
 
 import numpy as np
 
+from .dispatch import merge as _kernels  # numpy twins below dispatch.SMALL items
 from .errors import CorruptionError
-from .kernels.merge import KWAY_BAD, KWAY_DONE, kway_step, sparse_member, sweep_step
+from .kernels.status import KWAY_BAD, KWAY_DONE
 from .runformat import ALIGN, HEADER_SIZE, SPARSE_STRIDE, aligned_empty
 from .runreader import RunReader
+
+kway_step, sparse_member, sweep_step = (_kernels.kway_step, _kernels.sparse_member,
+                                        _kernels.sweep_step)
 
 # A run is swept when the keys to check are at least 1/PROBE_RATIO of its keys; fewer
 # are looked up one by one (sparse index, then one 4 KiB page each). A lookup reads a
@@ -33,9 +37,18 @@ MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows togeth
 
 
 def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
-    """Set ``found`` where sorted unique ``needles`` are in the run (point lookups)."""
-    if reader.count and len(needles):
+    """Set ``found`` where sorted unique ``needles`` are in the run (point lookups):
+    through its sparse index and one page each when it has one (runs this process
+    wrote), else by a binary search in its memory map (log2 N page touches per key,
+    the top levels cached) rather than reading the whole run to build the index."""
+    if not (reader.count and len(needles)):
+        return
+    if reader.has_sparse:
         sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
+    else:
+        keys = reader.keys
+        pos = np.minimum(np.searchsorted(keys, needles), reader.count - 1)
+        found |= np.asarray(keys[pos]) == needles
 
 
 def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:

@@ -103,9 +103,8 @@ def sweep_step(old, n_old, batch, j, found, prev, have_prev):
     return j, prev, have_prev, ok
 
 
-KWAY_FULL = -1  # ``out`` is full: flush it and call again
-KWAY_DONE = -2  # every row is used up and was its run's last chunk
-KWAY_BAD = -3  # the merged output would not be strictly increasing
+KWAY_FULL, KWAY_DONE, KWAY_BAD = -1, -2, -3  # = kernels/status.py (no import: numba's
+# cache only notices edits in this file)
 
 
 @njit(cache=True, nogil=True)
