@@ -223,17 +223,14 @@ def decode_block(words, at, size, out, o):
             pos = base + t
             q = np.uint64(pos - last_one - 1)
             last_one = pos
-            if k > 0:
-                low = words[lp] >> np.uint64(lb)
-                if lb + k > 64:
-                    low |= words[lp + 1] << np.uint64(64 - lb)
-                low &= low_mask
-                lb += k
-                if lb >= 64:
-                    lb -= 64
-                    lp += 1
-            else:
-                low = U0
+            # the k-bit field at (lp, lb), branch-free: the next word always exists
+            # inside the block (the high stream follows), (x << 1) << (63 - lb) is
+            # x << (64 - lb) without a shift by 64 when lb = 0
+            low = ((words[lp] >> np.uint64(lb))
+                   | ((words[lp + 1] << U1) << np.uint64(63 - lb))) & low_mask
+            lb += k
+            lp += lb >> 6
+            lb &= 63
             if k > 0 and q > (~U0 >> uk):  # q << k would overflow
                 return BAD_ORDER
             step = (q << uk) + low
