@@ -8,7 +8,7 @@ the *high* stream. This is Elias–Fano's two-stream layout applied to the gaps
 (Golomb–Rice coding): ~log2(gap) + 1.5 bits per key, 0.5 bit under Elias–Fano
 on the absolute values, and the same decode loop (fixed-width reads plus a
 count-trailing-zeros scan). Byte layout and the choice of ``k``: docs/format.md,
-"Compressed run file". Twin: tests/naive.py (``rice_encode_block`` ...).
+"Compressed run file". Twin: tests/naive.py (``rice_encode_block_naive`` ...).
 
 Block, in little-endian uint64 words::
 
@@ -33,14 +33,11 @@ from numba.cpython.unsafe.numbers import trailing_zeros  # LLVM cttz: one tzcnt
 
 U0 = np.uint64(0)
 U1 = np.uint64(1)
-U8 = np.uint64(8)
 U32 = np.uint64(32)
 U40 = np.uint64(40)
 U48 = np.uint64(48)
 U63 = np.uint64(63)
-U64 = np.uint64(64)
 M8 = np.uint64(0xFF)
-M16 = np.uint64(0xFFFF)
 M32 = np.uint64(0xFFFFFFFF)
 HEAD_WORDS = 2  # w0, w1; one checksum word ends the block
 MAX_BLOCK_KEYS = 8192  # keeps the size field (16 bits) and n (32 bits) far from overflow
