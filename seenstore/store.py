@@ -358,6 +358,7 @@ class SeenStore:
         under the same lock as a batch's insert and commit)."""
         self._check_open()
         with self._mutex:
+            self._join_compactor()  # its commits change the generation and the runs digest
             if self.bloom is not None and self._bloom_dirty and self._lock is not None:
                 self.bloom.save(os.path.join(self.path, BLOOM_NAME), self.generation,
                                 self._binding())
