@@ -2,8 +2,8 @@
 
 A store is a directory: MANIFEST (the commit point), one run file per shard
 (keys sorted, unique; shard = top ``shard_bits`` bits of the key) and LOCK.
-``add`` partitions a batch by shard, sorts the shards one by one on a thread of
-their own, merges each into its run in one sequential pass as soon as it is sorted
+``add`` partitions a batch by shard, sorts the shards on ``threads`` threads of
+their own (``sorting.py``: np.sort or our radix sort), merges each into its run in one sequential pass as soon as it is sorted
 (four shards at a time; the kernel, the sort and the I/O release the GIL), then
 commits all shards or none. See docs/architecture.md for the protocol and cost model.
 """
@@ -27,13 +27,13 @@ from .errors import (CorruptionError, DiskFullError, InvalidInputError, Mismatch
                      NotAStoreError, SeenStoreError, StoreIOError, StoreNotFoundError)
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
-from .kernels.batch import (compact_inplace, mark_first_new, mark_members, partition_top_bits,
-                            unique_inplace)
+from .kernels.batch import compact_inplace, mark_first_new, mark_members, partition_top_bits
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers, merge_run
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
                         policy_digest, whole_blocks)
 from .runreader import RunReader
 from .runwriter import RunWriter
+from .sorting import default_threads, describe as sort_description, sort_shards
 
 DEFAULT_POLICY_ID = "safe-v1"
 BLOOM_NAME = "BLOOM"
@@ -89,7 +89,9 @@ class SeenStore:
         # Shards merged at once: reads and writes are O_DIRECT and block, so more
         # than the 2 cores keeps the disk busy (4: 18 % less merge time than 2 at
         # 2.25e8 stored keys, 8 no better; scratch measurement in the issue 6 note)
-        self.threads = 4
+        self.merge_threads = 4
+        # threads doing CPU work at once (shard sorts); open(threads=) sets it
+        self.threads = default_threads()
         self._retiring: threading.Thread | None = None
         self._buffer_pool: list[MergeBuffers] = []
         self.last_timings: dict = {}
@@ -101,7 +103,8 @@ class SeenStore:
              layout: Layout | None = None, policy_id: str | None = None,
              shard_bits: int | None = None, wait: float | None = 0.0,
              mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
-             bloom_capacity: int | None = None, sync: bool = True) -> "SeenStore":
+             bloom_capacity: int | None = None, sync: bool = True,
+             threads: int | None = None) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
 
         ``layout``/``policy_id``: when given, must match the store's (MismatchError
@@ -116,7 +119,11 @@ class SeenStore:
         stale. Raises StoreNotFoundError, NotAStoreError, LockedError,
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
-        power loss (for tests and throwaway stores)."""
+        power loss (for tests and throwaway stores). ``threads``: shards sorted at
+        once and threads of a whole-batch sort (default: the cores this process may
+        use); answers never depend on it."""
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotAStoreError(f"{path}: is a file, not a store directory")
@@ -136,7 +143,9 @@ class SeenStore:
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
         if readonly:
-            return cls._open_readonly(path, layout, policy_id)
+            store = cls._open_readonly(path, layout, policy_id)
+            store.threads = threads or store.threads
+            return store
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as e:
@@ -149,6 +158,7 @@ class SeenStore:
             doc = manifest.read(path)
             store = cls(path, doc, lock, mode)
             store.sync = sync
+            store.threads = threads or store.threads
             store._check_identity(layout, policy_id, shard_bits)
             store._remove_leftovers()
             store._open_readers()
@@ -304,7 +314,7 @@ class SeenStore:
     def contains(self, keys) -> np.ndarray:
         """Mask over ``keys``: True where the key has been admitted. Reads only."""
         keys = as_keys(keys)
-        uniq = prepare(keys)
+        uniq = prepare(keys, self.threads)
         bf = self.bloom  # once: a failed insert on the writer's thread may drop it
         if bf is not None:
             uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
@@ -368,7 +378,7 @@ class SeenStore:
                     t_sort = time.perf_counter() - t0
                     new = self._add_partitioned(part, bounds, progress, behind)
                 else:
-                    uniq = prepare(keys)
+                    uniq = prepare(keys, self.threads)
                     t_sort = time.perf_counter() - t0
                     is_new = self._add_sorted(uniq, progress)
                     new = uniq[:compact_inplace(uniq, is_new)]
@@ -522,9 +532,10 @@ class SeenStore:
         ``mask`` True where new.
 
         ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique, or with
-        ``sort_parts`` in any order with repeats (one thread then sorts and deduplicates
-        them in place, shard by shard, while the merges of the shards already sorted
-        run: the sorting overlaps their disk I/O). ``maybe``: Bloom answers for sorted
+        ``sort_parts`` in any order with repeats (``self.threads`` threads then sort and
+        deduplicate them in place, shards side by side, with ``sorting.sort_shards``,
+        while the merges of the shards already sorted run: the sorting overlaps their
+        disk I/O). ``maybe``: Bloom answers for sorted
         ``keys`` (exact mode) or None. A shard whose keys are all Bloom-positive, or few
         against its run, is probed first and not rewritten when every key is already
         there."""
@@ -546,12 +557,6 @@ class SeenStore:
                     finished[0] += 1
                     if progress is not None:
                         progress(finished[0], len(jobs))
-
-        def sort_part(shard: int):
-            lo, hi = int(bounds[shard]), int(bounds[shard + 1])
-            t = time.perf_counter()
-            keys[lo:hi].sort()  # numpy releases the GIL
-            return lo + unique_inplace(keys[lo:hi]), time.perf_counter() - t
 
         def merge_shard(shard: int):
             lo, hi = int(bounds[shard]), int(bounds[shard + 1])
@@ -580,13 +585,15 @@ class SeenStore:
                 self._buffer_pool.append(bufs)  # list.append/pop are atomic
             return shard, header, True, (lo, hi - lo, mask), sort_s
 
-        sorter = ThreadPoolExecutor(max_workers=1) if sort_parts else None
+        sorter, sorted_parts = None, {}
         try:
             try:
-                # One thread sorts the shards in order while the merges of those already
-                # sorted read and write: the sorting overlaps their disk I/O
-                sorted_parts = {s: sorter.submit(sort_part, s) for s in jobs} if sorter else {}
-                with ThreadPoolExecutor(max_workers=self.threads) as pool:
+                # self.threads threads sort the shards in order while the merges of those
+                # already sorted read and write: the sorting overlaps their disk I/O
+                if sort_parts:
+                    sorter, sorted_parts = sort_shards(keys, bounds, jobs, self.threads)
+                with ThreadPoolExecutor(max_workers=max(self.merge_threads,
+                                                        self.threads)) as pool:
                     done = list(pool.map(job, jobs))
             except OSError as e:
                 raise _io_error(e, f"{self.path}: writing runs") from e
@@ -726,6 +733,8 @@ class SeenStore:
             "wal_segments": len(wal),
             "wal_bytes": sum(os.path.getsize(os.path.join(self.path, n)) for n in wal),
             "mode": self.mode,
+            "threads": self.threads,
+            "sort": sort_description(measure=False),
             "bloom": self._bloom_stats(keys),
             "created": self._doc.get("created"),
             "updated": self._doc.get("updated"),

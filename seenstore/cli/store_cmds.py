@@ -10,7 +10,7 @@ import click
 
 from ..batch import read_batch_file
 from ..store import SeenStore
-from . import default_store_dir, main, store_option
+from . import default_store_dir, main, store_option, threads_option
 
 wait_option = click.option(
     "--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
@@ -41,7 +41,8 @@ def _wait(value: float):
 @click.option("--bloom/--no-bloom", default=True, show_default=True,
               help="Keep the Bloom filter (loaded from BLOOM or rebuilt from the runs).")
 @wait_option
-def merge(batch, store_dir, new_out, as_json, create, mode, bloom, wait):
+@threads_option
+def merge(batch, store_dir, new_out, as_json, create, mode, bloom, wait, threads):
     """Admit the keys of BATCH (raw little-endian uint64 fingerprints, any order,
     repeats allowed) into the store as one atomic batch.
 
@@ -52,7 +53,8 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, wait):
     t0 = time.perf_counter()
     keys = read_batch_file(batch)
     t_read = time.perf_counter() - t0
-    with _open(store_dir, create=create, wait=_wait(wait), mode=mode, bloom=bloom) as store:
+    with _open(store_dir, create=create, wait=_wait(wait), mode=mode, bloom=bloom,
+               threads=threads) as store:
         progress = _progress_line() if sys.stderr.isatty() else None
         if new_out is None:  # only the count: no mask to align with the input
             n_new = len(store.add_new(keys, progress=progress))
@@ -140,6 +142,7 @@ def stats(store_dir, as_json):
         ("policy", s["policy_id"]),
         ("generation", str(s["generation"])),
         ("formats", f"run {s['run_format']}, manifest {s['manifest_format']}"),
+        ("sort", f"{s['sort']['sort']} ({s['sort']['source']}); {s['threads']} threads"),
         ("batches", f"{s['counters']['batches']:,} committed"),
         ("approximate", f"{s['counters']['approx_answered']:,} keys answered seen by the "
                         f"Bloom filter alone"),
