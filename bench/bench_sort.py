@@ -25,14 +25,8 @@ from seenstore import sorting
 from seenstore.kernels.sort import lsd_sort, radix_sort, sort_unique
 
 
-def keys_of(shape: str, n: int, seed: int = 7) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    if shape == "uniform":
-        return rng.integers(0, 2**64, n, dtype=np.uint64)
-    u = rng.random(n)
-    buckets = rng.permutation(2**20).astype(np.uint64)
-    ranks = np.minimum(np.floor((2**20 + 1.0) ** u).astype(np.int64) - 1, 2**20 - 1)
-    return (buckets[ranks] << np.uint64(44)) | rng.integers(0, 2**44, n, np.uint64)
+def keys_of(shape: str, n: int) -> np.ndarray:
+    return sorting.probe_keys(n, shape == "skewed", seed=7)
 
 
 def timed(keys: np.ndarray, fn, reps: int) -> tuple[float, float]:
@@ -71,7 +65,6 @@ def main() -> None:
             keys = keys_of(shape, n)
             rows = [
                 ("np.sort", lambda x: x.sort()),
-                ("np.unique (copy)", lambda x: np.unique(x)),
                 ("LSD 8-bit baseline", lambda x: lsd_sort(x, buf, sorting.WIDTH)),
                 ("radix 1 thread", lambda x: radix_sort(x, buf, *kw)),
                 ("radix 2 threads", lambda x: sorting._sort(x, False, 2, "radix")),

@@ -162,19 +162,16 @@ def _lsd_digits(src, alt, out, lo, hi, start, nd, width, counts, fill):
 
 
 @njit(cache=True, nogil=True)
-def _sort_range(src, alt, out, lo, hi, width, extra, counts, fill):
-    """Sort ``src[lo:hi]`` into ``out[lo:hi]`` (Requires as ``_lsd_digits``).
-
-    LSD passes cover only the top ``log2(m) + extra`` varying bits of the range
-    (a key then shares them with another with odds ~2**-extra), and an insertion
-    pass finishes the order. Adversarial input (many keys equal in those bits)
-    exhausts the insertion budget and gets the full LSD sort instead."""
+def _top_digits(src, alt, out, lo, hi, width, extra, counts, fill):
+    """Sort ``src[lo:hi]`` into ``out[lo:hi]`` by only its top ``log2(m) + extra``
+    varying bits (a key then shares them with another with odds ~2**-extra); return
+    the lowest bit sorted (0: the range is fully sorted). Requires as ``_lsd_digits``."""
     m = hi - lo
     v = varying_bits(src, lo, hi)
     if v == np.uint64(0):
         for i in range(lo, hi):
             out[i] = src[i]
-        return
+        return 0
     top = _top_bit(v) + 1
     need = extra
     while (1 << (need - extra)) < m:
@@ -182,50 +179,130 @@ def _sort_range(src, alt, out, lo, hi, width, extra, counts, fill):
     nd = (min(need, top) + width - 1) // width
     start = max(top - nd * width, 0)
     _lsd_digits(src, alt, out, lo, hi, start, nd, width, counts, fill)
+    return start
+
+
+@njit(cache=True, nogil=True)
+def _sort_leaf(src, alt, out, lo, hi, width, extra, counts, fill):
+    """``_top_digits``, then an insertion pass finishes the order; input that
+    exhausts the insertion's budget (many keys alike in the sorted bits) gets the
+    full LSD sort instead."""
+    m = hi - lo
+    start = _top_digits(src, alt, out, lo, hi, width, extra, counts, fill)
     if start == 0 or _insertion_budget(out, lo, hi, 4 * m):
         return
     for i in range(lo, hi):
         src[i] = out[i]
+    top = _top_bit(varying_bits(src, lo, hi)) + 1
     _lsd_digits(src, alt, out, lo, hi, 0, (top + width - 1) // width, width, counts, fill)
 
 
 @njit(cache=True, nogil=True)
-def sort_buckets(src, out, starts, b0, b1, width, extra, unique, w):
+def _sort_range(src, alt, out, lo, hi, width, extra, counts, fill):
+    """Sort ``src[lo:hi]`` into ``out[lo:hi]`` (Requires as ``_lsd_digits``).
+
+    ``_top_digits``, then every run of keys alike in the bits sorted is finished on
+    its own: by insertion when small, else by ``_sort_leaf`` (a large run is one
+    host's keys when a few hosts fill the range: its own varying bits are then
+    sorted the same way, where one insertion pass over the range would give up)."""
+    start = _top_digits(src, alt, out, lo, hi, width, extra, counts, fill)
+    if start == 0:
+        return
+    sh = np.uint64(start)
+    g0 = lo
+    prefix = out[lo] >> sh
+    for i in range(lo + 1, hi + 1):
+        if i < hi and (out[i] >> sh) == prefix:
+            continue
+        if i - g0 > SMALL:
+            for j in range(g0, i):
+                src[j] = out[j]
+            _sort_leaf(src, alt, out, g0, i, width, extra, counts, fill)
+        elif i - g0 > 1:
+            _insertion_budget(out, g0, i, (i - g0) ** 2)
+        if i < hi:
+            g0 = i
+            prefix = out[i] >> sh
+
+
+@njit(cache=True, nogil=True)
+def sort_buckets(src, out, starts, b0, b1, bucket_keys, width, extra, unique, w):
     """Sort buckets ``b0 <= b < b1`` of ``src`` (bucket b is ``src[starts[b]:starts[b+1]]``,
-    buckets ascending, keys inside one equal above their low ``nbits`` bits) into the
-    same places of ``out``. With ``unique``, repeats are dropped and the unique keys
-    are packed into ``out`` from index ``w`` on (Requires: ``w <= starts[b0]``).
-    Returns the index after the last key written. ``src`` is clobbered."""
+    buckets ascending) into the same places of ``out``. With ``unique``, repeats are
+    dropped and the unique keys packed into ``out`` from index ``w`` on (Requires:
+    ``w <= starts[b0]``). Returns the index after the last key written. ``src`` is
+    clobbered.
+
+    A bucket of more than ``2 * bucket_keys`` keys (one large host, with skewed keys)
+    is split again by an MSD pass on its own top varying bits (8 at most), between
+    ``src`` and ``out``, until every part fits the cache; parts are then finished
+    in ascending order, so the dedup can pack them as it goes."""
+    leaf = 2 * bucket_keys
     biggest = 0
     for b in range(b0, b1):
-        if starts[b + 1] - starts[b] > biggest:
-            biggest = starts[b + 1] - starts[b]
-    alt = np.empty(biggest, np.uint64)
+        biggest = max(biggest, starts[b + 1] - starts[b])
+    alt = np.empty(min(biggest, leaf), np.uint64)
     counts = np.empty(((64 + width - 1) // width) << width, np.uint64)
     fill = np.empty(1 << width, np.uint64)
+    # the parts still to do: (lo, hi, 1 if the part lives in src else 0); popped last-in first
+    cap = 64 * 257
+    st_lo = np.empty(cap, np.int64)
+    st_hi = np.empty(cap, np.int64)
+    st_src = np.empty(cap, np.uint8)
     for b in range(b0, b1):
-        lo, hi = starts[b], starts[b + 1]
-        if hi == lo:
+        if starts[b + 1] == starts[b]:
             continue
-        if hi - lo <= SMALL:
-            for i in range(lo, hi):
-                out[i] = src[i]
-            _insertion_budget(out, lo, hi, (hi - lo) ** 2)
-        else:
-            _sort_range(src, alt, out, lo, hi, width, extra, counts, fill)
-        if not unique:
-            w = hi
-            continue
-        last = out[lo]
-        out[w] = last  # safe: w <= lo
-        w += 1
-        for i in range(lo + 1, hi):
-            k = out[i]
-            if k != last:
-                out[w] = k
-                w += 1
-                last = k
-    return w
+        top = 0
+        st_lo[0], st_hi[0], st_src[0] = starts[b], starts[b + 1], 1
+        top = 1
+        while top > 0:
+            top -= 1
+            lo, hi, in_src = st_lo[top], st_hi[top], st_src[top]
+            m = hi - lo
+            if m > leaf:
+                here = src if in_src else out
+                there = out if in_src else src
+                v = varying_bits(here, lo, hi)
+                if v != np.uint64(0):
+                    shift, bits = msd_plan(v, m, bucket_keys)
+                    if bits > 8:
+                        shift, bits = shift + bits - 8, 8
+                    c = msd_histogram(here, lo, hi, shift, bits)
+                    f = np.empty(1 << bits, np.uint64)
+                    t = np.uint64(lo)
+                    for d in range(1 << bits):
+                        f[d] = t
+                        t += c[d]
+                    msd_scatter(here, lo, hi, there, f, shift, bits)
+                    for d in range((1 << bits) - 1, -1, -1):  # smallest part on top
+                        if c[d] > 0:
+                            st_lo[top] = np.int64(f[d] - c[d])
+                            st_hi[top] = np.int64(f[d])
+                            st_src[top] = 1 - in_src
+                            top += 1
+                    continue
+            # a leaf: sort it into out[lo:hi]
+            if not in_src:  # it lives in out: move it to src, the leaf sorts from there
+                for i in range(lo, hi):
+                    src[i] = out[i]
+            if m <= SMALL:
+                for i in range(lo, hi):
+                    out[i] = src[i]
+                _insertion_budget(out, lo, hi, m * m)
+            else:
+                _sort_range(src, alt, out, lo, hi, width, extra, counts, fill)
+            if not unique:
+                continue
+            last = out[lo]
+            out[w] = last  # safe: w <= lo
+            w += 1
+            for i in range(lo + 1, hi):
+                k = out[i]
+                if k != last:
+                    out[w] = k
+                    w += 1
+                    last = k
+    return w if unique else (starts[b1] if b1 > b0 else w)
 
 
 @njit(cache=True, nogil=True)
@@ -241,7 +318,7 @@ def _sort(a, buf, unique, bucket_keys, width, extra):
         starts[d + 1] = starts[d] + np.int64(counts[d])
     fill = starts[:-1].astype(np.uint64)
     msd_scatter(a, 0, n, buf, fill, shift, bits)
-    return sort_buckets(buf, a, starts, 0, 1 << bits, width, extra, unique, 0)
+    return sort_buckets(buf, a, starts, 0, 1 << bits, bucket_keys, width, extra, unique, 0)
 
 
 @njit(cache=True, nogil=True)
