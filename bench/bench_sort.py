@@ -6,8 +6,8 @@ prints ns/key of np.sort, of the plain LSD radix sort (8-bit digits, constant di
 skipped: the baseline), of our MSD+LSD radix sort on one thread, on two threads, and
 ``sort_unique`` (sort + dedup, what the store needs), each with its ratio to np.sort
 measured in the same run. Best of --reps, a fresh copy of the keys each rep (the copy
-not timed). Wall time, and beside the one-thread figures the thread CPU time, which
-a shared machine's descheduling does not inflate. JIT warm-up (compile or cache
+not timed). Wall time and its ratio, and beside the one-thread figures the thread
+CPU time and its ratio, which a shared machine's descheduling does not inflate. JIT warm-up (compile or cache
 load) is timed apart and reported. The CPU model and numpy's SIMD dispatch head the
 output.
 
@@ -57,7 +57,8 @@ def main() -> None:
     print(f"JIT warm-up (compile or cache load, not in the figures): {time.perf_counter() - t0:.2f} s")
     print(f"dispatcher's verdict: {sorting.describe()}")
     kw = (sorting.BUCKET_KEYS, sorting.WIDTH, sorting.EXTRA)
-    print(f"{'n':>11} {'keys':>8} {'sort':>22} {'ns/key':>8} {'cpu ns/key':>10} {'x np.sort':>9}")
+    print(f"{'n':>11} {'keys':>8} {'sort':>22} {'ns/key':>8} {'cpu ns/key':>10} {'x np.sort':>9} "
+          f"{'cpu x':>6}")
     for size in a.sizes:
         n = int(float(size))
         buf = np.empty(n, np.uint64)
@@ -71,13 +72,15 @@ def main() -> None:
                 ("sort_unique 1 thread", lambda x: sort_unique(x, buf, *kw)),
                 ("sort_unique 2 threads", lambda x: sorting._sort(x, True, 2, "radix")),
             ]
-            base = None
+            base = base_cpu = None
             for name, fn in rows:
                 wall, cpu = timed(keys, fn, a.reps)
-                base = base or wall
-                cpu_s = f"{cpu / n * 1e9:10.2f}" if "2 threads" not in name else f"{'-':>10}"
+                base, base_cpu = base or wall, base_cpu or cpu
+                one = "2 threads" not in name  # thread CPU time means nothing for two
+                cpu_s = f"{cpu / n * 1e9:10.2f}" if one else f"{'-':>10}"
+                cpu_x = f"{cpu / base_cpu:6.2f}" if one else f"{'-':>6}"
                 print(f"{n:>11,} {shape:>8} {name:>22} {wall / n * 1e9:8.2f} {cpu_s} "
-                      f"{wall / base:9.2f}", flush=True)
+                      f"{wall / base:9.2f} {cpu_x}", flush=True)
             del keys
         del buf
 
