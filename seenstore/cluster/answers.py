@@ -1,0 +1,195 @@
+"""The answer log: exactly-once batches for one shard (docs/cluster.md, "Exactly once").
+
+A shard directory holds ``store/`` (a SeenStore) and ``answers/``. Before a batch
+is admitted, the log durably records an entry ``pending`` with the store's
+generation before the batch (``gen_before``) and a snapshot of that state: hard
+links to the store's files in ``answers/NNNNNNNNNNNN.pre/`` (runs are immutable and
+the manifest is replaced by rename, so the links keep the pre-batch state readable
+whatever the store does next). After the store's commit the entry is rewritten
+``answered`` with the batch's new keys and the snapshot is dropped.
+
+A batch that did not reach ``answered`` (a crash, or an error) is resolved by the
+store's generation, which moves by exactly one per commit and not at all when a
+batch admits nothing:
+- generation == gen_before: nothing was committed (or nothing was new): ``void``,
+  a retry is a fresh batch against the same state, so it gets the same answer;
+- generation == gen_before + 1: the batch committed: ``committed``; its answer is
+  recomputed on retry as the retried keys absent from the snapshot (exactly the
+  keys the batch found new: they were absent before it and all present after).
+The shard actor admits one batch at a time and resolves a pending entry before
+anything else commits, so no third case exists (it is refused as corruption).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+
+import numpy as np
+
+from ..errors import CorruptionError, SeenStoreError
+from ..manifest import fsync_dir
+from ..store import SeenStore
+from .files import pack_answer, unpack_answer, write_atomic
+
+DIR_NAME = "answers"
+KEEP = 16  # entries kept at most; the client acknowledges answers it has read
+_ENTRY_RE = re.compile(r"^(\d{12})\.ans$")
+_SNAP_RE = re.compile(r"^(\d{12})\.pre$")
+_SKIP = re.compile(r"^(LOCK|BLOOM.*|.*\.tmp(\.\d+)?)$")  # not part of a committed state
+
+
+class Entry:
+    __slots__ = ("seq", "meta", "keys")
+
+    def __init__(self, seq: int, meta: dict, keys: np.ndarray | None = None):
+        self.seq, self.meta, self.keys = seq, meta, keys
+
+    @property
+    def state(self) -> str:
+        return self.meta["state"]
+
+
+class AnswerLog:
+    """The entries of one shard directory. Requires: one user at a time (the actor's lock)."""
+
+    def __init__(self, shard_dir: str, sync: bool = True):
+        self.dir = os.path.join(shard_dir, DIR_NAME)
+        self.sync = sync
+        os.makedirs(self.dir, exist_ok=True)
+        self.entries: dict[int, Entry] = {}
+        self._dropping: threading.Thread | None = None
+        names = sorted(os.listdir(self.dir))
+        for name in names:
+            m = _ENTRY_RE.match(name)
+            if m:
+                meta, keys = unpack_answer(os.path.join(self.dir, name))
+                self.entries[int(m.group(1))] = Entry(int(m.group(1)), meta, keys)
+            elif name.endswith(".tmp"):
+                os.unlink(os.path.join(self.dir, name))  # an interrupted entry write
+        for name in names:  # snapshots no entry needs any more (or never recorded)
+            m = _SNAP_RE.match(name)
+            if m and self._needs_snapshot(int(m.group(1))) is False:
+                shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+        self.next_seq = max(self.entries, default=0) + 1
+
+    def _needs_snapshot(self, seq: int) -> bool:
+        e = self.entries.get(seq)
+        return e is not None and e.state in ("pending", "committed")
+
+    def _path(self, seq: int, snap: bool = False) -> str:
+        return os.path.join(self.dir, f"{seq:012d}" + (".pre" if snap else ".ans"))
+
+    def find(self, batch_id: str) -> Entry | None:
+        for e in self.entries.values():
+            if e.meta["batch_id"] == batch_id:
+                return e
+        return None
+
+    def _write(self, e: Entry) -> None:
+        write_atomic(self._path(e.seq), pack_answer(e.meta, e.keys), self.sync)
+
+    # --------------------------------------------------------------- protocol
+    def begin(self, batch_id: str, digest: str, store: SeenStore) -> Entry:
+        """Snapshot the store's current state and record the batch as pending (durable)."""
+        self._join()
+        seq = self.next_seq
+        self.next_seq += 1
+        snap = self._path(seq, snap=True)
+        shutil.rmtree(snap, ignore_errors=True)
+        os.mkdir(snap)
+        for name in os.listdir(store.path):
+            if _SKIP.match(name):
+                continue
+            try:
+                os.link(os.path.join(store.path, name), os.path.join(snap, name))
+            except FileNotFoundError:
+                pass  # a replaced run the store is deleting: not in the current state
+        if self.sync:
+            fsync_dir(snap)
+            fsync_dir(self.dir)
+        e = Entry(seq, {"batch_id": batch_id, "digest": digest, "state": "pending",
+                        "gen_before": store.generation})
+        self._write(e)
+        self.entries[seq] = e
+        self._trim()
+        return e
+
+    def answer(self, e: Entry, new_keys: np.ndarray, generation: int) -> None:
+        """Record the batch's answer durably; its snapshot is dropped in the background."""
+        e.meta = dict(e.meta, state="answered", gen_after=generation, n_new=len(new_keys))
+        e.keys = new_keys
+        self._write(e)
+        self._drop_snapshot(e.seq)
+
+    def resolve(self, e: Entry, store: SeenStore) -> None:
+        """Turn a pending entry into ``void`` or ``committed`` by the store's generation."""
+        if e.state != "pending":
+            return
+        gen = store.generation
+        if gen == e.meta["gen_before"]:
+            e.meta = dict(e.meta, state="void")
+            self._write(e)
+            self._drop_snapshot(e.seq)
+        elif gen == e.meta["gen_before"] + 1:
+            e.meta = dict(e.meta, state="committed", gen_after=gen)
+            self._write(e)
+        else:
+            raise CorruptionError(
+                f"{self.dir}: batch {e.meta['batch_id']} was pending at generation "
+                f"{e.meta['gen_before']} but the store is at {gen}: another writer "
+                "committed to this shard")
+
+    def resolve_all(self, store: SeenStore) -> None:
+        for e in list(self.entries.values()):
+            self.resolve(e, store)
+
+    def recompute(self, e: Entry, uniq: np.ndarray) -> np.ndarray:
+        """The new keys of a committed batch: its sorted unique keys ``uniq`` absent
+        from the snapshot of the state before it."""
+        try:
+            snap = SeenStore.open(self._path(e.seq, snap=True), readonly=True)
+        except SeenStoreError as err:
+            raise CorruptionError(f"{self.dir}: snapshot of batch {e.meta['batch_id']} "
+                                  f"unreadable ({err})") from err
+        try:
+            return uniq[~snap.contains(uniq)]
+        finally:
+            snap.close()
+
+    def forget(self, batch_ids) -> None:
+        """Drop the entries of answers the client has read (``batch_ids``)."""
+        ids = set(batch_ids)
+        for seq, e in list(self.entries.items()):
+            if e.meta["batch_id"] in ids and e.state in ("answered", "void"):
+                self._remove(seq)
+
+    def _trim(self) -> None:
+        for seq in sorted(self.entries)[:-KEEP]:
+            self._remove(seq)
+
+    def _remove(self, seq: int) -> None:
+        self.entries.pop(seq, None)
+        try:
+            os.unlink(self._path(seq))
+        except FileNotFoundError:
+            pass
+        shutil.rmtree(self._path(seq, snap=True), ignore_errors=True)
+
+    def _drop_snapshot(self, seq: int) -> None:
+        """Remove a snapshot on a thread: its links may be the last to replaced runs,
+        and freeing their extents takes a while (as the store's own retirement)."""
+        self._join()
+        path = self._path(seq, snap=True)
+        self._dropping = threading.Thread(target=shutil.rmtree, args=(path, True), daemon=True)
+        self._dropping.start()
+
+    def _join(self) -> None:
+        if self._dropping is not None:
+            self._dropping.join()
+            self._dropping = None
+
+    def close(self) -> None:
+        self._join()
