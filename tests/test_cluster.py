@@ -97,18 +97,26 @@ def test_sorted_and_bloom_calls_match(twins):
 
 # --------------------------------------------------------- exactly once
 def test_batch_id_retry_returns_first_answer(cluster, tmp_path):
+    """A batch delivered twice (the reply lost) gets its first answer until the client
+    acknowledges it; an id reused for other keys is refused."""
     rng = np.random.default_rng(5)
     k = spread_keys(rng, 5000)
-    with ShardedStore.open(str(tmp_path / "c"), shards=2, create=True, sync=False) as s:
-        first = s.add(k, batch_id="b-1")
-        again = s.add(k, batch_id="b-1")  # all present now: a fresh batch would say none new
-        assert first.any() and np.array_equal(first, again)
+    with ShardedStore.open(str(tmp_path / "c"), shards=1, create=True, sync=False) as s:
+        shard = s.actors[0]
+        first = ray.get(shard.admit.remote("b-1", k))
+        again = ray.get(shard.admit.remote("b-1", k))  # a fresh batch would find none new
+        assert len(first) == len(np.unique(k)) and np.array_equal(first, again)
         with pytest.raises(InvalidInputError, match="other keys"):
-            s.add(k[:10], batch_id="b-1")
-        assert not s.add(k).any()  # a new id (and b-1's answer acknowledged: dropped)
+            try:
+                ray.get(shard.admit.remote("b-1", k[:10]))
+            except ray.exceptions.RayTaskError as e:
+                raise e.cause from None
+        ray.get(shard.ack.remote(["b-1"]))
+        assert len(ray.get(shard.admit.remote("b-1", k))) == 0  # acknowledged: fresh
+        assert not s.add(k).any()
 
 
-FAULTS = ["after-pending", "before-manifest", "after-manifest", "before-answer", "after-answer"]
+FAULTS = ["after-pending", "before-manifest", "after-manifest", "after-commit"]
 
 
 def test_kill_at_every_protocol_step(cluster, tmp_path):

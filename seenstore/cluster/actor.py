@@ -111,28 +111,21 @@ class ShardActor:
                 "policy_id": st.policy_id, "generation": st.generation}
 
     # --------------------------------------------------------------- batches
-    def admit(self, batch_id: str, keys: np.ndarray, sorted_unique: bool = False,
-              done: tuple = ()) -> np.ndarray:
+    def admit(self, batch_id: str, keys: np.ndarray, sorted_unique: bool = False) -> np.ndarray:
         """Admit ``keys`` (this shard's part of batch ``batch_id``); return the keys new
         to the store, sorted, each once. A retried ``batch_id`` gets the answer of its
-        first run. ``sorted_unique``: keys are sorted and unique (the stage's path).
-        ``done``: batch ids whose answers the client has read (their entries go)."""
+        first run (until ``ack``). ``sorted_unique``: keys are sorted and unique."""
         with self._lock:
             st = self._need()
             log = self.log
-            log.forget(d for d in done if d != batch_id)
             dg = digest(keys)
             e = log.find(batch_id)
             if e is not None:
                 if e.meta["digest"] != dg:
                     raise InvalidInputError(f"batch id {batch_id!r} was used for other keys")
-                if e.state == "answered":
-                    return e.keys
+                log.resolve(e, st)  # pending: the latest entry, nothing committed after it
                 if e.state == "committed":
-                    uniq = keys if sorted_unique else prepare(keys)
-                    new = log.recompute(e, uniq)
-                    log.answer(e, new, st.generation)
-                    return new
+                    return log.recompute(e, keys if sorted_unique else prepare(keys))
                 log.forget([batch_id])  # void: nothing committed, a fresh batch
             e = log.begin(batch_id, dg, st)
             self._crash_if("after-pending")
@@ -142,14 +135,18 @@ class ShardActor:
                     new = keys[st.add_sorted(keys)]
                 else:
                     new = st.add_new(keys)
-                self._admit_s += time.perf_counter() - t0
             except BaseException:
                 log.resolve(e, st)  # void (or committed if the failure came after it)
                 raise
-            self._crash_if("before-answer")
-            log.answer(e, new, st.generation)
-            self._crash_if("after-answer")
+            self._admit_s += time.perf_counter() - t0
+            self._crash_if("after-commit")
             return new
+
+    def ack(self, batch_ids: list) -> None:
+        """The client has read these batches' answers: drop their entries and snapshots."""
+        with self._lock:
+            if self.log is not None:
+                self.log.forget(batch_ids)
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
         """The admitted keys among ``keys``: sorted, unique."""
@@ -226,13 +223,25 @@ class ShardActor:
                                       f"{len(st)}")
             return {"parent": len(st), "children": counts}
 
+    def warm_up(self) -> float:
+        """Load every kernel the store runs in this process (a throwaway store in this
+        directory, removed after), as ``seenstore bench`` does before timing."""
+        from ..benchrun import warm_up
+
+        work = os.path.join(self.dir, "warm-up")
+        os.makedirs(work, exist_ok=True)
+        try:
+            return warm_up(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
     def pid(self) -> int:
         return os.getpid()
 
     # ------------------------------------------------------------- test seam
     def arm_fault(self, point: str) -> None:
         """Tests only: SIGKILL this process at ``point`` of the next batch: one of the
-        answer log's steps ("after-pending", "before-answer", "after-answer") or a
+        answer log's steps ("after-pending", "after-commit") or a
         store commit step ("before-manifest", "after-manifest"). A restart disarms."""
         self._fault = point
         store_module._FAULT = point  # read by the store's own commit seam

@@ -1,23 +1,23 @@
 """The answer log: exactly-once batches for one shard (docs/cluster.md, "Exactly once").
 
 A shard directory holds ``store/`` (a SeenStore) and ``answers/``. Before a batch
-is admitted, the log durably records an entry ``pending`` with the store's
-generation before the batch (``gen_before``) and a snapshot of that state: hard
-links to the store's files in ``answers/NNNNNNNNNNNN.pre/`` (runs are immutable and
-the manifest is replaced by rename, so the links keep the pre-batch state readable
-whatever the store does next). After the store's commit the entry is rewritten
-``answered`` with the batch's new keys and the snapshot is dropped.
+is admitted, the log takes a snapshot of the store's state, hard links to its files
+in ``answers/NNNNNNNNNNNN.pre/`` (runs are immutable and the manifest is replaced by
+rename, so the links keep the pre-batch state readable whatever the store does
+next), and durably records an entry ``pending`` with the store's generation before
+the batch (``gen_before``) and a digest of its keys. Nothing is written after the
+store's commit: the answer is recomputable from the snapshot until the client
+acknowledges it (``forget``), which drops the entry and its snapshot.
 
-A batch that did not reach ``answered`` (a crash, or an error) is resolved by the
-store's generation, which moves by exactly one per commit and not at all when a
-batch admits nothing:
+A pending entry is resolved by the store's generation, which moves by exactly one
+per commit and not at all when a batch admits nothing, before anything else may
+commit (on the actor's start, and first thing in every new batch):
 - generation == gen_before: nothing was committed (or nothing was new): ``void``,
   a retry is a fresh batch against the same state, so it gets the same answer;
-- generation == gen_before + 1: the batch committed: ``committed``; its answer is
-  recomputed on retry as the retried keys absent from the snapshot (exactly the
-  keys the batch found new: they were absent before it and all present after).
-The shard actor admits one batch at a time and resolves a pending entry before
-anything else commits, so no third case exists (it is refused as corruption).
+- generation == gen_before + 1: the batch committed: ``committed``; a retry's
+  answer is its keys absent from the snapshot (exactly the keys the batch found
+  new: they were absent before it and all present after).
+Any other generation means another writer committed: refused as corruption.
 """
 
 from __future__ import annotations
@@ -32,20 +32,21 @@ import numpy as np
 from ..errors import CorruptionError, SeenStoreError
 from ..manifest import fsync_dir
 from ..store import SeenStore
-from .files import pack_answer, unpack_answer, write_atomic
+from .files import read_sealed, write_sealed
 
 DIR_NAME = "answers"
-KEEP = 16  # entries kept at most; the client acknowledges answers it has read
+ENTRY_FORMAT = "seenstore-answer"
+KEEP = 16  # entries kept at most; the client acknowledges answers as it reads them
 _ENTRY_RE = re.compile(r"^(\d{12})\.ans$")
 _SNAP_RE = re.compile(r"^(\d{12})\.pre$")
 _SKIP = re.compile(r"^(LOCK|BLOOM.*|.*\.tmp(\.\d+)?)$")  # not part of a committed state
 
 
 class Entry:
-    __slots__ = ("seq", "meta", "keys")
+    __slots__ = ("seq", "meta")
 
-    def __init__(self, seq: int, meta: dict, keys: np.ndarray | None = None):
-        self.seq, self.meta, self.keys = seq, meta, keys
+    def __init__(self, seq: int, meta: dict):
+        self.seq, self.meta = seq, meta
 
     @property
     def state(self) -> str:
@@ -65,8 +66,8 @@ class AnswerLog:
         for name in names:
             m = _ENTRY_RE.match(name)
             if m:
-                meta, keys = unpack_answer(os.path.join(self.dir, name))
-                self.entries[int(m.group(1))] = Entry(int(m.group(1)), meta, keys)
+                meta = read_sealed(os.path.join(self.dir, name), ENTRY_FORMAT)
+                self.entries[int(m.group(1))] = Entry(int(m.group(1)), meta)
             elif name.endswith(".tmp"):
                 os.unlink(os.path.join(self.dir, name))  # an interrupted entry write
         for name in names:  # snapshots no entry needs any more (or never recorded)
@@ -89,11 +90,13 @@ class AnswerLog:
         return None
 
     def _write(self, e: Entry) -> None:
-        write_atomic(self._path(e.seq), pack_answer(e.meta, e.keys), self.sync)
+        write_sealed(self._path(e.seq), ENTRY_FORMAT, e.meta, self.sync)
 
     # --------------------------------------------------------------- protocol
     def begin(self, batch_id: str, digest: str, store: SeenStore) -> Entry:
-        """Snapshot the store's current state and record the batch as pending (durable)."""
+        """Resolve pending entries, snapshot the store's current state and record the
+        batch as pending (durable)."""
+        self.resolve_all(store)
         self._join()
         seq = self.next_seq
         self.next_seq += 1
@@ -116,13 +119,6 @@ class AnswerLog:
         self.entries[seq] = e
         self._trim()
         return e
-
-    def answer(self, e: Entry, new_keys: np.ndarray, generation: int) -> None:
-        """Record the batch's answer durably; its snapshot is dropped in the background."""
-        e.meta = dict(e.meta, state="answered", gen_after=generation, n_new=len(new_keys))
-        e.keys = new_keys
-        self._write(e)
-        self._drop_snapshot(e.seq)
 
     def resolve(self, e: Entry, store: SeenStore) -> None:
         """Turn a pending entry into ``void`` or ``committed`` by the store's generation."""
@@ -160,23 +156,27 @@ class AnswerLog:
             snap.close()
 
     def forget(self, batch_ids) -> None:
-        """Drop the entries of answers the client has read (``batch_ids``)."""
+        """Drop the entries of ``batch_ids``: answers the client has read (a pending one
+        included: a reply means its commit is done), or void batches about to rerun."""
         ids = set(batch_ids)
         for seq, e in list(self.entries.items()):
-            if e.meta["batch_id"] in ids and e.state in ("answered", "void"):
-                self._remove(seq)
+            if e.meta["batch_id"] in ids:
+                self._remove(seq, background=True)
 
     def _trim(self) -> None:
         for seq in sorted(self.entries)[:-KEEP]:
             self._remove(seq)
 
-    def _remove(self, seq: int) -> None:
+    def _remove(self, seq: int, background: bool = False) -> None:
         self.entries.pop(seq, None)
         try:
             os.unlink(self._path(seq))
         except FileNotFoundError:
             pass
-        shutil.rmtree(self._path(seq, snap=True), ignore_errors=True)
+        if background:
+            self._drop_snapshot(seq)
+        else:
+            shutil.rmtree(self._path(seq, snap=True), ignore_errors=True)
 
     def _drop_snapshot(self, seq: int) -> None:
         """Remove a snapshot on a thread: its links may be the last to replaced runs,

@@ -107,7 +107,6 @@ class ShardedStore:
         self.bloom = _BloomProxy(self) if store_kwargs.get("bloom", True) else None
         self._options = options
         self._store_kwargs = store_kwargs
-        self._done: list[list[str]] = [[] for _ in actors]
         self.retries = options.pop("retries")
         self._owner = True  # this client started the actors (and may start them anew)
         self.last_timings: dict = {}
@@ -117,9 +116,7 @@ class ShardedStore:
     def __getstate__(self) -> dict:
         """A copy for Ray tasks (``dedup``): the same actors, no Ray module, and it
         never starts actors of its own (the opening client owns them)."""
-        state = dict(self.__dict__, _ray=None, _owner=False)
-        state["_done"] = [[] for _ in self.actors]
-        return state
+        return dict(self.__dict__, _ray=None, _owner=False)
 
     def __setstate__(self, state: dict) -> None:
         import ray
@@ -133,7 +130,8 @@ class ShardedStore:
              policy_id: str | None = None, bloom: bool = True,
              bloom_fpr: float = DEFAULT_BLOOM_FPR, bloom_capacity: int | None = None,
              sync: bool = True, wait: float | None = 0.0, max_restarts: int = DEFAULT_RESTARTS,
-             retries: int = DEFAULT_RETRIES, wal_dir: str | None = None) -> "ShardedStore":
+             retries: int = DEFAULT_RETRIES, wal_dir: str | None = None,
+             pin_nodes: bool = True) -> "ShardedStore":
         """Open (``create=True``: create) a sharded store and start its shard actors.
 
         ``paths_or_uri``: a cluster root directory (str; it holds ``CLUSTER``, which
@@ -144,7 +142,10 @@ class ShardedStore:
         connected to, else a new local one). ``bloom_capacity`` is for the whole
         store (each shard gets 1/N); other options as ``SeenStore.open``.
         ``max_restarts``: restarts Ray gives each actor; ``retries``: how often a
-        call is resent (same batch id) before StoreIOError. Raises what
+        call is resent (same batch id) before StoreIOError. ``pin_nodes``: start
+        each shard on the node CLUSTER recorded for it (its directory is there);
+        False places them anew and records the new nodes (directories on shared
+        storage, or moved by hand: docs/cluster.md). Raises what
         ``SeenStore.open`` raises, plus InvalidInputError."""
         ray = ensure_ray(ray_address)
         root = None
@@ -152,6 +153,8 @@ class ShardedStore:
             root = os.path.abspath(os.fspath(paths_or_uri))
             doc = cls._cluster_doc(root, shards, create, layout, policy_id, sync)
             dirs = [s["dir"] for s in doc["shards"]]
+            if not pin_nodes:
+                doc["shards"] = [dict(s, node_ip=None) for s in doc["shards"]]
         else:
             dirs = [os.path.abspath(os.fspath(p)) for p in paths_or_uri]
             if shards is not None and shards != len(dirs):
@@ -304,14 +307,11 @@ class ShardedStore:
         jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
         refs = {i: self._ray.put(part[bounds[i]:bounds[i + 1]]) for i in jobs}
         t2 = time.perf_counter()
-        done = {i: tuple(d for d in self._done[i] if d != bid) for i in jobs}
-        res = self._call(jobs, lambda i: self.actors[i].admit.remote(
-            bid, refs[i], sorted_unique, done[i]))
+        answers = self._call(jobs, lambda i: self.actors[i].admit.remote(
+            bid, refs[i], sorted_unique))
         t3 = time.perf_counter()
-        answers = {}
-        for i in jobs:
-            self._done[i] = [bid]
-            answers[i] = res[i]
+        for i in jobs:  # read: the shard may drop the batch's entry (not waited for)
+            self.actors[i].ack.remote([bid])
         n_out = sum(a.nbytes for a in answers.values())
         self.counters["batches"] += 1
         self.counters["object_store_bytes_in"] += 8 * len(keys)
