@@ -136,3 +136,15 @@ def test_verify_checks_the_shard_range(tmp_path):
     with pytest.raises(CorruptionError, match="outside shard 1"):
         a.verify()
     a.close()
+
+
+def test_bench_shards_refuses_bad_options_without_ray(tmp_path):
+    from click.testing import CliRunner
+
+    from seenstore.cli import main
+
+    for extra in (["--shards", "2", "--answer", "mask"], ["--shards", "3"],
+                  ["--shards", "two"]):
+        out = CliRunner().invoke(main, ["bench", "--keys", "1e3", "--dir", str(tmp_path)]
+                                 + extra)
+        assert out.exit_code == 3 and out.output.startswith("seenstore: error:"), out.output

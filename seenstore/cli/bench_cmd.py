@@ -196,6 +196,10 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
         bloom_capacity = stream.expected_total_new
     bloom_capacity = bloom_capacity or None
     if shards is not None:
+        if answer != "new" or not bloom or plot or keep or probe_bytes:
+            raise InvalidInputError("--shards runs add_new with the Bloom filter and no disk "
+                                    "probe: drop --answer mask, --no-bloom, --plot, --keep, "
+                                    "--probe-bytes")
         return _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_json, save)
     own_dir = work_dir is None
     if own_dir:
