@@ -32,7 +32,9 @@ def main(address: str | None) -> None:
     if address:
         ray.init(address=address)
     else:
-        ray.init(num_cpus=2, include_dashboard=False, address="local")
+        ray.init(num_cpus=2, include_dashboard=False, address="local",
+                 _node_ip_address="127.0.0.1")
+    ray.data.DataContext.get_current().enable_progress_bars = False
     with tempfile.TemporaryDirectory() as tmp, \
             ShardedStore.open(f"{tmp}/seen", shards=4, create=True) as store:
         for round_no in (1, 2):

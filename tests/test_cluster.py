@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster():
     ray.init(num_cpus=2, include_dashboard=False, address="local", logging_level="WARNING",
-             log_to_driver=False)
+             log_to_driver=False, _node_ip_address="127.0.0.1")
     yield
     ray.shutdown()
 

@@ -104,7 +104,7 @@ class AnswerLog:
         shutil.rmtree(snap, ignore_errors=True)
         os.mkdir(snap)
         for name in os.listdir(store.path):
-            if _SKIP.match(name):
+            if _SKIP.match(name) or not os.path.isfile(os.path.join(store.path, name)):
                 continue
             try:
                 os.link(os.path.join(store.path, name), os.path.join(snap, name))
