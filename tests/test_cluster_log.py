@@ -13,6 +13,7 @@ from seenstore.cluster.answers import AnswerLog
 from seenstore.cluster.files import read_sealed, write_sealed
 from seenstore.errors import CorruptionError, InvalidInputError, NotSupportedError
 from seenstore.layout import DEFAULT_LAYOUT
+from seenstore.store import SeenStore
 
 KW = {"sync": False, "wait": 0.0, "bloom": True, "bloom_fpr": 1e-3, "bloom_capacity": None}
 
@@ -116,6 +117,7 @@ def test_damaged_or_foreign_entry_refused(tmp_path, rng):
     b = ShardActor(str(tmp_path), 0, 0, KW)  # the error is raised by calls, not __init__
     with pytest.raises(CorruptionError):
         b.admit("b2", batch(rng))
+    SeenStore.open(str(tmp_path / "store")).close()  # b let go of the store's lock
     write_sealed(path, "something-else", {"x": 1})
     with pytest.raises(NotSupportedError):
         read_sealed(path, "seenstore-answer")

@@ -92,9 +92,14 @@ class ShardActor:
             raise MismatchError(
                 f"{self.dir}: holds shard {ident['index']} of {1 << ident['shard_bits']}, "
                 f"not shard {self.index} of {1 << self.shard_bits}")
-        self.store = SeenStore.open(os.path.join(self.dir, STORE_DIR), **self.kw)
-        self.log = AnswerLog(self.dir, sync=self.store.sync)
-        self.log.resolve_all(self.store)  # before anything else commits
+        store = SeenStore.open(os.path.join(self.dir, STORE_DIR), **self.kw)
+        try:
+            log = AnswerLog(self.dir, sync=store.sync)
+            log.resolve_all(store)  # before anything else commits
+        except BaseException:
+            store.close(save_bloom=False)  # the lock goes with it
+            raise
+        self.store, self.log = store, log
 
     def _need(self) -> SeenStore:
         if self._error is not None:
