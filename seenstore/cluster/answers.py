@@ -4,20 +4,22 @@ A shard directory holds ``store/`` (a SeenStore) and ``answers/``. Before a batc
 is admitted, the log takes a snapshot of the store's state, hard links to its files
 in ``answers/NNNNNNNNNNNN.pre/`` (runs are immutable and the manifest is replaced by
 rename, so the links keep the pre-batch state readable whatever the store does
-next), and durably records an entry ``pending`` with the store's generation before
-the batch (``gen_before``) and a digest of its keys. Nothing is written after the
+next), and durably records an entry ``pending`` with the store's count of committed
+batches before it (``batches_before``: ``stats()["counters"]["batches"]``) and a
+digest of its keys. Nothing is written after the
 store's commit: the answer is recomputable from the snapshot until the client
 acknowledges it (``forget``), which drops the entry and its snapshot.
 
-A pending entry is resolved by the store's generation, which moves by exactly one
-per commit and not at all when a batch admits nothing, before anything else may
-commit (on the actor's start, and first thing in every new batch):
-- generation == gen_before: nothing was committed (or nothing was new): ``void``,
+A pending entry is resolved by that count, which a batch's commit moves by exactly
+one and which does not move when a batch admits nothing (nor for commits that are
+not batches), before anything else may commit (on the actor's start, and first
+thing in every new batch):
+- count == batches_before: nothing was committed (or nothing was new): ``void``,
   a retry is a fresh batch against the same state, so it gets the same answer;
-- generation == gen_before + 1: the batch committed: ``committed``; a retry's
+- count == batches_before + 1: the batch committed: ``committed``; a retry's
   answer is its keys absent from the snapshot (exactly the keys the batch found
   new: they were absent before it and all present after).
-Any other generation means another writer committed: refused as corruption.
+Any other count means another writer committed: refused as corruption.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ KEEP = 16  # entries kept at most; the client acknowledges answers as it reads t
 _ENTRY_RE = re.compile(r"^(\d{12})\.ans$")
 _SNAP_RE = re.compile(r"^(\d{12})\.pre$")
 _SKIP = re.compile(r"^(LOCK|BLOOM.*|.*\.tmp(\.\d+)?)$")  # not part of a committed state
+
+
+def committed_batches(store: SeenStore) -> int:
+    """Batches the store committed (MANIFEST counters.batches: +1 per commit of a batch
+    that admitted a key; maintenance commits, if any, do not count)."""
+    return int(store.stats()["counters"]["batches"])
 
 
 class Entry:
@@ -114,29 +122,30 @@ class AnswerLog:
             fsync_dir(snap)
             fsync_dir(self.dir)
         e = Entry(seq, {"batch_id": batch_id, "digest": digest, "state": "pending",
-                        "gen_before": store.generation})
+                        "batches_before": committed_batches(store)})
         self._write(e)
         self.entries[seq] = e
         self._trim()
         return e
 
     def resolve(self, e: Entry, store: SeenStore) -> None:
-        """Turn a pending entry into ``void`` or ``committed`` by the store's generation."""
+        """Turn a pending entry into ``void`` or ``committed`` by the store's count of
+        committed batches."""
         if e.state != "pending":
             return
-        gen = store.generation
-        if gen == e.meta["gen_before"]:
+        n = committed_batches(store)
+        if n == e.meta["batches_before"]:
             e.meta = dict(e.meta, state="void")
             self._write(e)
             self._drop_snapshot(e.seq)
-        elif gen == e.meta["gen_before"] + 1:
-            e.meta = dict(e.meta, state="committed", gen_after=gen)
+        elif n == e.meta["batches_before"] + 1:
+            e.meta = dict(e.meta, state="committed")
             self._write(e)
         else:
             raise CorruptionError(
-                f"{self.dir}: batch {e.meta['batch_id']} was pending at generation "
-                f"{e.meta['gen_before']} but the store is at {gen}: another writer "
-                "committed to this shard")
+                f"{self.dir}: batch {e.meta['batch_id']} was pending after "
+                f"{e.meta['batches_before']} committed batches but the store has {n}: "
+                "another writer committed to this shard")
 
     def resolve_all(self, store: SeenStore) -> None:
         for e in list(self.entries.values()):
