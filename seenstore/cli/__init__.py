@@ -190,3 +190,4 @@ threads_option = click.option(
 from . import store_cmds  # noqa: E402,F401
 from . import url_cmds  # noqa: E402,F401
 from . import bench_cmd  # noqa: E402,F401
+from . import cluster_cmds  # noqa: E402,F401

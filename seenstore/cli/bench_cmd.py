@@ -162,8 +162,12 @@ def write_plot(r: dict, path: str) -> None:
               help="Write a PNG of ns/key per stage for each batch.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @threads_option
+@click.option("--shards", default=None, metavar="N[,N...]",
+              help="Also run the stream through a ShardedStore on Ray with N shards (several: "
+                   "1,2,4), beside the plain store; needs the [cluster] extra (docs/cluster.md).")
+@click.option("--ray-address", default=None, help="With --shards: the Ray cluster to join.")
 def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, bloom, answer,
-          as_json, save, plot, quiet, threads):
+          as_json, save, plot, quiet, threads, shards, ray_address):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
     Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
@@ -186,6 +190,12 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     if bloom_capacity is None:
         bloom_capacity = stream.expected_total_new
     bloom_capacity = bloom_capacity or None
+    if shards is not None:
+        if answer != "new" or not bloom or plot or keep or probe_bytes:
+            raise InvalidInputError("--shards runs add_new with the Bloom filter and no disk "
+                                    "probe: drop --answer mask, --no-bloom, --plot, --keep, "
+                                    "--probe-bytes")
+        return _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_json, save)
     own_dir = work_dir is None
     if own_dir:
         work_dir = tempfile.mkdtemp(prefix="seenstore-bench-")
@@ -219,6 +229,30 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
             click.echo(f"plot written     {plot}")
     if not r["verified"]:
         fail(f"new-key counts differ from the expectation in batches {r['bad_batches']}", 1)
+
+
+def _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_json, save):
+    """``--shards``: the plain store and ShardedStores on the same stream (cluster/bench.py)."""
+    try:
+        counts = [int(x) for x in shards.replace("/", ",").split(",") if x.strip()]
+    except ValueError:
+        raise InvalidInputError(f"--shards takes N or N,N,...: {shards!r}") from None
+    from ..cluster.bench import format_text, run_cluster_bench
+
+    own_dir = work_dir is None
+    work_dir = tempfile.mkdtemp(prefix="seenstore-bench-") if own_dir else work_dir
+    os.makedirs(work_dir, exist_ok=True)
+    try:
+        r = run_cluster_bench(stream, work_dir, counts, ray_address, bloom_capacity)
+    finally:
+        if own_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    if save:
+        with open(save, "w") as f:
+            json.dump(r, f)
+    click.echo(json.dumps(r) if as_json else "\n".join(format_text(r)))
+    if not r["verified"]:
+        fail("new keys differ from the expectation (see the answers column)", 1)
 
 
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
