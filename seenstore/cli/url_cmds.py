@@ -21,7 +21,7 @@ from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
 from ..policy import load_policy
 from ..urlbuffer import iter_lines
-from . import default_store_dir, main, store_option
+from . import default_store_dir, main, store_option, threads_option
 from .deliver import Output
 
 DEFAULT_BATCH_LINES = 1_000_000
@@ -158,7 +158,9 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
                    "batch fast path (docs/fastpath.md); same output, slower.")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
-def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait):
+@threads_option
+def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait,
+            threads):
     """Admit the URLs of SOURCE (a file, or '-' for stdin) and print the new ones.
 
     Each URL is normalised and fingerprinted, and the store admits the keys; only
@@ -177,7 +179,8 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     read = new = 0
     with (nullcontext(sys.stdin.buffer) if source == "-" else open(source, "rb")) as stream, \
             SeenStore.open(store_dir or default_store_dir(), create=True,
-                           policy_id=policy.identity, wait=None if wait < 0 else wait) as store:
+                           policy_id=policy.identity, wait=None if wait < 0 else wait,
+                           threads=threads) as store:
         layout = store.layout
         # stdout is checked before every commit (a reader gone: stop, commit nothing
         # more); new URLs of a committed batch that cannot be written are saved in a
