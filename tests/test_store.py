@@ -402,7 +402,7 @@ def test_one_and_two_threads_give_identical_answers_and_runs(tmp_path, rng, monk
                 assert s.threads == threads and s.stats()["threads"] == threads
                 assert s.stats()["sort"]["sort"] == sort
                 answers = [s.add(b) for b in batches] + [s.add_new(batches[2])]
-                keys = np.concatenate([r.keys for _, r in sorted(s._readers.items())])
+                keys = np.sort(np.concatenate([r.keys for r in s._all_readers()]))
             got[threads, mode] = answers, keys
     for mode in ("exact", "approximate"):
         (a1, k1), (a2, k2) = got[1, mode], got[2, mode]
