@@ -18,14 +18,16 @@ ROOTS = [os.path.expanduser("~/.rustup"), "/usr/share/doc",
          os.path.dirname(os.__file__) + "/site-packages"]
 
 
-def html_files(roots=ROOTS, min_bytes=2048):
+def html_files(roots=ROOTS, min_bytes=2048, max_bytes=2 << 20):
+    """HTML files of 2 KiB .. 2 MiB (web-page sizes; a 14 MB licence page would
+    dominate every timing)."""
     for root in roots:
         for dirpath, _, names in os.walk(root):
             for n in sorted(names):
                 if n.endswith((".html", ".htm")):
                     p = os.path.join(dirpath, n)
                     try:
-                        if os.path.getsize(p) >= min_bytes:
+                        if min_bytes <= os.path.getsize(p) <= max_bytes:
                             yield p
                     except OSError:
                         pass

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from clirun import cli_bytes
 
 pytest.importorskip("fastwarc")
 pytest.importorskip("selectolax")
@@ -140,13 +139,7 @@ def test_garbage_between_records_and_several_files(tmp_path):
     assert report.damaged == 1 and report.files == 2
 
 
-def _cli(*args, stdin=b"", check=True):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), *sys.path]))
-    r = subprocess.run([sys.executable, "-m", "seenstore.cli", *args], input=stdin,
-                       capture_output=True, env=env, timeout=120)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+_cli = cli_bytes
 
 
 def test_links_cli_columns_json_and_add_warc(tmp_path):

@@ -16,13 +16,13 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..layout import Layout
-from . import default_store_dir, main, store_option
+from . import default_store_dir, fail, main, store_option
 
 _KEY_CHUNK = 1 << 20  # keys per write when streaming keys out
 
 
 def _fail_usage(message: str):
-    raise click.UsageError(message)
+    fail(message, 2)  # a one-line usage error, exit 2
 
 
 # ------------------------------------------------------------------------- links

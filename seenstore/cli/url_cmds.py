@@ -20,7 +20,7 @@ from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
 from ..policy import load_policy
-from . import default_store_dir, main, store_option
+from . import default_store_dir, fail, main, store_option
 
 DEFAULT_BATCH_LINES = 1_000_000
 _CHUNK = 65536  # lines per output write for normalise/fingerprint
@@ -183,9 +183,9 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     from .integration_cmds import input_batches
 
     if more and not warc:
-        raise click.UsageError("more than one SOURCE needs --warc")
+        fail("more than one SOURCE needs --warc", 2)
     if (warc or parquet) and (scalar or pairs):
-        raise click.UsageError("--scalar/--pairs do not go with --warc/--parquet")
+        fail("--scalar/--pairs do not go with --warc/--parquet", 2)
     check_base(base)
     policy = load_policy(policy_file)
     counts: dict[str, int] = {}

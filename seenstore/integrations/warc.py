@@ -27,7 +27,13 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 LINK_SELECTOR = "a[href], area[href], link[href], iframe[src], base[href], meta[name]"
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _WARC_MAGIC = b"WARC/1."
-_CLEAN = str.maketrans("", "", "\t\n\r")  # the URL standard drops these from any URL
+
+
+def _clean(url: str) -> str:
+    """``url`` without ASCII tab, CR and LF (the URL standard drops them from any URL)."""
+    if "\t" in url or "\n" in url or "\r" in url:
+        return url.replace("\t", "").replace("\n", "").replace("\r", "")
+    return url
 
 
 class Link(NamedTuple):
@@ -163,7 +169,7 @@ def page_links(uri: str, body: bytes, charset: str | None = None) -> list[Link]:
         value = attrs.get("src" if tag == "iframe" else "href")
         if value is None:
             continue
-        value = value.strip().translate(_CLEAN)
+        value = _clean(value.strip())
         if tag == "base":
             if not saw_base and value:
                 base = urllib.parse.urljoin(uri, value)
@@ -173,7 +179,7 @@ def page_links(uri: str, body: bytes, charset: str | None = None) -> list[Link]:
             continue
         rel = (attrs.get("rel") or "").lower().split()
         found.append((value, "nofollow" in rel))
-    base = base.translate(_CLEAN)
+    base = _clean(base)
     return [Link(base, href, nf or page_nofollow) for href, nf in found]
 
 
