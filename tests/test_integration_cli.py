@@ -85,6 +85,10 @@ def test_add_parquet_equals_add_from_text(tmp_path):
              "--base-column", "page")
     assert r.stdout.decode().splitlines() == ["http://p.test/a/x", "http://p.test/y",
                                               "http://o.test/"]
+    r = _cli("add", "--store", str(tmp_path / "d"), "--parquet", base, "--column", "href",
+             "--base", "http://q.test/z/")
+    assert r.stdout.decode().splitlines() == ["http://q.test/z/x", "http://q.test/y",
+                                              "http://o.test/"]
 
 
 def test_add_parquet_bad_input(tmp_path):

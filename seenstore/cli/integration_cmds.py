@@ -79,13 +79,16 @@ def _report_warc(report, as_json: bool) -> None:
 
 # ------------------------------------------------------------- add --warc/--parquet
 def input_batches(sources, *, warc: bool, parquet: bool, column: str, base_column,
-                  batch_lines: int, policy, layout, max_length) -> Iterator:
+                  batch_lines: int, policy, layout, max_length, base=None) -> Iterator:
     """FastBatches of the links of WARC files (``warc``) or of a Parquet column
-    (``parquet``), for ``seenstore add``. Reports the WARC counts on stderr at the end."""
+    (``parquet``; ``base`` for rows without a base column), for ``seenstore add``.
+    Reports the WARC counts on stderr at the end."""
     from ..fastpath import normalise_buffer
 
     if warc and parquet:
         _fail_usage("--warc and --parquet do not go together")
+    if warc and base is not None:
+        _fail_usage("--base does not go with --warc (each link has its page's base)")
     if parquet and len(sources) != 1:
         _fail_usage("--parquet takes one FILE")
     if "-" in sources:
@@ -99,7 +102,8 @@ def input_batches(sources, *, warc: bool, parquet: bool, column: str, base_colum
         from ..integrations.arrow import iter_parquet_buffers
 
         report = None
-        buffers = iter_parquet_buffers(sources[0], column, base_column, batch_rows=batch_lines)
+        buffers = iter_parquet_buffers(sources[0], column, base_column, batch_rows=batch_lines,
+                                       base=base)
     for ub in buffers:
         yield normalise_buffer(ub, policy, layout, max_length)
     if report is not None:

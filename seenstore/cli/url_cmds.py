@@ -215,7 +215,7 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
             batches = (input_batches((source, *more), warc=warc, parquet=parquet,
                                      column=column, base_column=base_column,
                                      batch_lines=batch_lines, policy=policy, layout=layout,
-                                     max_length=max_length) if warc or parquet
+                                     max_length=max_length, base=base) if warc or parquet
                        else iter_batches(stream, base=base, policy=policy, layout=layout,
                                          max_length=max_length, batch_lines=batch_lines,
                                          pairs=pairs))

@@ -55,10 +55,11 @@ def _as_strings(array, what: str):
     return array
 
 
-def buffer_from_arrow(urls, bases=None) -> URLBuffer:
+def buffer_from_arrow(urls, bases=None, base: str | None = None) -> URLBuffer:
     """A URLBuffer over the bytes of ``urls`` (nulls become empty URLs, which are
-    rejected); ``bases``: an array aligned with ``urls``, each URL's own base."""
-    ub = URLBuffer.from_arrow(_as_strings(urls, "urls"))
+    rejected); ``bases``: an array aligned with ``urls``, each URL's own base;
+    else ``base``, one base for all."""
+    ub = URLBuffer.from_arrow(_as_strings(urls, "urls"), base=None if bases is not None else base)
     if bases is None:
         return ub
     b = _as_strings(bases, "bases")
@@ -89,9 +90,10 @@ def _open_parquet(path: str, columns: list[str]):
 
 
 def iter_parquet_buffers(path: str, column: str = "url", base_column: str | None = None, *,
-                         batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[URLBuffer]:
+                         batch_rows: int = DEFAULT_BATCH_ROWS, base: str | None = None
+                         ) -> Iterator[URLBuffer]:
     """URLBuffers of up to ``batch_rows`` rows of ``column`` (with per-row bases from
-    ``base_column``), read one Parquet batch at a time."""
+    ``base_column``, else ``base`` for all), read one Parquet batch at a time."""
     pa = _pa()
     columns = [column] + ([base_column] if base_column else [])
     pf = _open_parquet(path, columns)
@@ -101,7 +103,7 @@ def iter_parquet_buffers(path: str, column: str = "url", base_column: str | None
     try:
         for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
             bases = batch.column(base_column) if base_column else None
-            yield buffer_from_arrow(batch.column(column), bases)
+            yield buffer_from_arrow(batch.column(column), bases, base)
     except (pa.ArrowInvalid, pa.ArrowException) as e:
         raise InvalidInputError(f"{path}: unreadable Parquet data "
                                 f"({str(e).splitlines()[0]})") from None
