@@ -170,3 +170,32 @@ def test_non_get_requests_keep_scrapy_semantics(tmp_path):
         assert not df.request_seen(Request("http://x.test/b"))
     finally:
         df.close("finished")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_log_and_stats_like_rfpdupefilter(tmp_path, caplog, debug):
+    from scrapy import Request, Spider
+    from scrapy.utils.test import get_crawler
+
+    from seenstore.scrapy import SeenStoreDupeFilter
+
+    crawler = get_crawler(Spider, {"DUPEFILTER_DEBUG": debug, "JOBDIR": str(tmp_path / "job")})
+    spider = crawler._create_spider("s")
+    crawler.spider = spider
+    df = SeenStoreDupeFilter.from_crawler(crawler)
+    try:
+        assert df.path == str(tmp_path / "job" / "seenstore")  # default under JOBDIR
+        caplog.set_level("DEBUG", logger="seenstore.integrations.scrapy")
+        for _ in range(3):
+            r = Request("http://x.test/a", headers={"Referer": "http://x.test/"})
+            if df.request_seen(r):
+                df.log(r, spider)
+    finally:
+        df.close("finished")
+    assert crawler.stats.get_value("dupefilter/filtered") == 2
+    msgs = [rec.getMessage() for rec in caplog.records]
+    if debug:
+        assert msgs == ["Filtered duplicate request: <GET http://x.test/a> "
+                        "(referer: http://x.test/)"] * 2
+    else:
+        assert len(msgs) == 1 and "no more duplicates will be shown" in msgs[0]
