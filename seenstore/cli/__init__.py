@@ -191,3 +191,4 @@ from . import store_cmds  # noqa: E402,F401
 from . import url_cmds  # noqa: E402,F401
 from . import bench_cmd  # noqa: E402,F401
 from . import cluster_cmds  # noqa: E402,F401
+from . import integration_cmds  # noqa: E402,F401

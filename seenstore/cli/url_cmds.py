@@ -21,7 +21,7 @@ from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
 from ..policy import load_policy
 from ..urlbuffer import iter_lines
-from . import default_store_dir, main, store_option, threads_option
+from . import default_store_dir, fail, main, store_option, threads_option
 from .deliver import Output
 
 DEFAULT_BATCH_LINES = 1_000_000
@@ -158,9 +158,18 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
                    "batch fast path (docs/fastpath.md); same output, slower.")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
+@click.argument("more", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--warc", is_flag=True,
+              help="SOURCE and MORE are WARC files (plain or gzipped): admit the outlinks of "
+                   "their HTML responses (see 'seenstore links'; docs/integrations.md).")
+@click.option("--parquet", is_flag=True,
+              help="SOURCE is a Parquet file: admit the URLs of its --column.")
+@click.option("--column", default="url", show_default=True, help="--parquet: the URL column.")
+@click.option("--base-column", default=None, metavar="NAME",
+              help="--parquet: a column holding each URL's base (null: none).")
 @threads_option
 def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait,
-            threads):
+            more, warc, parquet, column, base_column, threads):
     """Admit the URLs of SOURCE (a file, or '-' for stdin) and print the new ones.
 
     Each URL is normalised and fingerprinted, and the store admits the keys; only
@@ -172,7 +181,12 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     another policy is refused.
     """
     from ..store import SeenStore
+    from .integration_cmds import input_batches
 
+    if more and not warc:
+        fail("more than one SOURCE needs --warc", 2)
+    if (warc or parquet) and (scalar or pairs):
+        fail("--scalar/--pairs do not go with --warc/--parquet", 2)
     check_base(base)
     policy = load_policy(policy_file)
     counts: dict[str, int] = {}
@@ -204,8 +218,14 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
                 new += len(fresh)
                 out.send("".join(u + "\n" for u in fresh).encode("utf-8", "surrogateescape"))
         else:  # the batch fast path: same results (tests/test_fastpath_agreement.py)
-            for fb in iter_batches(stream, base=base, policy=policy, layout=layout,
-                                   max_length=max_length, batch_lines=batch_lines, pairs=pairs):
+            batches = (input_batches((source, *more), warc=warc, parquet=parquet,
+                                     column=column, base_column=base_column,
+                                     batch_lines=batch_lines, policy=policy, layout=layout,
+                                     max_length=max_length, base=base) if warc or parquet
+                       else iter_batches(stream, base=base, policy=policy, layout=layout,
+                                         max_length=max_length, batch_lines=batch_lines,
+                                         pairs=pairs))
+            for fb in batches:
                 read += fb.n
                 for reason, n in fb.reason_counts().items():
                     counts[reason] = counts.get(reason, 0) + n
