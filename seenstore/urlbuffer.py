@@ -3,9 +3,11 @@
 URL i is ``data[offsets[i]:offsets[i+1]]`` (UTF-8 bytes); ``offsets`` is int64
 of length n+1, non-decreasing. A URL may carry a base for resolving relative
 references: ``bases`` (another URLBuffer) and ``base_ids`` (int64, -1 = none).
-Built from a file or stream (newline scan over large blocks), a list of str,
-a pyarrow string array (pyarrow optional, imported lazily) or ``base<TAB>href``
-lines. Lines end at ``\\n``; one trailing ``\\r`` is dropped; blank lines skipped.
+Built from a file or stream (split into lines by a numba kernel over large
+blocks, kernels/lines.py), a list of str, a pyarrow string array (pyarrow optional,
+imported lazily) or ``base<TAB>href`` lines. Lines end at ``\\n``; one trailing
+``\\r`` is dropped; blank lines and a leading UTF-8 BOM are skipped; a line over
+``max_line`` bytes is kept as an empty URL listed in ``too_long`` (never held whole).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import numpy as np
 
 from .errors import InvalidInputError, StoreNotFoundError
 
-DEFAULT_BLOCK_BYTES = 8 << 20
-_NL, _CR, _TAB = 10, 13, 9
+DEFAULT_BLOCK_BYTES = 16 << 20
+DEFAULT_MAX_LINE = 1 << 20  # bytes; a longer line is rejected too-long without being read whole
 
 
 @dataclass
@@ -33,6 +35,7 @@ class URLBuffer:
     bases: URLBuffer | None = None
     base_ids: np.ndarray | None = None
     strs: Sequence[str | bytes] | None = None  # the original objects, when built from them
+    too_long: np.ndarray | None = None  # int64 increasing: URLs whose line was over max_line
 
     def __post_init__(self) -> None:
         d, o = self.data, self.offsets
@@ -50,6 +53,10 @@ class URLBuffer:
                 raise InvalidInputError("URLBuffer base_ids out of range")
         if self.strs is not None and len(self.strs) != len(o) - 1:
             raise InvalidInputError("URLBuffer strs must have one entry per URL")
+        t = self.too_long
+        if t is not None and (t.dtype != np.int64 or t.ndim != 1 or (len(t) and (
+                t[0] < 0 or t[-1] >= len(o) - 1 or bool(np.any(t[1:] <= t[:-1]))))):
+            raise InvalidInputError("URLBuffer too_long must be increasing int64 URL indices")
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -85,7 +92,12 @@ class URLBuffer:
                 ids = np.where(ids >= 0, ids - lo, -1)
             else:
                 ids = None
-        return URLBuffer(self.data, self.offsets[a : b + 1], bases, ids, strs)
+        too_long = None
+        if self.too_long is not None:
+            t = self.too_long
+            t = t[(t >= a) & (t < b)] - a
+            too_long = t if len(t) else None
+        return URLBuffer(self.data, self.offsets[a : b + 1], bases, ids, strs, too_long)
 
     def tolist(self) -> list[str]:
         return [self[i] for i in range(len(self))]
@@ -142,6 +154,7 @@ class URLBuffer:
         pairs: bool = False,
         base: str | None = None,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
+        max_line: int = DEFAULT_MAX_LINE,
     ) -> URLBuffer:
         """All lines of a path or binary stream in one buffer.
 
@@ -153,7 +166,8 @@ class URLBuffer:
         if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
             size = os.path.getsize(source)
         b = _Builder(size, size // 48)
-        for part in cls.iter_file(source, pairs=pairs, base=base, block_bytes=block_bytes):
+        for part in cls.iter_file(source, pairs=pairs, base=base, block_bytes=block_bytes,
+                                  max_line=max_line):
             b.append(part)
         return b.result()
 
@@ -166,23 +180,25 @@ class URLBuffer:
         base: str | None = None,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         chunk_urls: int | None = None,
+        max_line: int = DEFAULT_MAX_LINE,
     ) -> Iterator[URLBuffer]:
         """Yield URLBuffers of whole lines, reading ``block_bytes`` at a time.
 
         Each yielded buffer holds the lines of about one block (at least one line),
-        or of up to ``chunk_urls`` URLs if given (several blocks merged).
+        or of up to ``chunk_urls`` URLs if given (several blocks merged). A line over
+        ``max_line`` bytes is an empty URL listed in the buffer's ``too_long``.
         """
-        if block_bytes < 1:
-            raise InvalidInputError("block_bytes must be positive")
+        if block_bytes < 1 or max_line < 0:
+            raise InvalidInputError("block_bytes must be positive and max_line >= 0")
         if isinstance(source, (str, os.PathLike)):
             try:
                 f = open(source, "rb", buffering=0)  # noqa: SIM115 (closed below)
             except FileNotFoundError as e:
                 raise StoreNotFoundError(f"no such file: {os.fspath(source)}") from e
             with f:
-                yield from _iter_stream(f, pairs, base, block_bytes, chunk_urls)
+                yield from _iter_stream(f, pairs, base, block_bytes, chunk_urls, max_line)
         else:
-            yield from _iter_stream(source, pairs, base, block_bytes, chunk_urls)
+            yield from _iter_stream(source, pairs, base, block_bytes, chunk_urls, max_line)
 
     @classmethod
     def from_arrow(cls, array, base: str | None = None) -> URLBuffer:
@@ -249,10 +265,13 @@ class _Builder:
         self.ids: _Grow | None = None
         self.bases: _Builder | None = None
         self.strs: list[str] | None = []
+        self.too_long: list[np.ndarray] = []
 
     def append(self, p: URLBuffer) -> None:
         lo, hi = int(p.offsets[0]), int(p.offsets[-1])
         n_before = self.offsets.n - 1
+        if p.too_long is not None:
+            self.too_long.append(p.too_long + n_before)
         self.offsets.append(p.offsets[1:] - lo + self.data.n)
         self.data.append(p.data[lo:hi])
         if self.strs is not None and p.strs is not None:
@@ -274,7 +293,8 @@ class _Builder:
     def result(self) -> URLBuffer:
         bases = self.bases.result() if self.bases is not None else None
         ids = self.ids.result() if self.ids is not None else None
-        return URLBuffer(self.data.result(), self.offsets.result(), bases, ids, self.strs)
+        too_long = np.concatenate(self.too_long) if self.too_long else None
+        return URLBuffer(self.data.result(), self.offsets.result(), bases, ids, self.strs, too_long)
 
 
 def concat(parts: Sequence[URLBuffer]) -> URLBuffer:
@@ -287,14 +307,12 @@ def concat(parts: Sequence[URLBuffer]) -> URLBuffer:
 
 
 def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
-                 chunk_urls: int | None) -> Iterator[URLBuffer]:
+                 chunk_urls: int | None, max_line: int) -> Iterator[URLBuffer]:
     pending: list[URLBuffer] = []
     npending = 0
-    for block in _blocks(f, block_bytes):
-        ub = _split_block(block, pairs, base)
+    for ub in _split_stream(f, pairs, base, block_bytes, max_line):
         if chunk_urls is None:
-            if len(ub):
-                yield ub
+            yield ub
             continue
         pending.append(ub)
         npending += len(ub)
@@ -307,93 +325,61 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
         yield concat(pending) if len(pending) > 1 else pending[0]
 
 
-def _blocks(f: BinaryIO, block_bytes: int) -> Iterator[np.ndarray]:
-    """Yield uint8 views of whole lines (each ending in ``\\n`` except maybe the last),
-    reading at most ``block_bytes`` per call (``readinto1`` where the stream has it, so
-    a pipe's lines are processed as they arrive). A view is valid only until the
-    next one is requested (one buffer is reused); a line longer than it grows it."""
-    buf = bytearray(block_bytes)
-    carry = 0
+def _split_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
+                  max_line: int) -> Iterator[URLBuffer]:
+    """URLBuffers of the lines of ``f`` (one per block read that completes a line),
+    split by the kernel (kernels/lines.py). Reads at most ``block_bytes`` per call
+    (``readinto1`` where the stream has it, so a pipe's lines are handled as they
+    arrive) into one reused buffer; the unfinished last line is carried over. A line
+    over ``max_line`` bytes is never held whole: it becomes an empty URL listed in
+    ``too_long``. Memory: the buffer (block_bytes + max_line) plus one block's output."""
+    from .kernels.lines import split_lines  # numba: loaded on first use
+
+    gb = b"" if base is None else base.encode("utf-8", "surrogatepass")
+    gbase_id = -1 if base is None else 0
+    buf = np.empty(block_bytes + max_line + 3, dtype=np.uint8)
     readinto = getattr(f, "readinto1", None) or getattr(f, "readinto", None)
+    carry = skip = 0
+    at_start = True
     while True:
-        if carry == len(buf):  # a fresh, larger buffer: views of the old one may live on
-            bigger = bytearray(2 * len(buf))
-            bigger[:carry] = buf
-            buf = bigger
         if readinto is not None:
             with memoryview(buf) as mv:
-                got = readinto(mv[carry:]) or 0
+                got = readinto(mv[carry : carry + block_bytes]) or 0
         else:
-            data = f.read(len(buf) - carry) or b""
-            got = len(data)
-            buf[carry : carry + got] = data
-        n = carry + got
-        if got == 0:
-            if carry:
-                yield np.frombuffer(buf, dtype=np.uint8, count=carry)
+            chunk = f.read(block_bytes) or b""
+            got = len(chunk)
+            buf[carry : carry + got] = np.frombuffer(chunk, dtype=np.uint8)
+        n, final = carry + got, got == 0
+        cap = n // 2 + 2
+        data, offsets = np.empty(n, np.uint8), np.zeros(cap + 1, np.int64)
+        bdata, boffsets = np.empty(n + len(gb), np.uint8), np.zeros(cap + 2, np.int64)
+        bdata[: len(gb)] = np.frombuffer(gb, dtype=np.uint8)
+        boffsets[1] = len(gb)
+        ids, too_long = np.empty(cap, np.int64), np.empty(cap, np.int64)
+        counts = np.array([0, 0, gbase_id + 1, len(gb), 0], dtype=np.int64)
+        consumed, skip = split_lines(buf, n, final, pairs, max_line, skip, at_start, gbase_id,
+                                     data, offsets, bdata, boffsets, ids, too_long, counts)
+        at_start = at_start and consumed == 0
+        nu, nd, nb, nbd, nt = counts.tolist()
+        if nu:
+            yield _trimmed(data, nd, offsets, nu + 1, bdata, nbd, boffsets, nb + 1, ids, too_long, nt)
+        if final:
             return
-        cut = buf.rfind(b"\n", 0, n) + 1
-        if cut == 0:  # no complete line yet: keep reading
-            carry = n
-            continue
-        yield np.frombuffer(buf, dtype=np.uint8, count=cut)
-        buf[: n - cut] = buf[cut:n]
-        carry = n - cut
+        carry = n - consumed
+        buf[:carry] = buf[consumed:n]
 
 
-def _gather(block: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Copy the non-overlapping, increasing segments [starts[i], ends[i]) of block
-    into one contiguous array; return (data, int64 offsets of length n+1)."""
-    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(ends - starts, out=offsets[1:])
-    delta = np.zeros(len(block) + 1, dtype=np.int8)
-    delta[starts] += 1
-    delta[ends] -= 1
-    keep = np.cumsum(delta[:-1], dtype=np.int8).view(np.bool_)
-    return block[keep], offsets
+def _trimmed(data, nd, offsets, no, bdata, nbd, boffsets, nbo, ids, too_long, nt) -> URLBuffer:
+    """A URLBuffer of the used parts of split_lines's outputs, shrunk in place (the
+    arrays are fresh and unshared, so their unused tails are given back)."""
+    bases = None
+    if nbo > 1 and bool(np.any(ids[: no - 1] >= 0)):
+        bases = URLBuffer(_shrink(bdata, nbd), _shrink(boffsets, nbo))
+    return URLBuffer(_shrink(data, nd), _shrink(offsets, no), bases,
+                     None if bases is None else _shrink(ids, no - 1), None,
+                     _shrink(too_long, nt) if nt else None)
 
 
-def _split_block(block: np.ndarray, pairs: bool, base: str | None) -> URLBuffer:
-    """Lines of one block of whole lines (the last may lack its newline)."""
-    is_nl = block == _NL
-    nl = np.flatnonzero(is_nl)
-    n = len(block)
-    ends = nl if (len(nl) and nl[-1] == n - 1) else np.append(nl, n)
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    cr = np.flatnonzero((ends > starts) & (block[np.maximum(ends - 1, 0)] == _CR))
-    ends[cr] -= 1
-    tab_at = None
-    if pairs:
-        tabs = np.flatnonzero(block == _TAB)
-        if len(tabs):
-            j = np.searchsorted(tabs, starts)
-            cand = tabs[np.minimum(j, len(tabs) - 1)]
-            tab_at = np.where((j < len(tabs)) & (cand < ends), cand, -1)
-    nonblank = ends > starts
-    if tab_at is None or not (tab_at >= 0).any():
-        # Common case: drop the line terminators; line i moves left by the
-        # terminator bytes of the lines before it.
-        keep = ~is_nl
-        keep[ends[cr]] = False
-        data = block[keep]
-        removed = np.zeros(len(starts), dtype=np.int64)
-        np.cumsum((starts[1:] - ends[:-1]), out=removed[1:])
-        offsets = np.empty(int(nonblank.sum()) + 1, dtype=np.int64)
-        offsets[:-1] = (starts - removed)[nonblank]
-        offsets[-1] = len(data)
-        bases, ids = _single_base(base, len(offsets) - 1)
-        return URLBuffer(data, offsets, bases, ids)
-    starts, ends, tab_at = starts[nonblank], ends[nonblank], tab_at[nonblank]
-    is_pair = tab_at >= 0
-    data, offsets = _gather(block, np.where(is_pair, tab_at + 1, starts), ends)
-    ids = np.full(len(starts), -1 if base is None else 0, dtype=np.int64)
-    nglobal = 0 if base is None else 1
-    ids[is_pair] = np.arange(nglobal, nglobal + int(is_pair.sum()), dtype=np.int64)
-    bdata, boffs = _gather(block, starts[is_pair], tab_at[is_pair])
-    if base is not None:
-        gb = np.frombuffer(base.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-        bdata = np.concatenate([gb, bdata])
-        boffs = np.concatenate([[0], boffs + len(gb)]).astype(np.int64)
-    return URLBuffer(data, offsets, URLBuffer(bdata, boffs), ids)
+def _shrink(a: np.ndarray, n: int) -> np.ndarray:
+    a.resize(n, refcheck=False)
+    return a

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import itertools
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 
 import click
 
-from ..fastpath import iter_batches, scalar_one
+from ..fastpath import normalise_buffer, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
+from ..parallel import check_threads
 from ..policy import load_policy
+from ..urlbuffer import URLBuffer
 from . import default_store_dir, main, store_option
 
 DEFAULT_BATCH_LINES = 1_000_000
@@ -30,6 +33,10 @@ base_option = click.option(
 policy_option = click.option(
     "--policy", "policy_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
     help="Policy TOML with the per-host risky rules (default: safe rules only, 'safe-v1').")
+threads_option = click.option(
+    "--threads", type=click.IntRange(min=1), default=None, metavar="N",
+    help="Threads for the URL kernels (default: the cores this process may use); "
+         "the output does not depend on it.")
 max_length_option = click.option(
     "--max-length", type=click.IntRange(min=16), default=DEFAULT_MAX_LENGTH, show_default=True,
     metavar="BYTES", help="Reject URLs longer than this (input or canonical form).")
@@ -48,6 +55,42 @@ def _normalise_pairs(lines, base, policy, max_length) -> NormalisedBatch:
         return scalar_one(href, own, policy, max_length, usable)
 
     return NormalisedBatch.of(one(line) for line in lines)
+
+
+def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_length: int,
+             batch_lines: int, pairs: bool, threads: int | None,
+             seconds: dict[str, float] | None = None) -> tuple[int, int]:
+    """``seenstore add``'s fast path: admit the URLs of ``stream`` into ``store`` and
+    write the new canonical URLs to ``out`` (binary), one batch of ``batch_lines``
+    at a time; add rejection counts to ``counts``; return (URLs read, new). With
+    ``seconds``, add the time of each stage to it: read (lines into URL buffers),
+    kernel, scalar, merge (normalise_buffer's), store, write."""
+    t = seconds if seconds is not None else {}
+    threads = check_threads(threads)
+    read = new = 0
+    batches = URLBuffer.iter_file(stream, pairs=pairs, base=base, chunk_urls=batch_lines)
+    while True:
+        t0 = time.perf_counter()
+        ub = next(batches, None)
+        t1 = time.perf_counter()
+        t["read"] = t.get("read", 0.0) + t1 - t0
+        if ub is None:
+            return read, new
+        fb = normalise_buffer(ub, policy, store.layout, max_length, threads)
+        for k, v in fb.seconds.items():
+            t[k] = t.get(k, 0.0) + v
+        read += fb.n
+        for reason, n in fb.reason_counts().items():
+            counts[reason] = counts.get(reason, 0) + n
+        if len(fb.keys):
+            t2 = time.perf_counter()
+            mask = store.add(fb.keys)
+            t3 = time.perf_counter()
+            new += int(mask.sum())
+            out.write(fb.lines(mask))
+            out.flush()
+            t["store"] = t.get("store", 0.0) + t3 - t2
+            t["write"] = t.get("write", 0.0) + time.perf_counter() - t3
 
 
 def _lines(stream) -> Iterator[bytes]:
@@ -86,12 +129,12 @@ def _summary(command: str, counts: dict[str, int], extra: str = "") -> None:
         click.echo(f"seenstore {command}: {extra}{rej}", err=True)
 
 
-def _per_line(command: str, urls, base, policy_file, max_length, render) -> None:
+def _per_line(command: str, urls, base, policy_file, max_length, threads, render) -> None:
     check_base(base)
     policy = load_policy(policy_file)
     counts: dict[str, int] = {}
     for chunk in _chunks(_inputs(urls), _CHUNK):
-        batch = normalise_many(chunk, base, policy, max_length)
+        batch = normalise_many(chunk, base, policy, max_length, threads=threads)
         out = [""] * len(chunk)
         for i, reason in batch.rejected:
             out[i] = f"# rejected: {reason.value}"
@@ -107,14 +150,15 @@ def _per_line(command: str, urls, base, policy_file, max_length, render) -> None
 @base_option
 @policy_option
 @max_length_option
-def normalise_cmd(urls, base, policy_file, max_length):
+@threads_option
+def normalise_cmd(urls, base, policy_file, max_length, threads):
     """Print the canonical form of each URL (arguments, or stdin lines with none or '-').
 
     One output line per input line: the canonical URL, or '# rejected: REASON'
     (encoding, too-long, control-char, unparsable, scheme). Rejection counts go
     to stderr. The canonical form is the one the store fingerprints.
     """
-    _per_line("normalise", urls, base, policy_file, max_length, lambda u: u)
+    _per_line("normalise", urls, base, policy_file, max_length, threads, lambda u: u)
 
 
 @main.command("fingerprint")
@@ -125,7 +169,8 @@ def normalise_cmd(urls, base, policy_file, max_length):
 @click.option("--host-bits", type=click.IntRange(0, 32), default=DEFAULT_LAYOUT.host_bits,
               show_default=True, help="H: key bits taken from the host hash.")
 @click.option("--with-url", is_flag=True, help="Print 'KEY<TAB>CANONICAL-URL'.")
-def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
+@threads_option
+def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url, threads):
     """Print the 64-bit key (16 hex digits) of each URL after normalising it.
 
     One output line per input line, or '# rejected: REASON'. The key is
@@ -134,12 +179,12 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
     layout = Layout(host_bits=host_bits)
 
     def render(canonical: list[str]) -> list[str]:
-        keys = fingerprint_many(canonical, layout).tolist()
+        keys = fingerprint_many(canonical, layout, threads).tolist()
         if with_url:
             return [f"{k:016x}\t{u}" for k, u in zip(keys, canonical)]
         return [f"{k:016x}" for k in keys]
 
-    _per_line("fingerprint", urls, base, policy_file, max_length, render)
+    _per_line("fingerprint", urls, base, policy_file, max_length, threads, render)
 
 
 @main.command("add")
@@ -158,7 +203,9 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
                    "batch fast path (docs/fastpath.md); same output, slower.")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
-def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait):
+@threads_option
+def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait,
+            threads):
     """Admit the URLs of SOURCE (a file, or '-' for stdin) and print the new ones.
 
     Each URL is normalised and fingerprinted, and the store admits the keys; only
@@ -197,15 +244,8 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
                 _write(fresh)
                 sys.stdout.flush()
         else:  # the batch fast path: same results (tests/test_fastpath_agreement.py)
-            for fb in iter_batches(stream, base=base, policy=policy, layout=layout,
-                                   max_length=max_length, batch_lines=batch_lines, pairs=pairs):
-                read += fb.n
-                for reason, n in fb.reason_counts().items():
-                    counts[reason] = counts.get(reason, 0) + n
-                if len(fb.keys):
-                    mask = store.add(fb.keys)
-                    new += int(mask.sum())
-                    sys.stdout.buffer.write(fb.lines(mask))
-                    sys.stdout.flush()
+            read, new = add_fast(stream, store, sys.stdout.buffer, counts, base=base,
+                                 policy=policy, max_length=max_length, batch_lines=batch_lines,
+                                 pairs=pairs, threads=threads)
     rejected = sum(counts.values())
     _summary("add", counts, f"read {read}, new {new}, seen {read - new - rejected}, ")
