@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
@@ -71,3 +71,32 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="seenstore")
         return pool
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed memory for reuse (no mmap per large block, no
+    trimming below 1 GiB free): a streaming command allocates arrays of the same
+    sizes batch after batch, and on the VMs measured here first-touching fresh pages
+    cost about as much as the kernels (docs/fastpath.md). Process-wide, so only
+    commands call it (``seenstore add``). Returns False where there is no glibc."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_max = -1, -4
+        return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
+    except (OSError, AttributeError):
+        return False
+
+
+def prefetch(items: Iterator[T]) -> Iterator[T]:
+    """The items of ``items``, the next one produced on a helper thread while the
+    caller works on the current one (useful when producing it releases the GIL)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="seenstore-prefetch") as pool:
+        nxt = pool.submit(next, items, None)
+        while True:
+            item = nxt.result()
+            if item is None:
+                return
+            nxt = pool.submit(next, items, None)
+            yield item

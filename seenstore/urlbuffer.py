@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -160,16 +161,12 @@ class URLBuffer:
 
         ``pairs``: a line ``base<TAB>href`` is href relative to base (split at the
         first TAB); lines without TAB use ``base``. Peak memory is about the
-        file's size plus one block (a regular file's size is known up front).
+        batch plus one block.
         """
-        size = 0
-        if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
-            size = os.path.getsize(source)
-        b = _Builder(size, size // 48)
-        for part in cls.iter_file(source, pairs=pairs, base=base, block_bytes=block_bytes,
-                                  max_line=max_line):
-            b.append(part)
-        return b.result()
+        for whole in cls.iter_file(source, pairs=pairs, base=base, block_bytes=block_bytes,
+                                   max_line=max_line, chunk_urls=sys.maxsize):
+            return whole
+        return cls(np.zeros(0, np.uint8), np.zeros(1, np.int64))
 
     @classmethod
     def iter_file(
@@ -308,78 +305,106 @@ def concat(parts: Sequence[URLBuffer]) -> URLBuffer:
 
 def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
                  chunk_urls: int | None, max_line: int) -> Iterator[URLBuffer]:
-    pending: list[URLBuffer] = []
-    npending = 0
-    for ub in _split_stream(f, pairs, base, block_bytes, max_line):
-        if chunk_urls is None:
-            yield ub
-            continue
-        pending.append(ub)
-        npending += len(ub)
-        while npending >= chunk_urls:  # exactly chunk_urls URLs per yielded buffer
-            whole = concat(pending) if len(pending) > 1 else pending[0]
-            yield whole.slice(0, chunk_urls)
-            rest = whole.slice(chunk_urls, len(whole))
-            pending, npending = ([rest], len(rest)) if len(rest) else ([], 0)
-    if npending:
-        yield concat(pending) if len(pending) > 1 else pending[0]
-
-
-def _split_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
-                  max_line: int) -> Iterator[URLBuffer]:
-    """URLBuffers of the lines of ``f`` (one per block read that completes a line),
-    split by the kernel (kernels/lines.py). Reads at most ``block_bytes`` per call
-    (``readinto1`` where the stream has it, so a pipe's lines are handled as they
-    arrive) into one reused buffer; the unfinished last line is carried over. A line
-    over ``max_line`` bytes is never held whole: it becomes an empty URL listed in
-    ``too_long``. Memory: the buffer (block_bytes + max_line) plus one block's output."""
+    """URLBuffers of the lines of ``f``, split by the kernel (kernels/lines.py) straight
+    into the batch's arrays: ``chunk_urls`` URLs each (the last may be fewer), or
+    with None the lines each block read completes. Reads at most ``block_bytes`` per
+    call (``readinto1`` where the stream has it, so a pipe's lines are handled as
+    they arrive) into one reused buffer; the unfinished last line is carried over.
+    A line over ``max_line`` bytes is never held whole: it becomes an empty URL
+    listed in ``too_long``. Memory: the buffer (block_bytes + max_line) + the batch."""
     from .kernels.lines import split_lines  # numba: loaded on first use
 
-    gb = b"" if base is None else base.encode("utf-8", "surrogatepass")
-    gbase_id = -1 if base is None else 0
     buf = np.empty(block_bytes + max_line + 3, dtype=np.uint8)
     readinto = getattr(f, "readinto1", None) or getattr(f, "readinto", None)
-    carry = skip = 0
-    at_start = True
+    start = end = skip = 0
+    at_start, final, need_read = True, False, True
+    out = _LineBatch(base)
     while True:
-        if readinto is not None:
-            with memoryview(buf) as mv:
-                got = readinto(mv[carry : carry + block_bytes]) or 0
-        else:
-            chunk = f.read(block_bytes) or b""
-            got = len(chunk)
-            buf[carry : carry + got] = np.frombuffer(chunk, dtype=np.uint8)
-        n, final = carry + got, got == 0
-        cap = n // 2 + 2
-        data, offsets = np.empty(n, np.uint8), np.zeros(cap + 1, np.int64)
-        bdata, boffsets = np.empty(n + len(gb), np.uint8), np.zeros(cap + 2, np.int64)
-        bdata[: len(gb)] = np.frombuffer(gb, dtype=np.uint8)
-        boffsets[1] = len(gb)
-        ids, too_long = np.empty(cap, np.int64), np.empty(cap, np.int64)
-        counts = np.array([0, 0, gbase_id + 1, len(gb), 0], dtype=np.int64)
-        consumed, skip = split_lines(buf, n, final, pairs, max_line, skip, at_start, gbase_id,
-                                     data, offsets, bdata, boffsets, ids, too_long, counts)
+        if need_read:
+            buf[: end - start] = buf[start:end]
+            end, start = end - start, 0
+            if readinto is not None:
+                with memoryview(buf) as mv:
+                    got = readinto(mv[end : end + block_bytes]) or 0
+            else:
+                chunk = f.read(block_bytes) or b""
+                got = len(chunk)
+                buf[end : end + got] = np.frombuffer(chunk, dtype=np.uint8)
+            end += got
+            final = got == 0
+        n = end - start
+        limit = out.reserve(n, chunk_urls)
+        consumed, skip = split_lines(buf[start:end], n, final, pairs, max_line, skip, at_start,
+                                     out.gbase_id, limit, *out.arrays())
         at_start = at_start and consumed == 0
-        nu, nd, nb, nbd, nt = counts.tolist()
-        if nu:
-            yield _trimmed(data, nd, offsets, nu + 1, bdata, nbd, boffsets, nb + 1, ids, too_long, nt)
-        if final:
+        start += consumed
+        full = out.counts[0] == chunk_urls
+        if out.counts[0] and (full or chunk_urls is None or final):
+            yield out.result()
+            out = _LineBatch(base)
+        if final and not full:
             return
-        carry = n - consumed
-        buf[:carry] = buf[consumed:n]
+        need_read = not full  # a full batch may leave whole lines in the buffer
 
 
-def _trimmed(data, nd, offsets, no, bdata, nbd, boffsets, nbo, ids, too_long, nt) -> URLBuffer:
-    """A URLBuffer of the used parts of split_lines's outputs, shrunk in place (the
-    arrays are fresh and unshared, so their unused tails are given back)."""
-    bases = None
-    if nbo > 1 and bool(np.any(ids[: no - 1] >= 0)):
-        bases = URLBuffer(_shrink(bdata, nbd), _shrink(boffsets, nbo))
-    return URLBuffer(_shrink(data, nd), _shrink(offsets, no), bases,
-                     None if bases is None else _shrink(ids, no - 1), None,
-                     _shrink(too_long, nt) if nt else None)
+class _LineBatch:
+    """The output arrays split_lines appends to, grown as needed (see its contract)."""
+
+    def __init__(self, base: str | None) -> None:
+        gb = b"" if base is None else base.encode("utf-8", "surrogatepass")
+        self.gbase_id = -1 if base is None else 0
+        self.data = np.empty(0, np.uint8)
+        self.bdata = np.frombuffer(gb, dtype=np.uint8).copy()
+        self.offsets = np.zeros(1, np.int64)
+        self.boffsets = np.array([0, len(gb)] if base is not None else [0], dtype=np.int64)
+        self.ids, self.too_long = np.empty(0, np.int64), np.empty(0, np.int64)
+        self.counts = np.array([0, 0, self.gbase_id + 1, len(gb), 0], dtype=np.int64)
+
+    def arrays(self) -> tuple:
+        return (self.data, self.offsets, self.bdata, self.boffsets, self.ids, self.too_long,
+                self.counts)
+
+    def reserve(self, nbytes: int, chunk_urls: int | None) -> int:
+        """Make room for the lines of nbytes more input; return the URL limit to pass.
+        A batch of chunk_urls URLs gets its URL arrays at once (pages are touched only
+        as they fill) and its byte arrays sized from the bytes per URL seen so far."""
+        nu, nd, nb, nbd, _ = self.counts.tolist()
+        limit = nu + nbytes // 2 + 2
+        if chunk_urls is not None:
+            limit = min(limit, chunk_urls)
+        room = limit if chunk_urls is None or chunk_urls > 1 << 24 else chunk_urls
+        guess = 0 if nu == 0 else int(nd / nu * room * 1.1)
+        self.data = _room(self.data, nd + nbytes, guess)
+        self.bdata = _room(self.bdata, nbd + nbytes, guess // 4)
+        self.offsets = _room(self.offsets, limit + 1, room + 1)
+        self.boffsets = _room(self.boffsets, nb + limit - nu + 1, nb + room + 1)
+        self.ids, self.too_long = _room(self.ids, limit, room), _room(self.too_long, limit, room)
+        return limit
+
+    def result(self) -> URLBuffer:
+        """The batch, its arrays shrunk to what is used (they are not shared)."""
+        nu, nd, nb, nbd, nt = self.counts.tolist()
+        ids = _exact(self.ids, nu)
+        bases = None
+        if nb and bool(np.any(ids >= 0)):
+            bases = URLBuffer(_exact(self.bdata, nbd),
+                              _exact(self.boffsets, nb + 1))
+        return URLBuffer(_exact(self.data, nd), _exact(self.offsets, nu + 1),
+                         bases, None if bases is None else ids, None,
+                         _exact(self.too_long, nt) if nt else None)
 
 
-def _shrink(a: np.ndarray, n: int) -> np.ndarray:
+def _room(a: np.ndarray, need: int, guess: int = 0) -> np.ndarray:
+    """``a`` if it holds ``need`` items, else a larger copy (max of need, guess and
+    twice its size; np.empty, so the new tail is not written until used)."""
+    if need <= len(a):
+        return a
+    b = np.empty(max(need, guess, 2 * len(a)), dtype=a.dtype)
+    b[: len(a)] = a
+    return b
+
+
+def _exact(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` shrunk in place to n items. Requires: ``a`` owns its data, no view in use."""
     a.resize(n, refcheck=False)
     return a

@@ -74,7 +74,7 @@ def test_kernel_one_final_block(text, pairs, max_line):
     bdata, boffsets = np.empty(n, np.uint8), np.zeros(cap + 2, np.int64)
     ids, too_long = np.empty(cap, np.int64), np.empty(cap, np.int64)
     counts = np.zeros(5, np.int64)
-    consumed, skip = split_lines(buf, n, True, pairs, max_line, 0, True, -1,
+    consumed, skip = split_lines(buf, n, True, pairs, max_line, 0, True, -1, cap,
                                  data, offsets, bdata, boffsets, ids, too_long, counts)
     assert (consumed, skip) == (n, 0)
     nu, nd, nb, nbd, nt = counts.tolist()

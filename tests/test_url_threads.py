@@ -107,3 +107,21 @@ def test_stage_url_path_threads_equal_one(tmp_path):
     assert got[0] == got[1] and len(got[0][0]) > 300 // 2
     with pytest.raises(InvalidInputError):
         DedupStage.open(str(tmp_path / "bad"), create=True, threads=0)
+
+
+def test_prefetch_keeps_order_and_raises():
+    assert list(parallel.prefetch(iter(range(5)))) == [0, 1, 2, 3, 4]
+
+    def broken():
+        yield 1
+        raise OSError("disk")
+
+    it = parallel.prefetch(broken())
+    assert next(it) == 1
+    with pytest.raises(OSError):
+        next(it)
+
+
+def test_keep_freed_memory_is_harmless():
+    assert parallel.keep_freed_memory() in (True, False)
+    assert normalise_many(["http://a.example/"] * 300, fast=True).urls[0] == "http://a.example/"

@@ -20,7 +20,7 @@ from ..fastpath import normalise_buffer, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
-from ..parallel import check_threads
+from ..parallel import check_threads, keep_freed_memory, prefetch
 from ..policy import load_policy
 from ..urlbuffer import URLBuffer
 from . import default_store_dir, main, store_option
@@ -62,13 +62,16 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
              seconds: dict[str, float] | None = None) -> tuple[int, int]:
     """``seenstore add``'s fast path: admit the URLs of ``stream`` into ``store`` and
     write the new canonical URLs to ``out`` (binary), one batch of ``batch_lines``
-    at a time; add rejection counts to ``counts``; return (URLs read, new). With
-    ``seconds``, add the time of each stage to it: read (lines into URL buffers),
-    kernel, scalar, merge (normalise_buffer's), store, write."""
+    at a time; add rejection counts to ``counts``; return (URLs read, new). With more
+    than one thread, the next batch is read (by the line kernel) while this one is
+    processed. With ``seconds``, add the time of each stage to it: read (waiting for
+    the next URL buffer), kernel, scalar, merge (normalise_buffer's), store, write."""
     t = seconds if seconds is not None else {}
     threads = check_threads(threads)
     read = new = 0
     batches = URLBuffer.iter_file(stream, pairs=pairs, base=base, chunk_urls=batch_lines)
+    if threads > 1:
+        batches = prefetch(batches)
     while True:
         t0 = time.perf_counter()
         ub = next(batches, None)
@@ -244,6 +247,7 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
                 _write(fresh)
                 sys.stdout.flush()
         else:  # the batch fast path: same results (tests/test_fastpath_agreement.py)
+            keep_freed_memory()
             read, new = add_fast(stream, store, sys.stdout.buffer, counts, base=base,
                                  policy=policy, max_length=max_length, batch_lines=batch_lines,
                                  pairs=pairs, threads=threads)
