@@ -86,9 +86,9 @@ def head(src: str, lines: int, tmp: str) -> str:
     return path
 
 
-def routed_kinds(data: str, lines: int) -> tuple[int, collections.Counter]:
+def routed_kinds(data: str, lines: int, tmp: str) -> tuple[int, collections.Counter]:
     """(URLs read, Counter of kinds) of the URLs the kernel routes, on the first lines."""
-    ub = URLBuffer.from_file(head(data, lines, tempfile.mkdtemp(dir=SCRATCH)), pairs=True)
+    ub = URLBuffer.from_file(head(data, lines, tmp), pairs=True)
     _, _, status, _ = run_kernel(ub)
     kinds: collections.Counter = collections.Counter()
     for i in np.flatnonzero(status == ROUTE).tolist():
@@ -157,7 +157,7 @@ def main() -> None:
     identical = filecmp.cmp(fast_out, scalar_out, shallow=False)
     print(f"--scalar over {lines} lines: {sw:.1f} s ({lines / sw / 1e3:.0f} k lines/s); "
           f"fast output byte-identical: {identical} ({os.path.getsize(fast_out)} bytes)")
-    n, kinds = routed_kinds(a.data, a.check_lines or 10**12)
+    n, kinds = routed_kinds(a.data, a.check_lines or 10**12, tmp)
     total = sum(kinds.values())
     print(f"routed by the kernel: {total} of {n} URLs ({100 * total / max(n, 1):.2f} %)")
     for k, v in kinds.most_common():
