@@ -69,7 +69,7 @@ def test_add_pairs_fast_equals_scalar(tmp_path_factory, pairs, batch):
         assert "http://p.example/a/y\n" in fast[0]
 
 
-REAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "real_links.tsv")
+REAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "real_links.tsv")
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
