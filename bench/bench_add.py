@@ -12,7 +12,9 @@ process, with the time of each stage (read: lines into URL buffers by the line
 kernel; kernel: normalise + fingerprint; scalar: the routed URLs; merge; store:
 ``SeenStore.add``; write: the new canonical URLs to a file), lines/s = input lines
 over the wall time of the loop; then the ``seenstore add --pairs`` command itself
-(a subprocess, wall time including start-up). The output of every run is compared
+(a subprocess, wall time including start-up); then one thread again with each
+stage's time taken as the thread's CPU time (a loaded machine's waiting left
+out; the store's own threads not counted). The output of every run is compared
 byte for byte with ``seenstore add --pairs --scalar`` over the first --check-lines
 lines (all with --check-lines 0), and the routed URLs of the data are classified
 (userinfo, IDN / xn-- hosts, other) with their share of the scalar time.
