@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 
 import xxhash
 
@@ -19,7 +20,7 @@ NAME = "MANIFEST"
 TMP_NAME = "MANIFEST.tmp"
 FORMAT = "seenstore-manifest"
 MAJOR = 1
-MINOR = 0
+MINOR = 1  # 1.1 adds "store_id" (a store's random identity; the Bloom file is bound to it)
 
 
 def _canonical(doc: dict) -> bytes:
@@ -68,11 +69,32 @@ def read(directory: str) -> dict:
         raise CorruptionError(f"{path}: manifest is not valid JSON (damaged or foreign)")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise NotSupportedError(f"{path}: not a seenstore manifest")
-    if not isinstance(doc.get("major"), int) or doc["major"] > MAJOR:
+    major = doc.get("major")
+    if not isinstance(major, int) or major != MAJOR:
+        how = "newer than" if isinstance(major, int) and major > MAJOR else "not one"
         raise NotSupportedError(
-            f"{path}: manifest version {doc.get('major')} is newer than this seenstore "
-            f"reads ({MAJOR}.x); upgrade seenstore")
+            f"{path}: manifest version {major}.{doc.get('minor')} is {how} this "
+            f"seenstore reads ({MAJOR}.x); upgrade seenstore")
     want = doc.pop("checksum", None)
     if want != xxhash.xxh3_64_hexdigest(_canonical(doc)):
         raise CorruptionError(f"{path}: manifest checksum mismatch")
     return doc
+
+
+def new_store_id() -> str:
+    """A random store identity: 128 bits as 32 hex digits."""
+    return secrets.token_hex(16)
+
+
+def with_store_id(doc: dict) -> dict:
+    """``doc`` with a store identity: stores made before manifest 1.1 get one with
+    their next commit (a copy; ``doc`` is not changed)."""
+    return doc if doc.get("store_id") else dict(doc, store_id=new_store_id())
+
+
+def runs_digest(doc: dict) -> int:
+    """xxh3-64 of the runs ``doc`` names (shard, file, count, body checksum): what a
+    Bloom filter built from exactly these runs records, to be recognised on load."""
+    text = ";".join(f"{r['shard']}:{r['file']}:{r['count']}:{r['checksum']}"
+                    for r in sorted(doc["runs"], key=lambda r: r["shard"]))
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8"))

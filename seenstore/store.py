@@ -20,20 +20,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import manifest
+from . import manifest, wal as walmod
 from .batch import as_keys, prepare
-from .bloom import BloomFilter
-from .errors import (CorruptionError, DiskFullError, InvalidInputError, MismatchError,
-                     NotAStoreError, SeenStoreError, StoreIOError, StoreNotFoundError)
+from .bloom import Binding, BloomFilter
+from .errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputError,
+                     MismatchError, NotAStoreError, SeenStoreError, StoreIOError,
+                     StoreNotFoundError)
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
-from .kernels.batch import (compact_inplace, mark_first_new, mark_members, partition_top_bits,
-                            unique_inplace)
+from .dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers, merge_run
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
                         policy_digest, whole_blocks)
 from .runreader import RunReader
 from .runwriter import RunWriter
+
+compact_inplace, mark_first_new, mark_members, partition_top_bits, unique_inplace = (
+    _kernels.compact_inplace, _kernels.mark_first_new, _kernels.mark_members,
+    _kernels.partition_top_bits, _kernels.unique_inplace)
 
 DEFAULT_POLICY_ID = "safe-v1"
 BLOOM_NAME = "BLOOM"
@@ -47,6 +51,8 @@ DEFAULT_SHARD_BITS = 4
 PROBE_RATIO = 64
 MAX_SHARD_BITS = 12
 REBUILD_CHUNK_KEYS = 1 << 24  # 128 MiB read buffer when a Bloom filter is rebuilt
+BLOOM_SAMPLE_KEYS = 4096  # stored keys a loaded Bloom filter must answer present
+SNAPSHOT_RETRIES = 20  # a reader's attempts at opening the runs of one committed generation
 _RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
 _TMP_RE = re.compile(r"^(MANIFEST\.tmp|BLOOM\.tmp\.\d+)$")
 _FAULT = os.environ.get("SEENSTORE_FAULT", "")  # test seam: "point" -> SIGKILL self there
@@ -94,6 +100,11 @@ class SeenStore:
         self._buffer_pool: list[MergeBuffers] = []
         self.last_timings: dict = {}
         self.sync = True  # fsync on commit (see open)
+        self._closed = False
+        self._presize_s = 0.0  # a Bloom rebuild before the current batch (_presize_bloom)
+        self._view_lock = threading.Lock()  # (self._doc, self._readers) change together
+        self._pending = walmod.PendingKeys(path)  # keys a stage logged, not merged yet
+        self.wal_replay: dict | None = None  # what the writer's open replayed
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -113,7 +124,11 @@ class SeenStore:
         ``bloom_capacity`` keys (default: twice the store, at least 2^20; grown
         2x whenever the keys in it pass the capacity) at
         ``bloom_fpr``; loaded from BLOOM, or rebuilt from the runs when missing or
-        stale. Raises StoreNotFoundError, NotAStoreError, LockedError,
+        stale (or bound to another store, or answering a stored key absent). A
+        writer then replays and deletes the WAL segments a DedupStage left
+        (``stage-*.wal``: keys it handed out but did not merge) before it admits
+        anything (figures in ``wal_replay``); a damaged segment makes the open fail
+        naming it. Raises StoreNotFoundError, NotAStoreError, LockedError,
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
         power loss (for tests and throwaway stores)."""
@@ -151,9 +166,10 @@ class SeenStore:
             store.sync = sync
             store._check_identity(layout, policy_id, shard_bits)
             store._remove_leftovers()
-            store._open_readers()
+            store._readers = store._readers_for(doc)
             if bloom or mode == "approximate":
                 store._load_or_build_bloom(bloom_fpr, bloom_capacity)
+            store.wal_replay = walmod.replay_wal(store)
             return store
         except BaseException:
             lock.release()
@@ -161,17 +177,40 @@ class SeenStore:
 
     @classmethod
     def _open_readonly(cls, path, layout, policy_id) -> "SeenStore":
-        for attempt in range(5):  # a writer may commit and delete old runs meanwhile
-            doc = manifest.read(path)
-            store = cls(path, doc, None)
-            store._check_identity(layout, policy_id, None)
+        store = cls(path, manifest.read(path), None)
+        store._check_identity(layout, policy_id, None)
+        store._refresh(force=True)
+        return store
+
+    def _refresh(self, force: bool = False) -> None:
+        """Read-only stores: move to the newest committed generation, opening all its
+        runs (one consistent snapshot: an open run stays readable after a writer
+        retires it). A writer may commit and delete runs between our manifest read
+        and our opens: then the next manifest names other runs, and we retry with it.
+        The writer's own store is always current (no-op)."""
+        if self._lock is not None:
+            return
+        for attempt in range(SNAPSHOT_RETRIES):
+            doc = manifest.read(self.path)
+            if not force and doc["generation"] == self.generation:
+                with self._view_lock:
+                    self._doc = doc  # counters may have changed, runs have not
+                return
             try:
-                store._open_readers()
-                return store
+                readers = self._readers_for(doc)
             except SeenStoreError:
-                if attempt == 4 or manifest.read(path)["generation"] == doc["generation"]:
-                    raise
-        raise AssertionError("unreachable")
+                if (attempt == SNAPSHOT_RETRIES - 1
+                        or manifest.read(self.path)["generation"] == doc["generation"]):
+                    raise  # the runs of the current generation are damaged
+                continue
+            with self._view_lock:
+                self._doc, self._readers = doc, readers
+            return
+
+    def _snapshot(self) -> tuple[dict, dict]:
+        """(manifest, readers) of one generation, taken together."""
+        with self._view_lock:
+            return self._doc, self._readers
 
     @staticmethod
     def _create(path: str, layout: Layout, policy_id: str, shard_bits: int, sync: bool) -> None:
@@ -192,7 +231,7 @@ class SeenStore:
                 manifest.fsync_dir(path)
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             manifest.write(path, {
-                "generation": 0, "layout": layout.to_dict(), "policy_id": policy_id,
+                "store_id": manifest.new_store_id(), "generation": 0, "layout": layout.to_dict(), "policy_id": policy_id,
                 "shard_bits": shard_bits, "runs": runs, "created": now, "updated": now,
                 "counters": {"batches": 0, "new": 0},
             }, sync=sync)
@@ -223,31 +262,62 @@ class SeenStore:
                 except OSError as e:
                     raise _io_error(e, f"{name}: cannot remove leftover") from e
 
-    def _open_readers(self) -> None:
+    def _readers_for(self, doc: dict) -> dict:
+        """A RunReader per shard of ``doc``, each checked against it."""
         readers = {}
-        pd = policy_digest(self._doc["policy_id"])
-        for r in self._doc["runs"]:
+        pd = policy_digest(doc["policy_id"])
+        for r in doc["runs"]:
             reader = RunReader(os.path.join(self.path, r["file"]))
             h = reader.header
             if (h.count != r["count"] or f"{h.body_checksum:016x}" != r["checksum"]
                     or h.shard != r["shard"] or h.policy_digest != pd
-                    or h.host_bits != self.layout.host_bits
-                    or h.shard_bits != self._doc["shard_bits"]):
+                    or h.host_bits != Layout.from_dict(doc["layout"]).host_bits
+                    or h.shard_bits != doc["shard_bits"]):
                 raise CorruptionError(f"{r['file']}: header does not match the manifest")
             readers[r["shard"]] = reader
-        self._readers = readers
+        return readers
+
+    def _binding(self) -> Binding:
+        """What a Bloom filter of this store's current runs records (docs/bloom.md)."""
+        return Binding(self._doc.get("store_id", ""), len(self), manifest.runs_digest(self._doc))
+
+    def _bloom_misses_a_stored_key(self, bf: BloomFilter) -> bool:
+        """True if ``bf`` answers absent for one of up to BLOOM_SAMPLE_KEYS stored keys
+        spread over every run (first, last and evenly between): a filter of these
+        runs has no false negatives, so one miss proves it is not theirs (zeroed,
+        forged, or built from other keys). A few page reads per run."""
+        total = max(len(self), 1)
+        for reader in self._readers.values():
+            n = reader.count
+            if not n:
+                continue
+            m = min(n, max(2, BLOOM_SAMPLE_KEYS * n // total))
+            sample = np.ascontiguousarray(reader.keys[np.linspace(0, n - 1, m).astype(np.int64)])
+            if not bf.query(sample.astype(np.uint64, copy=False)).all():
+                return True
+        return False
 
     def _load_or_build_bloom(self, fpr: float, capacity: int | None) -> None:
-        """Use BLOOM if it reflects this generation and fits; else rebuild from the runs."""
+        """Use BLOOM if it is bound to this store's current runs (store id, generation,
+        key count, runs digest), answers a sample of stored keys present and fits;
+        else rebuild it from the runs. In exact mode a Bloom negative skips the disk,
+        so a filter of other keys would hand stored keys out again (docs/bloom.md)."""
         want = max(capacity, len(self)) if capacity else max(2 * len(self), MIN_BLOOM_CAPACITY)
         path = os.path.join(self.path, BLOOM_NAME)
         try:
             bf, gen = BloomFilter.load(path)
             fits = (capacity is None or bf.capacity >= capacity) and bf.capacity >= len(self)
-            if gen == self.generation and bf.target_fpr == fpr and fits:
+            if gen != self.generation:
+                self._bloom_state = "rebuilt (stale file)"
+            elif bf.binding != self._binding():
+                self._bloom_state = "rebuilt (file not bound to this store's runs)"
+            elif self._bloom_misses_a_stored_key(bf):
+                self._bloom_state = "rebuilt (file answered a stored key absent)"
+            elif bf.target_fpr == fpr and fits:
                 self.bloom, self._bloom_state = bf, "loaded"
                 return
-            self._bloom_state = "rebuilt (stale file)"
+            else:
+                self._bloom_state = "rebuilt (other size or target)"
         except StoreNotFoundError:
             self._bloom_state = "rebuilt (no file)"
         except SeenStoreError:
@@ -267,10 +337,19 @@ class SeenStore:
     def checkpoint(self) -> None:
         """Save the Bloom filter (BLOOM) for the current generation, so the next
         open need not rebuild it. Done by ``close``; call it to bound rebuild work
-        after a crash."""
-        if self.bloom is not None and self._bloom_dirty and self._lock is not None:
-            self.bloom.save(os.path.join(self.path, BLOOM_NAME), self.generation)
-            self._bloom_dirty = False
+        after a crash. Safe beside ``add`` from another thread: it waits for the
+        batch in progress (the filter, its generation and its binding are taken
+        under the same lock as a batch's insert and commit)."""
+        self._check_open()
+        with self._mutex:
+            if self.bloom is not None and self._bloom_dirty and self._lock is not None:
+                self.bloom.save(os.path.join(self.path, BLOOM_NAME), self.generation,
+                                self._binding())
+                self._bloom_dirty = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self.path}: the store is closed")
 
     # -------------------------------------------------------------- properties
     @property
@@ -290,6 +369,7 @@ class SeenStore:
         return self._doc["generation"]
 
     def __len__(self) -> int:
+        self._check_open()
         return sum(r.count for r in self._readers.values())
 
     # ----------------------------------------------------------------- queries
@@ -302,19 +382,30 @@ class SeenStore:
         return np.append(np.searchsorted(sorted_keys, starts), len(sorted_keys))
 
     def contains(self, keys) -> np.ndarray:
-        """Mask over ``keys``: True where the key has been admitted. Reads only."""
+        """Mask over ``keys``: True where the key has been admitted, including keys a
+        DedupStage handed out that sit in its write-ahead log, not merged yet.
+        Reads only; a read-only store answers from the newest committed generation."""
+        self._check_open()
         keys = as_keys(keys)
+        # WAL keys first, then the runs: a segment is deleted only after its merge
+        # committed, so a key is in one or the other (wal.PendingKeys)
+        pending = self._pending.keys()
+        self._refresh()
+        _, readers = self._snapshot()
         uniq = prepare(keys)
         bf = self.bloom  # once: a failed insert on the writer's thread may drop it
         if bf is not None:
             uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
         found = np.zeros(len(uniq), dtype=np.bool_)
         bounds = self._shard_bounds(uniq)
-        for shard, reader in list(self._readers.items()):
+        for shard, reader in readers.items():
             lo, hi = bounds[shard], bounds[shard + 1]
             if lo < hi:
                 found[lo:hi] = _member(reader.keys, uniq[lo:hi])
-        return mark_members(keys, uniq[found])  # every occurrence, not just the first
+        mask = mark_members(keys, uniq[found])  # every occurrence, not just the first
+        if len(pending):
+            mask |= _member(pending, keys)
+        return mask
 
     # ----------------------------------------------------------------- writing
     def add(self, keys, progress=None) -> np.ndarray:
@@ -356,6 +447,7 @@ class SeenStore:
         Bloom answers decide what is merged at all."""
         self._check_writable()
         with self._mutex:
+            self._presize_bloom(len(keys))
             behind = None
             if self.bloom is not None and self.mode == "exact" and len(keys):
                 behind = self.bloom.add_in_background(keys)
@@ -378,6 +470,19 @@ class SeenStore:
         self.last_timings["sort_s"] = t_sort
         self.last_timings["offered"] = len(keys)
         return new
+
+    def _presize_bloom(self, n: int) -> None:
+        """Before a batch of ``n`` keys that could take the Bloom filter past twice its
+        capacity (a false-positive rate ~12x its target, all through the batch),
+        rebuild it sized for the store plus the whole batch, so the batch is not
+        answered by an overfull filter and rebuilt after it (issue 11 item 5). A
+        smaller overshoot is left to the growth after the merge (``_after_merge``).
+        Requires: ``_mutex`` held."""
+        bf = self.bloom
+        if bf is not None and n and bf.n_added + n > 2 * bf.capacity:
+            t = time.perf_counter()
+            self._rebuild_bloom(2 * (len(self) + n), bf.target_fpr)
+            self._presize_s = time.perf_counter() - t
 
     def _finish_bloom(self, behind) -> int:
         """Wait for a background Bloom insert; return its count of certainly-new keys.
@@ -407,27 +512,34 @@ class SeenStore:
         self._bloom_state = "dropped (insert failed or interrupted)"
 
     def _check_writable(self) -> None:
+        self._check_open()
         if self._lock is None:
             raise InvalidInputError(f"{self.path}: store was opened read-only")
 
     def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0) -> np.ndarray:
         """Admit sorted unique keys; return the mask of those that were new.
 
-        Requires: ``uniq`` sorted ascending, unique, uint64. All shards the batch
-        touches are committed together, or none (on any error).
+        Requires: ``uniq`` sorted ascending, unique, uint64 (InvalidInputError
+        otherwise). All shards the batch touches are committed together, or none.
         ``approx_answered``: keys a caller (the streaming stage) answered as seen
         from a Bloom positive alone; added to the durable counter with this commit.
         In exact mode the Bloom query runs first here, so a shard whose keys are
         all Bloom-positive is probed before it is rewritten (the stage's held
         positives are mostly seen keys)."""
         self._check_writable()
+        if not (isinstance(uniq, np.ndarray) and uniq.dtype == np.uint64 and uniq.ndim == 1):
+            raise InvalidInputError("add_sorted needs a 1-D uint64 array (use add for any keys)")
+        if len(uniq) > 1 and not bool(np.all(uniq[1:] > uniq[:-1])):
+            raise InvalidInputError(
+                "add_sorted needs keys sorted ascending and unique (use add for any keys)")
         with self._mutex:
+            self._presize_bloom(len(uniq))
             return self._add_sorted(uniq, progress, approx_answered)
 
     def _new_timings(self, n: int) -> dict:
         """The figures of one call (``last_timings``), zeroed; ``n`` keys offered."""
         self.last_timings = {
-            "sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": 0.0,
+            "sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": self._presize_s,
             "bloom_background_s": 0.0, "merge_s": 0.0, "shard_sort_s": 0.0, "commit_s": 0.0,
             "bytes_read": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
             "bloom_negative": 0, "approx_answered": 0}
@@ -440,6 +552,7 @@ class SeenStore:
         sorted, each once, as a view of the front of ``part``. ``behind``: the
         PendingAdd inserting these keys into the Bloom filter, or None (no filter)."""
         timings = self._new_timings(len(part))
+        self._presize_s = 0.0
         if behind is not None:
             self._bloom_dirty = True
         segs = self._merge_all(part, bounds, None, timings, progress, sort_parts=True)
@@ -456,10 +569,11 @@ class SeenStore:
         """Merge and commit sorted unique ``uniq``; return the mask of new keys. The
         Bloom filter is asked (and in exact mode filled) before the merge."""
         timings = self._new_timings(len(uniq))
+        self._presize_s = 0.0
         is_new = np.zeros(len(uniq), dtype=np.bool_)
         if len(uniq) == 0:
             if approx_answered:
-                self._commit_counters(approx_answered)
+                self._commit_counters(approx_answered, batches=0)
             return is_new
         t0 = time.perf_counter()
         maybe = None
@@ -489,8 +603,6 @@ class SeenStore:
             is_new = cand_new
         else:
             is_new[~maybe] = cand_new
-        if n_approx and not timings["new"]:
-            self._commit_counters(n_approx)  # nothing written, but the count is durable
         self._after_merge(timings, None, uniq[is_new] if self.mode == "approximate" else None)
         return is_new
 
@@ -513,7 +625,7 @@ class SeenStore:
                 t1 = time.perf_counter()
                 self._rebuild_bloom(2 * max(len(self), self.bloom.capacity),
                                     self.bloom.target_fpr)
-                timings["bloom_rebuild_s"] = time.perf_counter() - t1
+                timings["bloom_rebuild_s"] += time.perf_counter() - t1
 
     def _merge_all(self, keys: np.ndarray, bounds: np.ndarray, maybe: np.ndarray | None,
                    timings: dict, progress=None, sort_parts: bool = False) -> list:
@@ -530,7 +642,9 @@ class SeenStore:
         there."""
         gen = self.generation + 1
         jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
-        if not jobs:
+        if not jobs:  # no key, or all answered by the Bloom filter alone (approximate)
+            if timings["offered"]:
+                self._commit_counters(timings["approx_answered"])
             return []
         pd = policy_digest(self.policy_id)
         writers: dict[int, RunWriter] = {}
@@ -604,6 +718,8 @@ class SeenStore:
             n_new = sum(int(mask.sum()) for _, _, mask in segs)
             if changed:
                 self._commit(gen, changed, n_new, timings["approx_answered"])
+            else:  # nothing new: no run changes, but the batch and its counts are recorded
+                self._commit_counters(timings["approx_answered"])
             timings["commit_s"] = time.perf_counter() - t1
             timings["new"] = n_new
             return segs
@@ -627,17 +743,23 @@ class SeenStore:
                 return bufs
         return MergeBuffers(self.chunk_keys)
 
-    def _commit_counters(self, n_approx: int) -> None:
-        """Record keys answered by the Bloom filter alone when no run changed."""
-        doc = dict(self._doc)
+    def _commit_counters(self, n_approx: int, batches: int = 1) -> None:
+        """Record a batch that changed no run (every key was stored already) and the
+        keys answered by the Bloom filter alone: a manifest with the same runs and
+        generation, new counters."""
+        doc = manifest.with_store_id(dict(self._doc))
         c = dict(doc["counters"])
-        c["approx_answered"] = c.get("approx_answered", 0) + n_approx
+        c["batches"] += batches
+        if n_approx:
+            c["approx_answered"] = c.get("approx_answered", 0) + n_approx
         doc["counters"] = c
+        doc["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
             manifest.write(self.path, doc, sync=self.sync)
         except OSError as e:
             raise _io_error(e, f"{self.path}: committing counters") from e
-        self._doc = doc
+        with self._view_lock:
+            self._doc = doc
 
     def _commit(self, gen: int, changed: list, n_new: int, n_approx: int = 0) -> None:
         self._join_retire()
@@ -646,7 +768,7 @@ class SeenStore:
             if self.sync:
                 manifest.fsync_dir(self.path)
             _fault("before-manifest")
-            doc = dict(self._doc)
+            doc = manifest.with_store_id(dict(self._doc))
             runs = {r["shard"]: r for r in doc["runs"]}
             old_files = []
             for shard, h in changed:
@@ -657,7 +779,7 @@ class SeenStore:
             doc["generation"] = gen
             doc["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             c = dict(doc["counters"])
-            c["batches"] += 1  # batches that admitted at least one key
+            c["batches"] += 1  # every batch of at least one key (_commit_counters: no new key)
             c["new"] += n_new
             if n_approx:
                 c["approx_answered"] = c.get("approx_answered", 0) + n_approx
@@ -667,9 +789,11 @@ class SeenStore:
             raise _io_error(e, f"{self.path}: committing") from e
         # Committed. From here on a failure must not undo the batch.
         _fault("after-manifest")
-        self._doc = doc
+        readers = dict(self._readers)
         for shard, _ in changed:
-            self._readers[shard] = RunReader(os.path.join(self.path, run_name(shard, gen)))
+            readers[shard] = RunReader(os.path.join(self.path, run_name(shard, gen)))
+        with self._view_lock:  # readers on other threads see the old pair or the new one
+            self._doc, self._readers = doc, readers
         self._retire([os.path.join(self.path, name) for name in old_files])
 
     def _retire(self, paths: list) -> None:
@@ -696,39 +820,47 @@ class SeenStore:
 
     # ------------------------------------------------------------ maintenance
     def stats(self) -> dict:
-        """Figures about the store (keys, files, bytes on disk, layout, versions)."""
-        files = [r["file"] for r in self._doc["runs"]] + [manifest.NAME]
-        disk = 0
-        for name in files:
-            try:
-                disk += os.path.getsize(os.path.join(self.path, name))
-            except OSError:
-                pass
-        keys = len(self)
-        wal = [n for n in os.listdir(self.path) if n.startswith("stage-") and n.endswith(".wal")]
+        """Figures about the store (keys, files, bytes on disk with and without the
+        Bloom file, layout, versions, WAL segments a stage left), all of one
+        generation (a read-only store moves to the newest first)."""
+        self._check_open()
+        self._refresh()
+        doc, readers = self._snapshot()
+        files = [r["file"] for r in doc["runs"]] + [manifest.NAME]
+        disk = sum(_size(os.path.join(self.path, name)) for name in files)
+        bloom_file = _size(os.path.join(self.path, BLOOM_NAME))
+        keys = sum(r.count for r in readers.values())
+        wal = [p for _, p in walmod.list_segments(self.path)]
+        wal_sizes = [_size(p, None) for p in wal]  # a merge may delete one meanwhile
         return {
             "path": self.path,
+            "store_id": doc.get("store_id"),
             "keys": keys,
             "files": len(files),
-            "bytes_on_disk": disk,
+            "bytes_on_disk": disk,  # runs + manifest
             "bytes_per_key": (disk / keys) if keys else None,
-            "layout": self.layout.describe(),
-            "host_bits": self.layout.host_bits,
-            "shard_bits": self.shard_bits,
-            "shards": 1 << self.shard_bits,
-            "largest_shard_keys": max((r.count for r in self._readers.values()), default=0),
-            "policy_id": self.policy_id,
-            "generation": self.generation,
+            "bloom_file_bytes": bloom_file,
+            "bytes_on_disk_with_bloom": disk + bloom_file,
+            "bytes_per_key_with_bloom": ((disk + bloom_file) / keys) if keys else None,
+            "layout": Layout.from_dict(doc["layout"]).describe(),
+            "host_bits": Layout.from_dict(doc["layout"]).host_bits,
+            "shard_bits": doc["shard_bits"],
+            "shards": 1 << doc["shard_bits"],
+            "largest_shard_keys": max((r.count for r in readers.values()), default=0),
+            "policy_id": doc["policy_id"],
+            "generation": doc["generation"],
             "run_format": f"{RUN_MAJOR}.{RUN_MINOR}",
-            "manifest_format": f"{manifest.MAJOR}.{manifest.MINOR}",
-            "counters": {"approx_answered": 0, **self._doc["counters"]},
-            # keys a DedupStage handed out but has not merged yet (replayed on its open)
-            "wal_segments": len(wal),
-            "wal_bytes": sum(os.path.getsize(os.path.join(self.path, n)) for n in wal),
+            "manifest_format": f"{doc.get('major', manifest.MAJOR)}.{doc.get('minor', 0)}",
+            # batches: every add/merge call of at least one key that committed
+            "counters": {"approx_answered": 0, **doc["counters"]},
+            # keys a DedupStage handed out but has not merged yet (replayed by the next
+            # writer's open, counted present by contains)
+            "wal_segments": sum(1 for n in wal_sizes if n is not None),
+            "wal_bytes": sum(n for n in wal_sizes if n is not None),
             "mode": self.mode,
             "bloom": self._bloom_stats(keys),
-            "created": self._doc.get("created"),
-            "updated": self._doc.get("updated"),
+            "created": doc.get("created"),
+            "updated": doc.get("updated"),
         }
 
     def _bloom_stats(self, keys: int) -> dict | None:
@@ -738,7 +870,8 @@ class SeenStore:
                 bf, gen = BloomFilter.load(os.path.join(self.path, BLOOM_NAME))
             except SeenStoreError:
                 return None
-            state = "saved, current" if gen == self.generation else "saved, stale (rebuilt on next open)"
+            current = gen == self.generation and bf.binding == self._binding()
+            state = "saved, current" if current else "saved, stale (rebuilt on next open)"
         return {
             "state": state, "bytes": bf.nbytes, "n_hashes": bf.n_hashes,
             "capacity": bf.capacity, "target_fpr": bf.target_fpr,
@@ -749,30 +882,49 @@ class SeenStore:
         }
 
     def verify(self) -> dict:
-        """Full integrity check of every run (checksums, order, shard ranges).
-        Raises CorruptionError on the first fault; returns a summary otherwise."""
-        doc = manifest.read(self.path)
-        if doc["generation"] != self.generation:
-            raise CorruptionError(f"{self.path}: manifest changed under an open store")
-        sb = self.shard_bits
-        for shard, reader in sorted(self._readers.items()):
+        """Full integrity check of one generation's runs (checksums, order, shard
+        ranges) and of every WAL segment a stage left (a damaged one would stop the
+        next writer's open). Raises CorruptionError / NotSupportedError on the first
+        fault; returns a summary otherwise. A read-only store checks the newest
+        generation; a writer committing meanwhile does not disturb it (the runs it
+        holds stay readable after they are retired)."""
+        self._check_open()
+        self._refresh()
+        manifest.read(self.path)  # the commit point itself must be readable
+        doc, readers = self._snapshot()
+        sb = doc["shard_bits"]
+        for shard, reader in sorted(readers.items()):
             reader.verify()
             if reader.count and sb:
                 run = reader.keys
                 lo, hi = int(run[0]) >> (64 - sb), int(run[-1]) >> (64 - sb)
                 if lo != shard or hi != shard:
                     raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
-        return {"keys": len(self), "runs": len(self._readers), "generation": self.generation}
+        segments = 0
+        for _, path in walmod.list_segments(self.path):
+            try:
+                walmod.read_segment(path)
+            except StoreIOError as e:
+                if isinstance(e.__cause__, FileNotFoundError):
+                    continue  # merged and removed meanwhile
+                raise
+            segments += 1
+        return {"keys": sum(r.count for r in readers.values()), "runs": len(readers),
+                "generation": doc["generation"], "wal_segments": segments}
 
     def close(self, save_bloom: bool = True) -> None:
         """Save the Bloom filter (if changed and ``save_bloom``), release the lock.
-        Never loses data: a Bloom filter not saved is rebuilt by the next open."""
+        Never loses data: a Bloom filter not saved is rebuilt by the next open.
+        Closing again does nothing; any other call afterwards raises ClosedError."""
+        if self._closed:
+            return
         self._join_retire()
         try:
             if save_bloom:
                 self.checkpoint()
         except SeenStoreError as e:
             warnings.warn(f"Bloom filter not saved ({e}); the next open rebuilds it")
+        self._closed = True
         for r in self._readers.values():
             r.close()
         self._readers = {}
@@ -785,6 +937,14 @@ class SeenStore:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(save_bloom=exc_type is None)
+
+
+def _size(path: str, missing=0):
+    """Size of ``path`` in bytes, or ``missing`` when it does not exist (any more)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return missing
 
 
 def _member(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:

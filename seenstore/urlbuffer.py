@@ -177,14 +177,16 @@ class URLBuffer:
         base: str | None = None,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         chunk_urls: int | None = None,
-        max_line: int = DEFAULT_MAX_LINE,
+        max_line: int | None = None,
     ) -> Iterator[URLBuffer]:
         """Yield URLBuffers of whole lines, reading ``block_bytes`` at a time.
 
         Each yielded buffer holds the lines of about one block (at least one line),
         or of up to ``chunk_urls`` URLs if given (several blocks merged). A line over
-        ``max_line`` bytes is an empty URL listed in the buffer's ``too_long``.
+        ``max_line`` bytes (None: DEFAULT_MAX_LINE) is an empty URL listed in the
+        buffer's ``too_long``.
         """
+        max_line = DEFAULT_MAX_LINE if max_line is None else max_line
         if block_bytes < 1 or max_line < 0:
             raise InvalidInputError("block_bytes must be positive and max_line >= 0")
         if isinstance(source, (str, os.PathLike)):
@@ -312,11 +314,11 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
     they arrive) into one reused buffer; the unfinished last line is carried over.
     A line over ``max_line`` bytes is never held whole: it becomes an empty URL
     listed in ``too_long``. Memory: the buffer (block_bytes + max_line) + the batch."""
-    from .kernels.lines import split_lines  # numba: loaded on first use
+    from . import dispatch  # the kernel (numba) only once the input is large
 
     buf = np.empty(block_bytes + max_line + 3, dtype=np.uint8)
     readinto = getattr(f, "readinto1", None) or getattr(f, "readinto", None)
-    start = end = skip = 0
+    start = end = skip = total = 0
     at_start, final, need_read = True, False, True
     out = _LineBatch(base)
     while True:
@@ -331,8 +333,10 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
                 got = len(chunk)
                 buf[end : end + got] = np.frombuffer(chunk, dtype=np.uint8)
             end += got
+            total += got
             final = got == 0
         n = end - start
+        split_lines = dispatch.split_lines_for(total)
         limit = out.reserve(n, chunk_urls)
         consumed, skip = split_lines(buf[start:end], n, final, pairs, max_line, skip, at_start,
                                      out.gbase_id, limit, *out.arrays())
@@ -408,3 +412,75 @@ def _exact(a: np.ndarray, n: int) -> np.ndarray:
     """``a`` shrunk in place to n items. Requires: ``a`` owns its data, no view in use."""
     a.resize(n, refcheck=False)
     return a
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _blocks(f: BinaryIO, block_bytes: int, max_line: int | None = None) -> Iterator[np.ndarray]:
+    """Yield uint8 views of whole lines (each ending in ``\\n`` except maybe the last),
+    reading at most ``block_bytes`` per call (``readinto1`` where the stream has it, so
+    a pipe's lines are processed as they arrive). A view is valid only until the
+    next one is requested (one buffer is reused); a line longer than it grows it,
+    unless ``max_line`` is given: then a line is cut to its first ``max_line`` bytes
+    and the rest skipped up to its newline (memory stays bounded whatever the line).
+    A UTF-8 byte order mark at the start of the stream is skipped."""
+    buf = bytearray(block_bytes)
+    carry = 0
+    skipping = False  # inside the rest of a line already cut to max_line bytes
+    at_start = True
+    readinto = getattr(f, "readinto1", None) or getattr(f, "readinto", None)
+    while True:
+        if carry == len(buf):
+            if max_line is not None and carry >= max_line:
+                carry, skipping = max_line, True  # keep the head: enough to reject it
+            else:  # a fresh, larger buffer: views of the old one may live on
+                bigger = bytearray(2 * len(buf))
+                bigger[:carry] = buf
+                buf = bigger
+        if readinto is not None:
+            with memoryview(buf) as mv:
+                got = readinto(mv[carry:]) or 0
+        else:
+            data = f.read(len(buf) - carry) or b""
+            got = len(data)
+            buf[carry : carry + got] = data
+        n = carry + got
+        if at_start and (n >= len(_BOM) or got == 0):
+            at_start = False
+            if buf.startswith(_BOM):
+                buf[: n - 3] = buf[3:n]
+                n -= 3
+        if skipping and got:
+            nl = buf.find(b"\n", carry, n)
+            if nl < 0:  # still inside the cut line: drop what was read
+                continue
+            buf[carry : carry + n - nl] = buf[nl:n]
+            n = carry + n - nl
+            skipping = False
+        if got == 0:
+            if n:
+                yield np.frombuffer(buf, dtype=np.uint8, count=n)
+            return
+        cut = buf.rfind(b"\n", 0, n) + 1
+        if cut == 0:  # no complete line yet: keep reading
+            carry = n
+            if max_line is not None and carry > max_line:
+                carry, skipping = max_line, True
+            continue
+        yield np.frombuffer(buf, dtype=np.uint8, count=cut)
+        buf[: n - cut] = buf[cut:n]
+        carry = n - cut
+
+
+def iter_lines(f: BinaryIO, max_line: int | None = None,
+               block_bytes: int = DEFAULT_BLOCK_BYTES) -> Iterator[bytes]:
+    """The lines of a binary stream as bytes, without ``\\n`` and one trailing ``\\r``
+    (blank lines kept), read as ``_blocks`` does (BOM skipped, lines cut to
+    ``max_line`` bytes)."""
+    for block in _blocks(f, block_bytes, max_line):
+        parts = block.tobytes().split(b"\n")
+        if parts[-1] == b"":
+            parts.pop()
+        for line in parts:
+            yield line[:-1] if line.endswith(b"\r") else line

@@ -16,6 +16,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from naive import split_lines_naive
+from seenstore import dispatch
+from seenstore.dispatch import _split_lines
 from seenstore.errors import InvalidInputError
 from seenstore.fastpath import normalise_buffer
 from seenstore.kernels.lines import split_lines
@@ -27,6 +29,11 @@ piece = st.sampled_from([b"a", b"Z", b"\n", b"\r\n", b"\r", b"\t", b"/", b"\xc3\
                          BOM, b"\xef", b"\n\n", b"x" * 30, b"\t\t", b"http://e.example/p"])
 stream = st.tuples(st.sampled_from([b"", BOM, b"\xef\xbb", BOM + BOM]),
                    st.lists(piece, max_size=40).map(b"".join)).map(b"".join)
+
+
+def _reader(text: bytes):
+    """A ``read`` without ``readinto`` (like some wrappers), over a fresh copy of text."""
+    return io.BytesIO(text).read
 
 
 def listing(ub: URLBuffer):
@@ -47,10 +54,18 @@ def listing(ub: URLBuffer):
 def test_stream_matches_twin(text, pairs, base, block, max_line, readinto):
     src = io.BytesIO(text)
     if not readinto:
-        src = type("R", (), {"read": lambda self, n, f=src: f.read(n)})()
-    ub = URLBuffer.from_file(src, pairs=pairs, base=base, block_bytes=block, max_line=max_line)
+        src = type("R", (), {})()
     gb = None if base is None else base.encode()
-    assert listing(ub) == split_lines_naive(text, pairs, gb, max_line)
+    want = split_lines_naive(text, pairs, gb, max_line)
+    for small in (0, 10**9):  # the kernel, then dispatch's twin (small inputs)
+        saved, dispatch.SMALL = dispatch.SMALL, small
+        try:
+            src.seek(0) if readinto else setattr(src, "read", _reader(text))
+            ub = URLBuffer.from_file(src, pairs=pairs, base=base, block_bytes=block,
+                                     max_line=max_line)
+        finally:
+            dispatch.SMALL = saved
+        assert listing(ub) == want
 
 
 @settings(max_examples=150, deadline=None)
@@ -63,10 +78,12 @@ def test_chunks_carry_too_long(text, pairs, block, chunk_urls, max_line):
     assert listing(whole) == split_lines_naive(text, pairs, None, max_line)
 
 
+@pytest.mark.parametrize("split", [split_lines, _split_lines], ids=["kernel", "twin"])
 @settings(max_examples=200, deadline=None)
-@given(stream, st.booleans(), st.integers(0, 40))
-def test_kernel_one_final_block(text, pairs, max_line):
-    """One call over the whole input: every array is filled as the contract says."""
+@given(text=stream, pairs=st.booleans(), max_line=st.integers(0, 40))
+def test_kernel_one_final_block(split, text, pairs, max_line):
+    """One call over the whole input: every array is filled as the contract says (the
+    kernel, and dispatch's Python twin that small inputs use)."""
     buf = np.frombuffer(text, dtype=np.uint8)
     n = len(buf)
     cap = n // 2 + 2
@@ -74,7 +91,7 @@ def test_kernel_one_final_block(text, pairs, max_line):
     bdata, boffsets = np.empty(n, np.uint8), np.zeros(cap + 2, np.int64)
     ids, too_long = np.empty(cap, np.int64), np.empty(cap, np.int64)
     counts = np.zeros(5, np.int64)
-    consumed, skip = split_lines(buf, n, True, pairs, max_line, 0, True, -1, cap,
+    consumed, skip = split(buf, n, True, pairs, max_line, 0, True, -1, cap,
                                  data, offsets, bdata, boffsets, ids, too_long, counts)
     assert (consumed, skip) == (n, 0)
     nu, nd, nb, nbd, nt = counts.tolist()

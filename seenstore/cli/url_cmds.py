@@ -16,14 +16,15 @@ from contextlib import nullcontext
 
 import click
 
-from ..fastpath import normalise_buffer, scalar_one
+from ..fastpath import line_cap, normalise_buffer, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
 from ..parallel import check_threads, keep_freed_memory, prefetch
 from ..policy import load_policy
-from ..urlbuffer import URLBuffer
+from ..urlbuffer import URLBuffer, iter_lines
 from . import default_store_dir, main, store_option
+from .deliver import Output
 
 DEFAULT_BATCH_LINES = 1_000_000
 _CHUNK = 65536  # lines per output write for normalise/fingerprint
@@ -61,15 +62,17 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
              batch_lines: int, pairs: bool, threads: int | None,
              seconds: dict[str, float] | None = None) -> tuple[int, int]:
     """``seenstore add``'s fast path: admit the URLs of ``stream`` into ``store`` and
-    write the new canonical URLs to ``out`` (binary), one batch of ``batch_lines``
-    at a time; add rejection counts to ``counts``; return (URLs read, new). With more
+    send the new canonical URLs to ``out`` (``out.check()`` before each commit,
+    ``out.send(bytes)`` after it: deliver.Output), one batch of ``batch_lines`` at a
+    time; add rejection counts to ``counts``; return (URLs read, new). With more
     than one thread, the next batch is read (by the line kernel) while this one is
     processed. With ``seconds``, add the time of each stage to it: read (waiting for
     the next URL buffer), kernel, scalar, merge (normalise_buffer's), store, write."""
     t = seconds if seconds is not None else {}
     threads = check_threads(threads)
     read = new = 0
-    batches = URLBuffer.iter_file(stream, pairs=pairs, base=base, chunk_urls=batch_lines)
+    batches = URLBuffer.iter_file(stream, pairs=pairs, base=base, chunk_urls=batch_lines,
+                                  max_line=line_cap(max_length, pairs))
     if threads > 1:
         batches = prefetch(batches)
     while True:
@@ -86,28 +89,26 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
         for reason, n in fb.reason_counts().items():
             counts[reason] = counts.get(reason, 0) + n
         if len(fb.keys):
+            out.check()
             t2 = time.perf_counter()
             mask = store.add(fb.keys)
             t3 = time.perf_counter()
             new += int(mask.sum())
-            out.write(fb.lines(mask))
-            out.flush()
+            out.send(fb.lines(mask))
             t["store"] = t.get("store", 0.0) + t3 - t2
             t["write"] = t.get("write", 0.0) + time.perf_counter() - t3
 
 
-def _lines(stream) -> Iterator[bytes]:
-    for line in stream:
-        if line.endswith(b"\n"):
-            line = line[:-1]
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        yield line
+def _lines(stream, cap: int) -> Iterator[bytes]:
+    """Lines of a binary stream without their terminator, read in bounded blocks; a
+    leading UTF-8 BOM is skipped and a line longer than ``cap`` is cut to ``cap``
+    bytes (it is then rejected as too long), so memory stays bounded."""
+    return iter_lines(stream, cap)
 
 
-def _inputs(urls: tuple[str, ...]) -> Iterator[object]:
+def _inputs(urls: tuple[str, ...], max_length: int) -> Iterator[object]:
     if not urls or urls == ("-",):
-        return _lines(sys.stdin.buffer)
+        return _lines(sys.stdin.buffer, line_cap(max_length))
     return iter(urls)
 
 
@@ -136,7 +137,7 @@ def _per_line(command: str, urls, base, policy_file, max_length, threads, render
     check_base(base)
     policy = load_policy(policy_file)
     counts: dict[str, int] = {}
-    for chunk in _chunks(_inputs(urls), _CHUNK):
+    for chunk in _chunks(_inputs(urls, max_length), _CHUNK):
         batch = normalise_many(chunk, base, policy, max_length, threads=threads)
         out = [""] * len(chunk)
         for i, reason in batch.rejected:
@@ -229,8 +230,12 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
             SeenStore.open(store_dir or default_store_dir(), create=True,
                            policy_id=policy.identity, wait=None if wait < 0 else wait) as store:
         layout = store.layout
+        # stdout is checked before every commit (a reader gone: stop, commit nothing
+        # more); new URLs of a committed batch that cannot be written are saved in a
+        # recovery file and reported (deliver.py): none is lost.
+        out = Output("-", store.path, 0, "URLs").open()
         if scalar:
-            lines = (ln for ln in _lines(stream) if ln)
+            lines = (ln for ln in _lines(stream, line_cap(max_length, pairs)) if ln)
             for chunk in _chunks(lines, batch_lines):
                 read += len(chunk)
                 if pairs:
@@ -241,15 +246,15 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
                     counts[reason] = counts.get(reason, 0) + n
                 if not batch.urls:
                     continue
+                out.check()
                 mask = store.add(fingerprint_many(batch.urls, layout))
                 fresh = [u for u, m in zip(batch.urls, mask.tolist()) if m]
                 new += len(fresh)
-                _write(fresh)
-                sys.stdout.flush()
+                out.send("".join(u + "\n" for u in fresh).encode("utf-8", "surrogateescape"))
         else:  # the batch fast path: same results (tests/test_fastpath_agreement.py)
             keep_freed_memory()
-            read, new = add_fast(stream, store, sys.stdout.buffer, counts, base=base,
-                                 policy=policy, max_length=max_length, batch_lines=batch_lines,
-                                 pairs=pairs, threads=threads)
+            read, new = add_fast(stream, store, out, counts, base=base, policy=policy,
+                                 max_length=max_length, batch_lines=batch_lines, pairs=pairs,
+                                 threads=threads)
     rejected = sum(counts.values())
     _summary("add", counts, f"read {read}, new {new}, seen {read - new - rejected}, ")
