@@ -36,16 +36,17 @@ import time
 
 import numpy as np
 
-import seenstore.cli.url_cmds
-import seenstore.fastpath
-from seenstore.cli.url_cmds import add_fast
-from seenstore.fastpath import run_kernel
-from seenstore.kernels.url import ROUTE
-from seenstore.normalise import DEFAULT_MAX_LENGTH
-from seenstore.parallel import keep_freed_memory
-from seenstore.policy import DEFAULT_POLICY
-from seenstore.store import SeenStore
-from seenstore.urlbuffer import URLBuffer
+os.environ.setdefault("SEENSTORE_JIT_MIN", "0")  # kernels for every size (dispatch.py)
+import seenstore.cli.url_cmds  # noqa: E402
+import seenstore.fastpath  # noqa: E402
+from seenstore.cli.url_cmds import add_fast  # noqa: E402
+from seenstore.fastpath import run_kernel  # noqa: E402
+from seenstore.kernels.status import ROUTE  # noqa: E402
+from seenstore.normalise import DEFAULT_MAX_LENGTH  # noqa: E402
+from seenstore.parallel import keep_freed_memory  # noqa: E402
+from seenstore.policy import DEFAULT_POLICY  # noqa: E402
+from seenstore.store import SeenStore  # noqa: E402
+from seenstore.urlbuffer import URLBuffer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRATCH = os.path.join(REPO, "scratch")

@@ -353,8 +353,9 @@ FAMILIES = {"batch": batch, "merge": merge, "bloom": bloom, "url": url,
 
 
 def split_lines_for(bytes_read: int) -> Callable:
-    """The line splitter for a stream that has delivered ``bytes_read`` bytes: the
-    twin while that is below SMALL lines of LINE_BYTES, else the kernel."""
+    """The line splitter for a stream that has delivered ``bytes_read`` bytes (or is
+    known to hold that many): the twin below SMALL lines of LINE_BYTES, else the
+    kernel."""
     if bytes_read < SMALL * LINE_BYTES:
         return _split_lines
     kernel = lines.kernel("split_lines")

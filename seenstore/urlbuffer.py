@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -319,6 +320,7 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
     buf = np.empty(block_bytes + max_line + 3, dtype=np.uint8)
     readinto = getattr(f, "readinto1", None) or getattr(f, "readinto", None)
     start = end = skip = total = 0
+    hint = _size_hint(f)  # a regular file's size: a large one takes the kernel at once
     at_start, final, need_read = True, False, True
     out = _LineBatch(base)
     while True:
@@ -336,7 +338,7 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
             total += got
             final = got == 0
         n = end - start
-        split_lines = dispatch.split_lines_for(total)
+        split_lines = dispatch.split_lines_for(max(total, hint))
         limit = out.reserve(n, chunk_urls)
         consumed, skip = split_lines(buf[start:end], n, final, pairs, max_line, skip, at_start,
                                      out.gbase_id, limit, *out.arrays())
@@ -349,6 +351,15 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
         if final and not full:
             return
         need_read = not full  # a full batch may leave whole lines in the buffer
+
+
+def _size_hint(f: BinaryIO) -> int:
+    """The size of a regular file behind ``f``, else 0 (pipes, sockets, BytesIO)."""
+    try:
+        st = os.fstat(f.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 class _LineBatch:

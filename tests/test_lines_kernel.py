@@ -124,3 +124,22 @@ def test_bad_reader_arguments_refused():
     with pytest.raises(InvalidInputError):
         URLBuffer(np.zeros(2, np.uint8), np.array([0, 1, 2], np.int64),
                   too_long=np.array([1, 1], np.int64))
+
+
+def test_a_large_regular_file_takes_the_kernel_from_its_first_read(tmp_path, monkeypatch):
+    from seenstore import urlbuffer
+
+    p = tmp_path / "u.txt"
+    p.write_bytes(b"http://a/\n" * 1000)
+    with open(p, "rb") as f:
+        assert urlbuffer._size_hint(f) == 10_000
+    assert urlbuffer._size_hint(io.BytesIO(b"x")) == 0
+    monkeypatch.setattr(dispatch, "SMALL", 10_000 // dispatch.LINE_BYTES)  # the file is "large"
+    used = []
+    real = dispatch.split_lines_for
+    monkeypatch.setattr(dispatch, "split_lines_for", lambda n: used.append(real(n)) or used[-1])
+    assert len(URLBuffer.from_file(p)) == 1000
+    assert used and all(fn is split_lines for fn in used)
+    used.clear()
+    assert len(URLBuffer.from_file(io.BytesIO(b"http://a/\n" * 10))) == 10
+    assert used and all(fn is _split_lines for fn in used)
