@@ -29,6 +29,7 @@ from .errors import ClosedError, CorruptionError, InvalidInputError, MismatchErr
 from .fastpath import normalise_urls
 from .fingerprint import fingerprint_many
 from .dispatch import batch as _kernels
+from .sorting import sort_keys, sort_unique_keys
 from .normalise import normalise_many
 from .parallel import check_threads
 from .policy import DEFAULT_POLICY, Policy
@@ -512,11 +513,10 @@ class DedupStage:
         held = np.concatenate(parts) if parts else _EMPTY
         del parts
         every = np.concatenate([certain, held])
-        every.sort()
-        uniq = unique_sorted(every)
+        uniq = every[:sort_unique_keys(every, self.store.threads)]
         del every
         is_new = self.store.add_sorted(uniq, approx_answered=buf.n_approx)
-        certain.sort()
+        sort_keys(certain, self.store.threads)
         # a certainly-new key the store already held: must never happen (counted)
         anomalies = int(len(certain) - is_new[np.searchsorted(uniq, certain)].sum())
         if len(held) == 0:

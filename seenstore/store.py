@@ -2,8 +2,8 @@
 
 A store is a directory: MANIFEST (the commit point), one run file per shard
 (keys sorted, unique; shard = top ``shard_bits`` bits of the key) and LOCK.
-``add`` partitions a batch by shard, sorts the shards one by one on a thread of
-their own, merges each into its run in one sequential pass as soon as it is sorted
+``add`` partitions a batch by shard, sorts the shards on ``threads`` threads of
+their own (``sorting.py``: np.sort or our radix sort), merges each into its run in one sequential pass as soon as it is sorted
 (four shards at a time; the kernel, the sort and the I/O release the GIL), then
 commits all shards or none. See docs/architecture.md for the protocol and cost model.
 """
@@ -34,6 +34,7 @@ from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, ali
                         policy_digest, whole_blocks)
 from .runreader import RunReader
 from .runwriter import RunWriter
+from .sorting import default_threads, describe as sort_description, sort_shards
 
 compact_inplace, mark_first_new, mark_members, partition_top_bits, unique_inplace = (
     _kernels.compact_inplace, _kernels.mark_first_new, _kernels.mark_members,
@@ -95,7 +96,9 @@ class SeenStore:
         # Shards merged at once: reads and writes are O_DIRECT and block, so more
         # than the 2 cores keeps the disk busy (4: 18 % less merge time than 2 at
         # 2.25e8 stored keys, 8 no better; scratch measurement in the issue 6 note)
-        self.threads = 4
+        self.merge_threads = 4
+        # threads doing CPU work at once (shard sorts); open(threads=) sets it
+        self.threads = default_threads()
         self._retiring: threading.Thread | None = None
         self._buffer_pool: list[MergeBuffers] = []
         self.last_timings: dict = {}
@@ -112,7 +115,8 @@ class SeenStore:
              layout: Layout | None = None, policy_id: str | None = None,
              shard_bits: int | None = None, wait: float | None = 0.0,
              mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
-             bloom_capacity: int | None = None, sync: bool = True) -> "SeenStore":
+             bloom_capacity: int | None = None, sync: bool = True,
+             threads: int | None = None) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
 
         ``layout``/``policy_id``: when given, must match the store's (MismatchError
@@ -131,7 +135,11 @@ class SeenStore:
         naming it. Raises StoreNotFoundError, NotAStoreError, LockedError,
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
-        power loss (for tests and throwaway stores)."""
+        power loss (for tests and throwaway stores). ``threads``: shards sorted at
+        once and threads of a whole-batch sort (default: the cores this process may
+        use); answers never depend on it."""
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotAStoreError(f"{path}: is a file, not a store directory")
@@ -151,7 +159,9 @@ class SeenStore:
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
         if readonly:
-            return cls._open_readonly(path, layout, policy_id)
+            store = cls._open_readonly(path, layout, policy_id)
+            store.threads = threads or store.threads
+            return store
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as e:
@@ -164,6 +174,7 @@ class SeenStore:
             doc = manifest.read(path)
             store = cls(path, doc, lock, mode)
             store.sync = sync
+            store.threads = threads or store.threads
             store._check_identity(layout, policy_id, shard_bits)
             store._remove_leftovers()
             store._readers = store._readers_for(doc)
@@ -392,7 +403,7 @@ class SeenStore:
         pending = self._pending.keys()
         self._refresh()
         _, readers = self._snapshot()
-        uniq = prepare(keys)
+        uniq = prepare(keys, self.threads)
         bf = self.bloom  # once: a failed insert on the writer's thread may drop it
         if bf is not None:
             uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
@@ -460,7 +471,7 @@ class SeenStore:
                     t_sort = time.perf_counter() - t0
                     new = self._add_partitioned(part, bounds, progress, behind)
                 else:
-                    uniq = prepare(keys)
+                    uniq = prepare(keys, self.threads)
                     t_sort = time.perf_counter() - t0
                     is_new = self._add_sorted(uniq, progress)
                     new = uniq[:compact_inplace(uniq, is_new)]
@@ -634,9 +645,10 @@ class SeenStore:
         ``mask`` True where new.
 
         ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique, or with
-        ``sort_parts`` in any order with repeats (one thread then sorts and deduplicates
-        them in place, shard by shard, while the merges of the shards already sorted
-        run: the sorting overlaps their disk I/O). ``maybe``: Bloom answers for sorted
+        ``sort_parts`` in any order with repeats (``self.threads`` threads then sort and
+        deduplicate them in place, shards side by side, with ``sorting.sort_shards``,
+        while the merges of the shards already sorted run: the sorting overlaps their
+        disk I/O). ``maybe``: Bloom answers for sorted
         ``keys`` (exact mode) or None. A shard whose keys are all Bloom-positive, or few
         against its run, is probed first and not rewritten when every key is already
         there."""
@@ -660,12 +672,6 @@ class SeenStore:
                     finished[0] += 1
                     if progress is not None:
                         progress(finished[0], len(jobs))
-
-        def sort_part(shard: int):
-            lo, hi = int(bounds[shard]), int(bounds[shard + 1])
-            t = time.perf_counter()
-            keys[lo:hi].sort()  # numpy releases the GIL
-            return lo + unique_inplace(keys[lo:hi]), time.perf_counter() - t
 
         def merge_shard(shard: int):
             lo, hi = int(bounds[shard]), int(bounds[shard + 1])
@@ -694,13 +700,15 @@ class SeenStore:
                 self._buffer_pool.append(bufs)  # list.append/pop are atomic
             return shard, header, True, (lo, hi - lo, mask), sort_s
 
-        sorter = ThreadPoolExecutor(max_workers=1) if sort_parts else None
+        sorter, sorted_parts = None, {}
         try:
             try:
-                # One thread sorts the shards in order while the merges of those already
-                # sorted read and write: the sorting overlaps their disk I/O
-                sorted_parts = {s: sorter.submit(sort_part, s) for s in jobs} if sorter else {}
-                with ThreadPoolExecutor(max_workers=self.threads) as pool:
+                # self.threads threads sort the shards in order while the merges of those
+                # already sorted read and write: the sorting overlaps their disk I/O
+                if sort_parts:
+                    sorter, sorted_parts = sort_shards(keys, bounds, jobs, self.threads)
+                with ThreadPoolExecutor(max_workers=max(self.merge_threads,
+                                                        self.threads)) as pool:
                     done = list(pool.map(job, jobs))
             except OSError as e:
                 raise _io_error(e, f"{self.path}: writing runs") from e
@@ -858,6 +866,8 @@ class SeenStore:
             "wal_segments": sum(1 for n in wal_sizes if n is not None),
             "wal_bytes": sum(n for n in wal_sizes if n is not None),
             "mode": self.mode,
+            "threads": self.threads,
+            "sort": sort_description(measure=False),
             "bloom": self._bloom_stats(keys),
             "created": doc.get("created"),
             "updated": doc.get("updated"),

@@ -12,7 +12,7 @@ import click
 from ..batch import read_batch_file
 from ..errors import StoreIOError, StoreNotFoundError
 from ..store import SeenStore
-from . import COUNT, default_store_dir, json_to_stderr, main, store_option
+from . import COUNT, default_store_dir, json_to_stderr, main, store_option, threads_option
 from .deliver import Output
 
 wait_option = click.option(
@@ -64,7 +64,9 @@ def _wait(value: float):
               help="Keys the Bloom filter is sized for when it is (re)built (1e9 style; "
                    "default: the store's, twice its keys and at least 2^20).")
 @wait_option
-def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacity, wait):
+@threads_option
+def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacity, wait,
+          threads):
     """Admit the keys of BATCH (raw little-endian uint64 fingerprints, any order,
     repeats allowed) into the store as one atomic batch.
 
@@ -78,7 +80,7 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacit
     keys = read_batch_file(batch)
     t_read = time.perf_counter() - t0
     with _open(store_dir, create=create, wait=_wait(wait), mode=mode, bloom=bloom,
-               bloom_capacity=bloom_capacity or None) as store:
+               bloom_capacity=bloom_capacity or None, threads=threads) as store:
         # Opened and checked before the commit: an unwritable --new-out commits nothing.
         out = Output(new_out, store.path, 8, "keys").open() if new_out is not None else None
         try:
@@ -193,6 +195,7 @@ def stats(store_dir, as_json):
         ("policy", s["policy_id"]),
         ("generation", str(s["generation"])),
         ("formats", f"run {s['run_format']}, manifest {s['manifest_format']}"),
+        ("sort", f"{s['sort']['sort']} ({s['sort']['source']}); {s['threads']} threads"),
         ("batches", f"{s['counters']['batches']:,} committed"),
         ("approximate", f"{s['counters']['approx_answered']:,} keys answered seen by the "
                         f"Bloom filter alone"),

@@ -23,7 +23,7 @@ from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normali
 from ..parallel import check_threads, keep_freed_memory, prefetch
 from ..policy import load_policy
 from ..urlbuffer import URLBuffer, iter_lines
-from . import default_store_dir, main, store_option
+from . import default_store_dir, main, store_option, threads_option
 from .deliver import Output
 
 DEFAULT_BATCH_LINES = 1_000_000
@@ -34,10 +34,6 @@ base_option = click.option(
 policy_option = click.option(
     "--policy", "policy_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
     help="Policy TOML with the per-host risky rules (default: safe rules only, 'safe-v1').")
-threads_option = click.option(
-    "--threads", type=click.IntRange(min=1), default=None, metavar="N",
-    help="Threads for the URL kernels (default: the cores this process may use); "
-         "the output does not depend on it.")
 max_length_option = click.option(
     "--max-length", type=click.IntRange(min=16), default=DEFAULT_MAX_LENGTH, show_default=True,
     metavar="BYTES", help="Reject URLs longer than this (input or canonical form).")
@@ -228,7 +224,8 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     read = new = 0
     with (nullcontext(sys.stdin.buffer) if source == "-" else open(source, "rb")) as stream, \
             SeenStore.open(store_dir or default_store_dir(), create=True,
-                           policy_id=policy.identity, wait=None if wait < 0 else wait) as store:
+                           policy_id=policy.identity, wait=None if wait < 0 else wait,
+                           threads=threads) as store:
         layout = store.layout
         # stdout is checked before every commit (a reader gone: stop, commit nothing
         # more); new URLs of a committed batch that cannot be written are saved in a
