@@ -2,17 +2,20 @@
 site whose pages link to each other under many spellings. The server sits behind
 a proxy setting, so URLs may name host ``site.test`` with any case and ``:80``;
 it counts every fetch by page. seenstore's dupefilter fetches each page once,
-also across a stop and a resume with the same JOBDIR; Scrapy's RFPDupeFilter
-lets the spelling variants through."""
+also across a stop (CLOSESPIDER_PAGECOUNT or a real SIGINT) and a resume with the
+same JOBDIR; Scrapy's RFPDupeFilter lets the spelling variants through."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import posixpath
+import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from collections import Counter
 
@@ -46,10 +49,12 @@ def _page_of(target: str) -> str:
 
 class _Site(http.server.BaseHTTPRequestHandler):
     fetched: Counter
+    delay = 0.0  # seconds each answer waits after the fetch is counted
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         page = _page_of(self.path)
         self.fetched[page] += 1
+        time.sleep(self.delay)
         if page not in PAGES:
             self.send_error(404)
             return
@@ -65,16 +70,33 @@ class _Site(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def site():
+@contextlib.contextmanager
+def _serve(delay: float = 0.0):
+    """Serve the site on 127.0.0.1; yields (proxy URL, fetch counts by page)."""
     counts: Counter = Counter()
-    handler = type("Site", (_Site,), {"fetched": counts})
+    handler = type("Site", (_Site,), {"fetched": counts, "delay": delay})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     t = threading.Thread(target=server.serve_forever, daemon=True)
     t.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", counts
-    server.shutdown()
-    server.server_close()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", counts
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def site():
+    with _serve() as s:
+        yield s
+
+
+@pytest.fixture
+def slow_site():
+    """The site answering each fetch 80 ms late, so a crawl is still running
+    when the test interrupts it."""
+    with _serve(delay=0.08) as s:
+        yield s
 
 
 SPIDER = '''
@@ -92,7 +114,8 @@ class Site(scrapy.Spider):
 '''
 
 
-def _crawl(tmp_path, proxy: str, *settings: str) -> str:
+def _crawler(tmp_path, proxy: str, *settings: str) -> subprocess.Popen:
+    """Start ``scrapy runspider`` on SPIDER in ``tmp_path``, fetching through ``proxy``."""
     spider = tmp_path / "spider.py"
     spider.write_text(SPIDER)
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
@@ -103,10 +126,18 @@ def _crawl(tmp_path, proxy: str, *settings: str) -> str:
             "-s", "TELNETCONSOLE_ENABLED=False", "-s", "LOG_LEVEL=INFO", "-s", "RETRY_ENABLED=False"]
     for s in settings:
         args += ["-s", s]
-    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
-                       cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stderr
+    return subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    """Wait for a crawl to end; its log (stderr), after checking it exited 0."""
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    return err
+
+
+def _crawl(tmp_path, proxy: str, *settings: str) -> str:
+    return _finish(_crawler(tmp_path, proxy, *settings))
 
 
 SEENSTORE = "DUPEFILTER_CLASS=seenstore.scrapy.SeenStoreDupeFilter"
@@ -145,6 +176,25 @@ def test_stopped_and_resumed_crawl_fetches_nothing_twice(tmp_path, site):
     _crawl(tmp_path, proxy, SEENSTORE, f"JOBDIR={job}")
     assert sum(counts.values()) > after_first  # the resumed crawl did go on
     assert max(counts.values()) == 1, counts  # and fetched nothing twice
+
+
+def test_sigint_mid_crawl_then_resume_fetches_each_page_once(tmp_path, slow_site):
+    """One Ctrl-C: Scrapy's graceful shutdown saves the JOBDIR queue and closes
+    the filter; the resumed crawl fetches the rest and nothing twice."""
+    proxy, counts = slow_site
+    job = tmp_path / "job"
+    first = _crawler(tmp_path, proxy, SEENSTORE, f"JOBDIR={job}")
+    deadline = time.monotonic() + 30
+    while sum(counts.values()) < 3 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    first.send_signal(signal.SIGINT)
+    log = _finish(first)
+    assert "Received SIGINT, shutting down gracefully" in log, log[-3000:]
+    assert "Spider closed (shutdown)" in log, log[-3000:]
+    after_first = dict(counts)
+    assert 3 <= sum(after_first.values()) < len(PAGES), after_first  # really cut short
+    _crawl(tmp_path, proxy, SEENSTORE, f"JOBDIR={job}")
+    assert dict(counts) == dict.fromkeys(PAGES, 1), (after_first, counts)
 
 
 def test_non_get_requests_keep_scrapy_semantics(tmp_path):
