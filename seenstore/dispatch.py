@@ -315,6 +315,57 @@ def _fingerprint_batch(data, offsets, host_bits):
                      for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())], dtype=_U)
 
 
+def _split_lines(buf, n, final, pairs, max_line, skip, at_start, gbase_id, limit,
+                 data, offsets, bdata, boffsets, base_ids, too_long, counts):
+    """kernels.lines.split_lines in Python (same contract, same outputs)."""
+    raw = buf[:n].tobytes()
+    i = 0
+    if skip:
+        nl = raw.find(b"\n")
+        if nl < 0:
+            return n, (0 if final else 1)
+        i, skip = nl + 1, 0
+    if at_start and i == 0:
+        if n < 3 and not final:
+            return 0, 0
+        if raw.startswith(b"\xef\xbb\xbf"):
+            i = 3
+    nu, nd, nb, nbd, nt = (int(x) for x in counts)
+    consumed = i
+    while i < n and nu < limit:
+        j = raw.find(b"\n", i)
+        j = n if j < 0 else j
+        if j == n and not final:  # incomplete: wait, or reject it now
+            if j - i > max_line + 1:
+                too_long[nt], base_ids[nu] = nu, -1
+                nt, nu = nt + 1, nu + 1
+                offsets[nu], consumed, skip = nd, n, 1
+            break
+        e = j - 1 if j > i and raw[j - 1] == 13 else j
+        if e > i:
+            if e - i > max_line:
+                too_long[nt], base_ids[nu] = nu, -1
+                nt += 1
+            else:
+                s, tab = i, (raw.find(b"\t", i, e) if pairs else -1)
+                if tab < 0:
+                    base_ids[nu] = gbase_id
+                elif nb and raw[i:tab] == bdata[boffsets[nb - 1]:boffsets[nb]].tobytes():
+                    base_ids[nu], s = nb - 1, tab + 1
+                else:
+                    bdata[nbd : nbd + tab - i] = buf[i:tab]
+                    nbd, nb = nbd + tab - i, nb + 1
+                    boffsets[nb], base_ids[nu], s = nbd, nb - 1, tab + 1
+                data[nd : nd + e - s] = buf[s:e]
+                nd += e - s
+            nu += 1
+            offsets[nu] = nd
+        i = j + 1
+        consumed = min(i, n)
+    counts[:] = (nu, nd, nb, nbd, nt)
+    return consumed, skip
+
+
 def _keys_len(args) -> int:  # (words, keys, ...): the filter's size does not count
     return len(args[1])
 
@@ -347,8 +398,23 @@ bloom = _Family("bloom", {
 url = _Family("url", {"gather": (_gather, lambda args: len(args[2]))})
 fingerprint = _Family("fingerprint", {
     "fingerprint_batch": (_fingerprint_batch, lambda args: len(args[1]) - 1)})
+# A stream's reader (urlbuffer) passes the bytes read so far as the size: a pipe
+# delivers 64 KiB per read, and every read of a large input must take the kernel.
+LINE_BYTES = 64  # bytes per "item" of the line splitter's size
+lines = _Family("lines", {"split_lines": (_split_lines, lambda args: 0)})
 FAMILIES = {"batch": batch, "merge": merge, "bloom": bloom, "url": url,
-            "fingerprint": fingerprint}
+            "fingerprint": fingerprint, "lines": lines}
+
+
+def split_lines_for(bytes_read: int) -> Callable:
+    """The line splitter for a stream that has delivered ``bytes_read`` bytes (or is
+    known to hold that many): the twin below SMALL lines of LINE_BYTES, else the
+    kernel."""
+    if bytes_read < SMALL * LINE_BYTES:
+        return _split_lines
+    kernel = lines.kernel("split_lines")
+    announce(kernel)
+    return kernel
 
 
 def warm_up(progress: Callable[[str, int, int], None] | None = None) -> float:
@@ -410,6 +476,7 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
         saved = SMALL
         try:
             _set_small(0)
+            URLBuffer.from_bytes(b"\xef\xbb\xbfhttp://a.example/\tx\r\n\n", pairs=True)
             fb = normalise_buffer(URLBuffer.from_strs(
                 ["http://a.example/x", "HTTP://b.example:80/./y#f", "mailto:x", "http://[::1",
                  "http://\u00e9.example/routed"]))

@@ -332,3 +332,19 @@ def test_sparse_member_twin_equals_kernel(run, needles):
         fn(run, run[::2].copy(), 2, needles, found)
         outs.append(found.tolist())
     assert outs[0] == outs[1] == np.isin(needles, run).tolist()
+
+
+def test_export_reads_every_live_run_in_order(tmp_path, rng):
+    from click.testing import CliRunner
+    from seenstore.cli import main
+    path = str(tmp_path / "s")
+    with SeenStore.open(path, create=True, shard_bits=1, sync=False) as s:
+        s.compact_between_batches = False
+        a, b = (rng.integers(0, 2**64, 3000, dtype=np.uint64) for _ in range(2))
+        s.add(a)
+        s.add(b)
+        assert s.stats()["max_runs_per_shard"] == 2
+    out = str(tmp_path / "keys.bin")
+    r = CliRunner().invoke(main, ["export", "--store", path, "-o", out])
+    assert r.exit_code == 0, r.output
+    assert np.fromfile(out, dtype="<u8").tolist() == np.union1d(a, b).tolist()

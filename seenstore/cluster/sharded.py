@@ -23,6 +23,7 @@ from ..errors import (InvalidInputError, MismatchError, NotAStoreError, SeenStor
                       StoreIOError, StoreNotFoundError)
 from ..kernels.batch import mark_first_new, mark_members, partition_top_bits
 from ..layout import DEFAULT_LAYOUT, Layout
+from ..sorting import default_threads
 from ..store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
 from .actor import ShardActor
 from .files import read_sealed, write_sealed
@@ -108,6 +109,8 @@ class ShardedStore:
         self.path = wal_dir or root  # where a DedupStage on top keeps its write-ahead log
         self.sync = store_kwargs.get("sync", True)
         self.bloom = _BloomProxy(self) if store_kwargs.get("bloom", True) else None
+        # threads of this process's own sorts (a DedupStage on top sorts its buffers)
+        self.threads = store_kwargs.get("threads") or default_threads()
         self._options = options
         self._store_kwargs = store_kwargs
         self.retries = options.pop("retries")
