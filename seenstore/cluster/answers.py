@@ -11,10 +11,10 @@ store's commit: the answer is recomputable from the snapshot until the client
 acknowledges it (``forget``), which drops the entry and its snapshot.
 
 A pending entry is resolved by that count, which a batch's commit moves by exactly
-one and which does not move when a batch admits nothing (nor for commits that are
-not batches), before anything else may commit (on the actor's start, and first
-thing in every new batch):
-- count == batches_before: nothing was committed (or nothing was new): ``void``,
+one (a batch that admits nothing still commits its counters, so it moves too) and
+which no other commit moves (compaction, upgrade), before anything else may commit
+(on the actor's start, and first thing in every new batch):
+- count == batches_before: nothing was committed: ``void``,
   a retry is a fresh batch against the same state, so it gets the same answer;
 - count == batches_before + 1: the batch committed: ``committed``; a retry's
   answer is its keys absent from the snapshot (exactly the keys the batch found
