@@ -11,18 +11,24 @@ little-endian uint64 batch file.
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Iterable
 
 import numpy as np
 
-from .errors import InvalidInputError, StoreNotFoundError
-from .kernels.batch import unique_inplace
+from .errors import InvalidInputError, StoreIOError, StoreNotFoundError
+from .dispatch import batch as _kernels
+
+unique_inplace = _kernels.unique_inplace  # numpy twin below dispatch.SMALL keys
 
 
 def as_keys(keys) -> np.ndarray:
     """Offered keys as a 1-D uint64 array (no copy when already one).
 
-    Accepts a uint64 array or a sequence of Python ints in [0, 2**64). Signed or
-    float arrays are refused rather than reinterpreted."""
+    Accepts a uint64 (or other unsigned) array, or any iterable of ints in
+    [0, 2**64) (Python or numpy integers). Signed, float or bool arrays, and
+    floats, bools, strings or other items in a list, are refused (InvalidInputError
+    naming the first bad item) rather than truncated or reinterpreted."""
     if isinstance(keys, np.ndarray):
         if keys.dtype != np.uint64:
             if keys.dtype.kind == "u":
@@ -33,10 +39,24 @@ def as_keys(keys) -> np.ndarray:
         if keys.ndim != 1:
             raise InvalidInputError(f"keys must be 1-D, got shape {keys.shape}")
         return keys
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise InvalidInputError(
+            f"keys must be a uint64 array or an iterable of ints, not {type(keys).__name__}")
+    if not isinstance(keys, (list, tuple)):
+        keys = list(keys)
+    kinds = set(map(type, keys))
+    if not kinds <= {int}:
+        for i, k in enumerate(keys):  # np.uint64 would truncate 1.5 and take True as 1
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+                raise InvalidInputError(
+                    f"keys must be integers in [0, 2**64): item {i} is "
+                    f"{type(k).__name__} {k!r:.60}")
     try:
         return np.array(keys, dtype=np.uint64).reshape(-1)
-    except (OverflowError, TypeError, ValueError) as e:
-        raise InvalidInputError(f"keys must be integers in [0, 2**64): {e}") from None
+    except (OverflowError, TypeError, ValueError):
+        bad = next((i for i, k in enumerate(keys) if not 0 <= int(k) < 2**64), None)
+        raise InvalidInputError(
+            f"keys must be integers in [0, 2**64): item {bad} is {keys[bad]!r}") from None
 
 
 def prepare(keys: np.ndarray) -> np.ndarray:
@@ -48,20 +68,72 @@ def prepare(keys: np.ndarray) -> np.ndarray:
     return s[: unique_inplace(s)]
 
 
-def read_batch_file(path: str) -> np.ndarray:
+def read_batch_file(path: str, memory_limit: int | None = None) -> np.ndarray:
     """Read a batch file of raw little-endian uint64 keys (any order, repeats allowed).
 
-    Raises StoreNotFoundError if missing, InvalidInputError if it is empty, a
-    directory, or its length is not a multiple of 8."""
+    An empty file is an empty batch. A FIFO, character device or /proc file (no
+    size known up front) is read to its end. Raises StoreNotFoundError if missing,
+    InvalidInputError if it is a directory or its length is not a multiple of 8,
+    StoreIOError if the batch cannot fit in memory (``memory_limit`` bytes, default
+    the memory available now; a merge needs about 3x the file)."""
     try:
-        size = os.stat(path).st_size
+        st = os.stat(path)
     except FileNotFoundError:
         raise StoreNotFoundError(f"{path}: no such batch file") from None
-    if os.path.isdir(path):
+    if stat.S_ISDIR(st.st_mode):
         raise InvalidInputError(f"{path}: is a directory, expected a batch file")
-    if size == 0:
-        raise InvalidInputError(f"{path}: empty batch file: nothing to merge")
+    limit = available_memory() if memory_limit is None else memory_limit
+    if stat.S_ISREG(st.st_mode) and st.st_size and not _is_proc(path):
+        _check_fits(path, st.st_size, limit)
+        _check_whole_keys(path, st.st_size)
+        return np.fromfile(path, dtype="<u8").astype(np.uint64, copy=False)
+    data = _read_stream(path, limit)
+    _check_whole_keys(path, len(data))
+    return np.frombuffer(data, dtype="<u8").astype(np.uint64, copy=False)
+
+
+_MERGE_MEMORY_FACTOR = 3  # the batch, its sorted copy, the answer (README: ~3x the file)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _check_fits(path: str, nbytes: int, limit: int | None) -> None:
+    if limit is not None and nbytes * _MERGE_MEMORY_FACTOR > limit:
+        raise StoreIOError(
+            f"{path}: a batch of {nbytes:,} bytes needs about {_MERGE_MEMORY_FACTOR}x that in "
+            f"memory and {limit:,} bytes are available: split it into smaller batch files; "
+            "nothing was committed")
+
+
+def _check_whole_keys(path: str, size: int) -> None:
     if size % 8:
         raise InvalidInputError(
             f"{path}: length {size} is not a multiple of 8: not a batch of uint64 keys")
-    return np.fromfile(path, dtype="<u8").astype(np.uint64, copy=False)
+
+
+def _is_proc(path: str) -> bool:
+    real = os.path.realpath(path)
+    return real.startswith(("/proc/", "/sys/"))
+
+
+def _read_stream(path: str, limit: int | None) -> bytearray:
+    """Read a file with no trustworthy size (FIFO, device, /proc) to its end, in
+    blocks, refusing it once it outgrows ``limit`` / 3."""
+    data = bytearray()
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            block = f.read(1 << 22)
+            if not block:
+                return data
+            data += block
+            _check_fits(path, len(data), limit)

@@ -31,7 +31,7 @@ from .errors import (
     StoreIOError,
     StoreNotFoundError,
 )
-from .kernels import bloom as _k
+from .dispatch import bloom as _k  # numpy twins below dispatch.SMALL items
 from .runformat import aligned_empty
 
 BLOCK_BITS = 512
@@ -162,7 +162,7 @@ def size_for(n_keys: int, fpr: float) -> tuple[int, int]:
 
 MAGIC = b"\x89SBF\r\n\x1a\n"  # PNG-style: high bit, name, CRLF, EOF, LF catch mangled transfers
 MAJOR = 1
-MINOR = 0
+MINOR = 1  # 1.1: the store binding (store id, keys, runs digest) in bytes 88..120
 SCHEME = 1  # bit-position scheme of kernels/bloom.py ``locate``
 HEADER_LEN = 128
 MAX_HEADER_LEN = 65536
@@ -170,13 +170,37 @@ _PREFIX = struct.Struct("<8sHHI")  # magic, major, minor, header_len
 # flags, scheme, block_bits, n_hashes, n_blocks, n_added, generation, capacity,
 # target_fpr, body_len, body_checksum
 _FIELDS = struct.Struct("<IIIIQQQQdQQ")
+_BIND = struct.Struct("<16sQQ")  # minor 1: store id, store keys, runs digest (zero: unbound)
 _SUM = struct.Struct("<Q")
 
 
-def _pack_header(bf: BloomFilter, generation: int, body_sum: int) -> bytes:
+@dataclass(frozen=True)
+class Binding:
+    """What a saved filter was built from: the store's identity (32 hex digits,
+    ``manifest.store_id``), its key count and the digest of its runs
+    (``manifest.runs_digest``). A store loads a filter only when all three match."""
+
+    store_id: str
+    keys: int
+    digest: int
+
+    def pack(self) -> bytes:
+        return _BIND.pack(bytes.fromhex(self.store_id.rjust(32, "0")), self.keys, self.digest)
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Binding | None:
+        sid, keys, digest = _BIND.unpack(raw)
+        if not any(raw):
+            return None  # a minor-0 file, or saved unbound
+        return cls(sid.hex(), keys, digest)
+
+
+def _pack_header(bf: BloomFilter, generation: int, body_sum: int,
+                 binding: Binding | None = None) -> bytes:
     head = _PREFIX.pack(MAGIC, MAJOR, MINOR, HEADER_LEN) + _FIELDS.pack(
         0, SCHEME, BLOCK_BITS, bf.n_hashes, bf.n_blocks, bf.n_added, generation,
         bf.capacity, bf.target_fpr, bf.nbytes, body_sum)
+    head += binding.pack() if binding is not None else b"\0" * _BIND.size
     head += b"\0" * (HEADER_LEN - _SUM.size - len(head))
     return head + _SUM.pack(xxhash.xxh3_64_intdigest(head))
 
@@ -201,11 +225,13 @@ def _read_header(f, name: str, file_size: int) -> tuple[int, tuple]:
     (want,) = _SUM.unpack_from(raw, header_len - _SUM.size)
     if xxhash.xxh3_64_intdigest(raw[: header_len - _SUM.size]) != want:
         raise CorruptionError(f"{name}: Bloom filter header checksum mismatch")
-    return header_len, _FIELDS.unpack_from(raw, _PREFIX.size)
+    fields = _FIELDS.unpack_from(raw, _PREFIX.size)
+    at = _PREFIX.size + _FIELDS.size
+    return header_len, fields + (Binding.unpack(raw[at:at + _BIND.size]),)
 
 
 def _load_body(f, name: str, fields: tuple, header_len: int, file_size: int) -> np.ndarray:
-    flags, scheme, block_bits, n_hashes, n_blocks, _, _, _, _, body_len, body_sum = fields
+    flags, scheme, block_bits, n_hashes, n_blocks, _, _, _, _, body_len, body_sum, _ = fields
     if flags != 0 or scheme != SCHEME or block_bits != BLOCK_BITS:
         raise NotSupportedError(
             f"{name}: unsupported Bloom filter variant (flags {flags}, scheme {scheme}, "
@@ -410,6 +436,7 @@ class BloomFilter:
         self._target_fpr = float(target_fpr)
         self._n_added = int(n_added)
         self._hist: np.ndarray | None = None  # block fill histogram, None when stale
+        self.binding: Binding | None = None  # what ``load`` found in the file
 
     @classmethod
     def for_capacity(cls, n_keys: int, fpr: float) -> BloomFilter:
@@ -582,8 +609,10 @@ class BloomFilter:
 
     # -- persistence --------------------------------------------------------
 
-    def save(self, path: str | os.PathLike, generation: int) -> None:
-        """Write the filter to ``path`` atomically, recording the store ``generation``.
+    def save(self, path: str | os.PathLike, generation: int,
+             binding: Binding | None = None) -> None:
+        """Write the filter to ``path`` atomically, recording the store ``generation``
+        and ``binding`` (what it was built from; None: unbound, zeros).
 
         Writes ``<path>.tmp.<pid>``, fsyncs it, renames it over ``path`` and fsyncs
         the directory: ``path`` holds the old or the new filter, never a mix.
@@ -594,7 +623,7 @@ class BloomFilter:
             raise InvalidInputError(f"generation must be an int in [0, 2**64), got {generation!r}")
         path = os.fspath(path)
         body = np.asarray(self._words, dtype="<u8")
-        header = _pack_header(self, int(generation), xxhash.xxh3_64_intdigest(body))
+        header = _pack_header(self, int(generation), xxhash.xxh3_64_intdigest(body), binding)
         tmp = f"{path}.tmp.{os.getpid()}"
         try:
             with open(tmp, "wb") as f:
@@ -617,7 +646,8 @@ class BloomFilter:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> tuple[BloomFilter, int]:
-        """Read a filter saved by ``save``; return ``(filter, generation)``.
+        """Read a filter saved by ``save``; return ``(filter, generation)``; the
+        filter's ``binding`` is what the file records (None for an unbound file).
 
         Raises StoreNotFoundError if missing, NotSupportedError for a foreign file
         or an unknown major version / variant, CorruptionError for a truncated,
@@ -633,9 +663,10 @@ class BloomFilter:
             raise StoreNotFoundError(f"no Bloom filter at {path}") from e
         except OSError as e:
             raise _io_error(e, f"cannot read Bloom filter {path}") from e
-        _, _, _, n_hashes, n_blocks, n_added, generation, capacity, fpr, _, _ = fields
+        _, _, _, n_hashes, n_blocks, n_added, generation, capacity, fpr, _, _, binding = fields
         bf = cls(n_blocks, n_hashes, capacity=capacity, target_fpr=fpr, words=words,
                  n_added=n_added)
+        bf.binding = binding
         return bf, generation
 
 

@@ -172,7 +172,12 @@ class LayeredBloom:
         return 1.0 - miss
 
     # -- persistence --------------------------------------------------------------
-    def save(self, path: str, generation: int) -> None:
+    @property
+    def binding(self):
+        """The store binding ``load`` found (layer 0's; docs/bloom.md), or None."""
+        return self.layers[0].binding
+
+    def save(self, path: str, generation: int, binding=None) -> None:
         """Save every layer (BLOOM, BLOOM.L1, ...), the newest first and layer 0 last,
         after removing files of layers beyond the last. A crash part-way leaves files
         whose generations disagree (``load`` stops at the first mismatch: the filter
@@ -182,7 +187,7 @@ class LayeredBloom:
             os.unlink(layer_path(path, i))
             i += 1
         for i in range(len(self.layers) - 1, -1, -1):
-            self.layers[i].save(layer_path(path, i), generation)
+            self.layers[i].save(layer_path(path, i), generation, binding)
 
     @classmethod
     def load(cls, path: str) -> tuple["LayeredBloom", int]:

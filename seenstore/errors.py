@@ -72,3 +72,17 @@ class DiskFullError(StoreIOError):
     """The disk (or a file-size limit) ran out while writing; nothing was committed."""
 
     exit_code = 6
+
+
+class ClosedError(InvalidInputError):
+    """A call on a SeenStore or DedupStage after its ``close()`` (closing again is a no-op)."""
+
+    exit_code = 3
+
+
+class UndeliveredError(StoreIOError):
+    """Results of a committed batch could not be delivered (closed pipe, full disk,
+    unwritable output); the undelivered ones were saved to a recovery file whose path
+    the message gives (docs/format.md, "Recovery files")."""
+
+    exit_code = 6

@@ -17,8 +17,9 @@ from functools import cached_property
 import numpy as np
 
 from .errors import InvalidInputError
-from .kernels.fingerprint import fingerprint_batch, host_hashes
-from .kernels.url import OK, ROUTE, SCHEME, gather, normalise_batch
+from . import dispatch
+from .dispatch import fingerprint as _fp_kernels, url as _url_kernels
+from .kernels.status import OK, ROUTE, SCHEME
 from .layout import DEFAULT_LAYOUT, Layout
 from .normalise import (
     DEFAULT_MAX_LENGTH,
@@ -32,6 +33,8 @@ from .policy import DEFAULT_POLICY, Policy
 from .urlbuffer import URLBuffer
 
 _NO_BASE = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64)
+# numpy/Python twins below dispatch.SMALL URLs (no JIT on a first run's small input)
+fingerprint_batch, gather = _fp_kernels.fingerprint_batch, _url_kernels.gather
 
 
 @dataclass
@@ -104,8 +107,15 @@ def iter_batches(
     ``base<TAB>href`` lines). Memory is bounded by the batch, not the input.
     Raises InvalidInputError for a bad ``base``, like ``normalise_many``."""
     check_base(base)
-    for ub in URLBuffer.iter_file(source, pairs=pairs, base=base, chunk_urls=batch_lines):
+    for ub in URLBuffer.iter_file(source, pairs=pairs, base=base, chunk_urls=batch_lines,
+                                  max_line=line_cap(max_length, pairs)):
         yield normalise_buffer(ub, policy, layout, max_length)
+
+
+def line_cap(max_length: int, pairs: bool = False) -> int:
+    """Bytes kept of an input line: enough to see that a longer one is too long (a
+    ``BASE<TAB>HREF`` line holds two URLs); the rest of the line is never held."""
+    return (2 * max_length + 1 if pairs else max_length) + 1
 
 
 def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH, host_bits: int = 20):
@@ -121,6 +131,12 @@ def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH, host_bits: i
     keys = np.zeros(n, dtype=np.uint64)
     out_offsets = np.empty(n + 1, dtype=np.int64)
     out_offsets[0] = 0
+    if n < dispatch.SMALL:  # the twin of the kernel: every URL to the scalar path
+        status[:] = ROUTE
+        out_offsets[:] = 0
+        return np.zeros(0, dtype=np.uint8), out_offsets, status, keys
+    normalise_batch = _url_kernels.kernel("normalise_batch")
+    dispatch.announce(normalise_batch)
     size = int(ub.offsets[-1] - ub.offsets[0])
     out = np.empty(size + size // 4 + 8 * n + 4096, dtype=np.uint8)
     i = o = 0
@@ -138,7 +154,7 @@ def _route_policy_hosts(out, out_offsets, status, policy: Policy) -> None:
     ok = np.flatnonzero(status == OK)
     if not len(ok):
         return
-    hh = host_hashes(out, out_offsets, ok)
+    hh = _fp_kernels.kernel("host_hashes")(out, out_offsets, ok)  # only after the kernel ran
     uniq, first, inverse = np.unique(hh, return_index=True, return_inverse=True)
     risky = np.zeros(len(uniq), dtype=bool)
     for u, j in enumerate(first):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 
 import xxhash
 
@@ -26,6 +27,8 @@ FORMAT = "seenstore-manifest"
 MAJOR = 2
 MINOR = 0
 OLDEST_MAJOR = 1  # format 1 (seenstore before tiered runs) is read and upgraded
+# 1.1 added "store_id" (a store's random identity; the Bloom file is bound to it);
+# format 2 has it from the start, and upgrading a 1.0 manifest gives it one.
 # Counters of a format 2 manifest (a format 1 one has only batches and new).
 NEW_COUNTERS = {"batches": 0, "new": 0, "bytes_written": 0, "compactions": 0,
                 "bytes_compacted": 0}
@@ -64,7 +67,7 @@ def upgraded(doc: dict, n_keys: int) -> dict:
     """A copy of ``doc`` ready to be written as the current format: a format 1 one
     loses its empty runs and gains the format 2 counters (``bytes_written`` starts as
     the bytes of its ``n_keys`` keys: each was written once as far as anyone knows)."""
-    doc = dict(doc)
+    doc = with_store_id(dict(doc))
     if doc.get("major", MAJOR) < MAJOR:
         doc["runs"] = [r for r in doc["runs"] if r["count"]]
         doc["counters"] = {**NEW_COUNTERS, "bytes_written": 8 * n_keys, **doc["counters"]}
@@ -89,13 +92,32 @@ def read(directory: str) -> dict:
         raise CorruptionError(f"{path}: manifest is not valid JSON (damaged or foreign)")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise NotSupportedError(f"{path}: not a seenstore manifest")
-    if not isinstance(doc.get("major"), int) or doc["major"] > MAJOR:
+    major = doc.get("major")
+    if not isinstance(major, int) or not OLDEST_MAJOR <= major <= MAJOR:
+        how = "newer than" if isinstance(major, int) and major > MAJOR else "not one"
         raise NotSupportedError(
-            f"{path}: manifest version {doc.get('major')} is newer than this seenstore "
-            f"reads ({MAJOR}.x); upgrade seenstore")
-    if doc["major"] < OLDEST_MAJOR:
-        raise NotSupportedError(f"{path}: manifest version {doc['major']} is not supported")
+            f"{path}: manifest version {major}.{doc.get('minor')} is {how} this "
+            f"seenstore reads ({OLDEST_MAJOR}.x-{MAJOR}.x); upgrade seenstore")
     want = doc.pop("checksum", None)
     if want != xxhash.xxh3_64_hexdigest(_canonical(doc)):
         raise CorruptionError(f"{path}: manifest checksum mismatch")
     return doc
+
+
+def new_store_id() -> str:
+    """A random store identity: 128 bits as 32 hex digits."""
+    return secrets.token_hex(16)
+
+
+def with_store_id(doc: dict) -> dict:
+    """``doc`` with a store identity: stores made before manifest 1.1 get one with
+    their next commit (a copy; ``doc`` is not changed)."""
+    return doc if doc.get("store_id") else dict(doc, store_id=new_store_id())
+
+
+def runs_digest(doc: dict) -> int:
+    """xxh3-64 of the runs ``doc`` names (shard, file, count, body checksum): what a
+    Bloom filter built from exactly these runs records, to be recognised on load."""
+    text = ";".join(f"{r['shard']}:{r['file']}:{r['count']}:{r['checksum']}"
+                    for r in sorted(doc["runs"], key=lambda r: (r["shard"], r["file"])))
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8"))

@@ -11,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import CorruptionError
-from .kernels.merge import merge_step
+from .dispatch import merge as _kernels
 from .runreader import RunReader
 from .runformat import aligned_empty
 from .runwriter import BUF_KEYS, RunWriter
+
+merge_step = _kernels.merge_step  # numpy twin below dispatch.SMALL keys
 
 DEFAULT_CHUNK_KEYS = 1 << 20  # 8 MiB buffers: large sequential I/O, small footprint
 

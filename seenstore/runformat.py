@@ -71,10 +71,11 @@ class RunHeader:
             raise CorruptionError(f"{name}: truncated header ({len(raw)} bytes)")
         (_, major, minor, header_size, count, host_bits, hash_id, shard_bits, _,
          shard, pdigest, body_sum) = _FIELDS.unpack_from(raw)
-        if major > MAJOR:
+        if major != MAJOR:
             raise NotSupportedError(
-                f"{name}: run format version {major}.{minor} is newer than this "
-                f"seenstore reads ({MAJOR}.x); upgrade seenstore")
+                f"{name}: run format version {major}.{minor} is "
+                f"{'newer than' if major > MAJOR else 'not one'} this seenstore reads "
+                f"({MAJOR}.x); upgrade seenstore")
         (want,) = _HEADER_SUM.unpack_from(raw, _CHECKED)
         if xxhash.xxh3_64_intdigest(raw[:_CHECKED]) != want:
             raise CorruptionError(f"{name}: header checksum mismatch")

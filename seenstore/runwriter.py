@@ -104,12 +104,7 @@ class RunWriter:
                            self._hash.intdigest())
         head = aligned_empty(HEADER_SIZE // 8)
         memoryview(head).cast("B")[:] = header.pack()
-        done = os.pwrite(self._fd, memoryview(head).cast("B"), 0)
-        if done != HEADER_SIZE:
-            raise OSError(errno.EIO, f"short header write ({done} of {HEADER_SIZE} bytes)")
-        if sync:
-            os.fsync(self._fd)
-        os.close(self._fd)
+        close_with_header(self._fd, memoryview(head).cast("B"), sync)
         self._fd = -1
         return header
 
@@ -121,13 +116,29 @@ class RunWriter:
 
     def abort(self) -> None:
         """Close and delete the partial file; never raises."""
-        try:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
-        except OSError:
-            pass
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        remove_partial(self._fd, self.path)
+        self._fd = -1
+
+
+def close_with_header(fd: int, head, sync: bool) -> None:
+    """Write the header block ``head`` at offset 0 (last, so a file with a valid
+    header is whole), fsync if asked, close ``fd``. Shared with runcodec.py."""
+    done = os.pwrite(fd, head, 0)
+    if done != HEADER_SIZE:
+        raise OSError(errno.EIO, f"short header write ({done} of {HEADER_SIZE} bytes)")
+    if sync:
+        os.fsync(fd)
+    os.close(fd)
+
+
+def remove_partial(fd: int, path: str) -> None:
+    """Close ``fd`` (when >= 0) and delete ``path``; never raises."""
+    try:
+        if fd >= 0:
+            os.close(fd)
+    except OSError:
+        pass
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Iterable, Mapping
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -24,13 +25,16 @@ import numpy as np
 from . import wal as walmod
 from .batch import as_keys
 from .bloom import BloomFilter
-from .errors import InvalidInputError, MismatchError
+from .errors import ClosedError, CorruptionError, InvalidInputError, MismatchError
 from .fastpath import normalise_urls
 from .fingerprint import fingerprint_many
-from .kernels.batch import unique_sorted
+from .dispatch import batch as _kernels
 from .normalise import normalise_many
 from .policy import DEFAULT_POLICY, Policy
-from .store import DEFAULT_BLOOM_FPR, SeenStore
+from .store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
+from .wal import replay_wal  # noqa: F401  (was defined here; SeenStore.open calls it now)
+
+unique_sorted = _kernels.unique_sorted  # numpy twin below dispatch.SMALL keys
 
 MODES = ("exact", "approximate")
 DEFAULT_BUDGET_BYTES = 64 << 20  # keys of one buffer, 8 bytes each: 8 Mi keys
@@ -142,7 +146,8 @@ class DedupStage:
              policy: Policy | None = None, layout=None, shard_bits: int | None = None,
              sync: bool = True, wait: float | None = 0.0, bloom_fpr: float = DEFAULT_BLOOM_FPR,
              bloom_capacity: int | None = None) -> DedupStage:
-        """Open the store at ``store_dir`` as its one writer and replay the WAL.
+        """Open the store at ``store_dir`` as its one writer; the store's open
+        replays the WAL (``SeenStore.open``, figures in ``stats()["replay"]``).
 
         ``mode``: "exact" (Bloom positives are held for the merge) or "approximate"
         (a Bloom positive counts as seen at once). ``budget_bytes``: keys per buffer
@@ -169,7 +174,7 @@ class DedupStage:
                                mode="exact", bloom=True, bloom_fpr=bloom_fpr,
                                bloom_capacity=bloom_capacity, sync=sync)
         try:
-            replay = replay_wal(store)
+            replay = store.wal_replay
             return cls(store, mode=mode, budget_bytes=int(budget_bytes),
                        cache_keys=int(cache_keys), host_cap=host_cap, wal_sync=wal_sync,
                        policy=policy, replay=replay)
@@ -207,6 +212,8 @@ class DedupStage:
 
     def poll(self) -> Admitted:
         """Held items that finished merges found new since the last call. Never blocks."""
+        if self._closed:
+            raise ClosedError("the dedup stage is closed")
         return self._result(_EMPTY, None, [])
 
     def flush(self) -> Admitted:
@@ -226,13 +233,23 @@ class DedupStage:
 
     # ---------------------------------------------------------------- internals
     def _prepare(self, items, payloads, base) -> tuple[np.ndarray, list | None, list]:
-        """Keys, payloads aligned with them (or None) and URL rejections. Validates only."""
+        """Keys, payloads aligned with them (or None) and URL rejections. Validates only.
+        ``items``: a uint64 array, or any iterable (list, generator ...) of ints, or
+        of URLs (str/bytes), not both; a single str/bytes is one URL."""
         if self._closed:
-            raise InvalidInputError("the dedup stage is closed")
+            raise ClosedError("the dedup stage is closed")
         if isinstance(items, (str, bytes)):
             items = [items]
-        is_urls = (not isinstance(items, np.ndarray) and hasattr(items, "__len__")
-                   and len(items) > 0 and isinstance(items[0], (str, bytes)))
+        elif isinstance(items, Mapping) or not isinstance(items, (np.ndarray, Iterable)):
+            raise InvalidInputError(
+                f"offer takes keys (a uint64 array or ints) or URLs (str/bytes), in a list "
+                f"or any iterable; got {type(items).__name__}")
+        elif not isinstance(items, (np.ndarray, list, tuple)):
+            items = list(items)  # generators, sets, ranges ...: read once
+        is_urls = (not isinstance(items, np.ndarray) and len(items) > 0
+                   and isinstance(items[0], (str, bytes)))
+        if is_urls:
+            _check_all_urls(items)
         if payloads is not None and (not hasattr(payloads, "__len__")
                                      or len(payloads) != len(items)):
             raise InvalidInputError("payloads must have one entry per offered item")
@@ -265,18 +282,28 @@ class DedupStage:
 
     def _check(self) -> None:
         """Requires: lock held. Raise the error that stopped the stage, if any."""
+        if self._closed:
+            raise ClosedError("the dedup stage is closed")
         if self._error is not None:
             raise self._error
-        if self._closed:
-            raise InvalidInputError("the dedup stage is closed")
 
     def _guard(self, fn, *args):
-        """Run ``fn``; a failure stops the stage (keys may be claimed and not handed out)."""
+        """Run ``fn`` (lock not held); a failure stops the stage (keys may be
+        claimed and not handed out): every later call raises it."""
         try:
             return fn(*args)
         except BaseException as e:
             with self._lock:
                 self._error = self._error or e
+            raise
+
+    def _guard_locked(self, fn, *args):
+        """``_guard`` for a caller that holds the lock (it is not re-entrant: taking
+        it again here hung the stage on a failed WAL write, issue 12 item 6)."""
+        try:
+            return fn(*args)
+        except BaseException as e:
+            self._error = self._error or e
             raise
 
     def _room_or_future(self) -> Future | None:
@@ -287,7 +314,7 @@ class DedupStage:
             if self._cur.n_keys < self.buffer_keys:
                 return None
             if self._merging is None:
-                self._guard(self._swap_locked)
+                self._guard_locked(self._swap_locked)
                 return None
             return self._future
 
@@ -304,9 +331,9 @@ class DedupStage:
     def _claim_and_log(self, keys, payloads):
         with self._lock:
             self._check()
-            out = self._guard(self._claim, keys, payloads)
+            out = self._guard_locked(self._claim, keys, payloads)
             if self._cur.n_keys >= self.buffer_keys and self._merging is None:
-                self._guard(self._swap_locked)
+                self._guard_locked(self._swap_locked)
             return out
 
     def _first_occurrences(self, keys: np.ndarray) -> np.ndarray:
@@ -421,7 +448,7 @@ class DedupStage:
             if self._merged >= target:
                 return None
             if self._merging is None:
-                self._guard(self._swap_locked)
+                self._guard_locked(self._swap_locked)
             return self._future
 
     def _merge_job(self, buf: _Buffer) -> None:
@@ -447,11 +474,27 @@ class DedupStage:
                 st["merge_s"] += st["last_merge_s"]
                 self._merging = None
                 self._merged += 1
+                if anomalies:
+                    self._error = self._error or self._anomaly(anomalies)
             self._wal.remove(buf.wal_seq)  # its keys are committed
         except BaseException as e:
             with self._lock:
                 self._error = self._error or e
             raise
+
+    def _anomaly(self, n: int) -> CorruptionError:
+        """A merge found ``n`` keys stored that the stage had handed out as certainly new:
+        only a Bloom filter missing stored keys does that, which its binding to the
+        store (docs/bloom.md) prevents short of a forged file. Stop the stage, and
+        remove the saved filter so the next open rebuilds it from the runs."""
+        try:
+            os.unlink(os.path.join(self.store.path, BLOOM_NAME))
+        except OSError:
+            pass
+        return CorruptionError(
+            f"{self.store.path}: {n} keys handed out as new were already stored: the "
+            "Bloom filter does not match the store; the stage stopped and the saved filter "
+            "was removed (the next open rebuilds it from the runs)")
 
     def _merge(self, buf: _Buffer):
         """Merge ``buf`` into the store (committed on return) and resolve its held
@@ -503,6 +546,8 @@ class DedupStage:
     def stats(self) -> dict:
         """Counters since open, current buffers, WAL and configuration (docs/stage.md)."""
         with self._lock:
+            if self._closed:
+                raise ClosedError("the dedup stage is closed")
             s = dict(self._stats)
             s["buffer_keys"] = self._cur.n_keys
             s["held_pending"] = self._cur.n_held + (self._merging.n_held if self._merging else 0)
@@ -552,29 +597,17 @@ class DedupStage:
                           "(call flush() and use its result before leaving)", stacklevel=2)
 
 
-def replay_wal(store: SeenStore) -> dict:
-    """Merge the keys of every WAL segment in the store's directory (those not in
-    the store yet) and delete the segments. Returns figures and the next segment
-    seq. Requires: ``store`` open as the writer."""
-    segs = walmod.list_segments(store.path)
-    parts, records, torn = [], 0, 0
-    for _, path in segs:
-        keys, info = walmod.read_segment(path)
-        parts.append(keys)
-        records += info["records"]
-        torn += info["torn_bytes"]
-    keys = np.concatenate(parts) if parts else _EMPTY
-    new = int(store.add(keys).sum()) if len(keys) else 0
-    for _, path in segs:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-    if segs and store.sync:
-        walmod.fsync_dir(store.path)
-    return {"segments": len(segs), "records": records, "keys": len(keys),
-            "merged_new": new, "torn_bytes": torn,
-            "next_seq": (segs[-1][0] + 1) if segs else 1}
+def _check_all_urls(items) -> None:
+    """Requires: a sequence whose first item is a URL. InvalidInputError naming the
+    first item that is not one (a list mixing keys and URLs)."""
+    kinds = set(map(type, items))
+    if kinds <= {str, bytes}:
+        return
+    for i, x in enumerate(items):
+        if not isinstance(x, (str, bytes)):
+            raise InvalidInputError(
+                f"offer mixes URLs and other items: item {i} is {type(x).__name__} {x!r:.60}; "
+                "offer either URLs (str/bytes) or keys (ints), one kind per call")
 
 
-__all__ = ["Admitted", "DedupStage", "replay_wal"]
+__all__ = ["Admitted", "DedupStage"]

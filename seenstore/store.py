@@ -23,21 +23,26 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import manifest
+from . import manifest, wal as walmod
 from .batch import as_keys, prepare
-from .bloomlayers import LayeredBloom
-from .errors import (CorruptionError, DiskFullError, InvalidInputError, MismatchError,
-                     NotAStoreError, SeenStoreError, StoreIOError, StoreNotFoundError)
+from .bloom import Binding
+from .bloomlayers import LayeredBloom, layer_path
+from .errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputError,
+                     MismatchError, NotAStoreError, SeenStoreError, StoreIOError,
+                     StoreNotFoundError)
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
-from .kernels.batch import (compact_inplace, mark_first_new, mark_members, partition_top_bits,
-                            unique_inplace)
+from .dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
 from . import tiers
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
                         policy_digest, whole_blocks)
 from .runreader import RunReader
 from .runwriter import RunWriter
+
+compact_inplace, mark_first_new, mark_members, partition_top_bits, unique_inplace = (
+    _kernels.compact_inplace, _kernels.mark_first_new, _kernels.mark_members,
+    _kernels.partition_top_bits, _kernels.unique_inplace)
 
 DEFAULT_POLICY_ID = "safe-v1"
 BLOOM_NAME = "BLOOM"
@@ -54,6 +59,8 @@ DEFAULT_SHARD_BITS = 4
 COMPACT_CREDIT = 3
 MAX_SHARD_BITS = 12
 REBUILD_CHUNK_KEYS = 1 << 24  # 128 MiB read buffer when a Bloom filter is rebuilt
+BLOOM_SAMPLE_KEYS = 4096  # stored keys a loaded Bloom filter must answer present
+SNAPSHOT_RETRIES = 20  # a reader's attempts at opening the runs of one committed generation
 _RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
 _TMP_RE = re.compile(r"^(MANIFEST\.tmp|BLOOM(\.L\d+)?\.tmp\.\d+)$")
 # test seam: "point" or "point@n" -> SIGKILL self at the (n-th) pass through there
@@ -112,6 +119,10 @@ class SeenStore:
         self._buffer_pool: list[MergeBuffers] = []
         self.last_timings: dict = {}
         self.sync = True  # fsync on commit (see open)
+        self._closed = False
+        self._view_lock = threading.Lock()  # (self._doc, self._runs) change together
+        self._pending = walmod.PendingKeys(path)  # keys a stage logged, not merged yet
+        self.wal_replay: dict | None = None  # what the writer's open replayed
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -131,7 +142,11 @@ class SeenStore:
         ``bloom_capacity`` keys (default: twice the store, at least 2^20; grown
         2x whenever the keys in it pass the capacity) at
         ``bloom_fpr``; loaded from BLOOM, or rebuilt from the runs when missing or
-        stale. Raises StoreNotFoundError, NotAStoreError, LockedError,
+        stale (or bound to another store, or answering a stored key absent). A
+        writer then replays and deletes the WAL segments a DedupStage left
+        (``stage-*.wal``: keys it handed out but did not merge) before it admits
+        anything (figures in ``wal_replay``); a damaged segment makes the open fail
+        naming it. Raises StoreNotFoundError, NotAStoreError, LockedError,
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
         power loss (for tests and throwaway stores)."""
@@ -169,9 +184,10 @@ class SeenStore:
             store.sync = sync
             store._check_identity(layout, policy_id, shard_bits)
             store._remove_leftovers()
-            store._open_readers()
+            store._runs = store._readers_for(doc, {})
             if bloom or mode == "approximate":
                 store._load_or_build_bloom(bloom_fpr, bloom_capacity)
+            store.wal_replay = walmod.replay_wal(store)
             return store
         except BaseException:
             lock.release()
@@ -179,17 +195,40 @@ class SeenStore:
 
     @classmethod
     def _open_readonly(cls, path, layout, policy_id) -> "SeenStore":
-        for attempt in range(5):  # a writer may commit and delete old runs meanwhile
-            doc = manifest.read(path)
-            store = cls(path, doc, None)
-            store._check_identity(layout, policy_id, None)
+        store = cls(path, manifest.read(path), None)
+        store._check_identity(layout, policy_id, None)
+        store._refresh(force=True)
+        return store
+
+    def _refresh(self, force: bool = False) -> None:
+        """Read-only stores: move to the newest committed generation, opening all its
+        runs (one consistent snapshot: an open run stays readable after a writer
+        retires it). A writer may commit and delete runs between our manifest read
+        and our opens: then the next manifest names other runs, and we retry with it.
+        The writer's own store is always current (no-op)."""
+        if self._lock is not None:
+            return
+        for attempt in range(SNAPSHOT_RETRIES):
+            doc = manifest.read(self.path)
+            if not force and doc["generation"] == self.generation:
+                with self._view_lock:
+                    self._doc = doc  # counters may have changed, runs have not
+                return
             try:
-                store._open_readers()
-                return store
+                runs = self._readers_for(doc, {})
             except SeenStoreError:
-                if attempt == 4 or manifest.read(path)["generation"] == doc["generation"]:
-                    raise
-        raise AssertionError("unreachable")
+                if (attempt == SNAPSHOT_RETRIES - 1
+                        or manifest.read(self.path)["generation"] == doc["generation"]):
+                    raise  # the runs of the current generation are damaged
+                continue
+            with self._view_lock:
+                self._doc, self._runs = doc, runs
+            return
+
+    def _snapshot(self) -> tuple[dict, dict]:
+        """(manifest, runs by shard) of one generation, taken together."""
+        with self._view_lock:
+            return self._doc, self._runs
 
     @staticmethod
     def _create(path: str, layout: Layout, policy_id: str, shard_bits: int, sync: bool) -> None:
@@ -198,7 +237,8 @@ class SeenStore:
         try:
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             manifest.write(path, {  # no run at all: a shard's runs appear with its keys
-                "generation": 0, "layout": layout.to_dict(), "policy_id": policy_id,
+                "store_id": manifest.new_store_id(), "generation": 0,
+                "layout": layout.to_dict(), "policy_id": policy_id,
                 "shard_bits": shard_bits, "runs": [], "created": now, "updated": now,
                 "counters": dict(manifest.NEW_COUNTERS),
             }, sync=sync)
@@ -230,41 +270,71 @@ class SeenStore:
                 except OSError as e:
                     raise _io_error(e, f"{name}: cannot remove leftover") from e
 
-    def _open_readers(self) -> None:
-        self._runs = self._readers_for(self._doc["runs"], {})
-
-    def _readers_for(self, entries: list, have: dict) -> dict:
-        """Readers of the runs ``entries`` names, by shard (oldest first); ``have``:
-        readers already open by file name (kept: their sparse index is built)."""
+    def _readers_for(self, doc: dict, have: dict) -> dict:
+        """Readers of the runs ``doc`` names, by shard (oldest first), each checked
+        against it; ``have``: readers already open by file name (kept: their sparse
+        index is built)."""
         runs: dict[int, list[RunReader]] = {}
-        pd = policy_digest(self._doc["policy_id"])
-        for r in entries:
+        pd = policy_digest(doc["policy_id"])
+        for r in doc["runs"]:
             reader = have.get(r["file"])
             if reader is None:
                 reader = RunReader(os.path.join(self.path, r["file"]))
             h = reader.header
             if (h.count != r["count"] or f"{h.body_checksum:016x}" != r["checksum"]
                     or h.shard != r["shard"] or h.policy_digest != pd
-                    or h.host_bits != self.layout.host_bits
-                    or h.shard_bits != self._doc["shard_bits"]):
+                    or h.host_bits != Layout.from_dict(doc["layout"]).host_bits
+                    or h.shard_bits != doc["shard_bits"]):
                 raise CorruptionError(f"{r['file']}: header does not match the manifest")
             runs.setdefault(r["shard"], []).append(reader)
         return runs
 
-    def _all_readers(self) -> list:
-        return [r for shard in sorted(self._runs) for r in self._runs[shard]]
+    def _all_readers(self, runs: dict | None = None) -> list:
+        """Every live run (of ``runs``, default the store's), shard by shard, oldest first."""
+        runs = self._runs if runs is None else runs
+        return [r for shard in sorted(runs) for r in runs[shard]]
+
+    def _binding(self) -> Binding:
+        """What a Bloom filter of this store's current runs records (docs/bloom.md)."""
+        return Binding(self._doc.get("store_id", ""), len(self), manifest.runs_digest(self._doc))
+
+    def _bloom_misses_a_stored_key(self, bf) -> bool:
+        """True if ``bf`` answers absent for one of up to BLOOM_SAMPLE_KEYS stored keys
+        spread over every run (first, last and evenly between): a filter of these
+        runs has no false negatives, so one miss proves it is not theirs (zeroed,
+        forged, or built from other keys). A few page reads per run."""
+        total = max(len(self), 1)
+        for reader in self._all_readers():
+            n = reader.count
+            if not n:
+                continue
+            m = min(n, max(2, BLOOM_SAMPLE_KEYS * n // total))
+            sample = np.ascontiguousarray(reader.keys[np.linspace(0, n - 1, m).astype(np.int64)])
+            if not bf.query(sample.astype(np.uint64, copy=False)).all():
+                return True
+        return False
 
     def _load_or_build_bloom(self, fpr: float, capacity: int | None) -> None:
-        """Use BLOOM if it reflects this generation and fits; else rebuild from the runs."""
+        """Use BLOOM if it is bound to this store's current runs (store id, generation,
+        key count, runs digest), answers a sample of stored keys present and fits;
+        else rebuild it from the runs. In exact mode a Bloom negative skips the disk,
+        so a filter of other keys would hand stored keys out again (docs/bloom.md)."""
         want = max(capacity, len(self)) if capacity else max(2 * len(self), MIN_BLOOM_CAPACITY)
         path = os.path.join(self.path, BLOOM_NAME)
         try:
             bf, gen = LayeredBloom.load(path)
             fits = (capacity is None or bf.capacity >= capacity) and bf.capacity >= len(self)
-            if gen == self.generation and bf.target_fpr == fpr and fits:
+            if gen != self.generation:
+                self._bloom_state = "rebuilt (stale file)"
+            elif bf.binding != self._binding():
+                self._bloom_state = "rebuilt (file not bound to this store's runs)"
+            elif self._bloom_misses_a_stored_key(bf):
+                self._bloom_state = "rebuilt (file answered a stored key absent)"
+            elif bf.target_fpr == fpr and fits:
                 self.bloom, self._bloom_state = bf, "loaded"
                 return
-            self._bloom_state = "rebuilt (stale file)"
+            else:
+                self._bloom_state = "rebuilt (other size or target)"
         except StoreNotFoundError:
             self._bloom_state = "rebuilt (no file)"
         except SeenStoreError:
@@ -284,10 +354,19 @@ class SeenStore:
     def checkpoint(self) -> None:
         """Save the Bloom filter (BLOOM) for the current generation, so the next
         open need not rebuild it. Done by ``close``; call it to bound rebuild work
-        after a crash."""
-        if self.bloom is not None and self._bloom_dirty and self._lock is not None:
-            self.bloom.save(os.path.join(self.path, BLOOM_NAME), self.generation)
-            self._bloom_dirty = False
+        after a crash. Safe beside ``add`` from another thread: it waits for the
+        batch in progress (the filter, its generation and its binding are taken
+        under the same lock as a batch's insert and commit)."""
+        self._check_open()
+        with self._mutex:
+            if self.bloom is not None and self._bloom_dirty and self._lock is not None:
+                self.bloom.save(os.path.join(self.path, BLOOM_NAME), self.generation,
+                                self._binding())
+                self._bloom_dirty = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self.path}: the store is closed")
 
     # -------------------------------------------------------------- properties
     @property
@@ -312,6 +391,7 @@ class SeenStore:
         return f"{self._doc.get('major', manifest.MAJOR)}.{self._doc.get('minor', 0)}"
 
     def __len__(self) -> int:
+        self._check_open()
         return sum(r.count for r in self._all_readers())
 
     # ----------------------------------------------------------------- queries
@@ -324,15 +404,23 @@ class SeenStore:
         return np.append(np.searchsorted(sorted_keys, starts), len(sorted_keys))
 
     def contains(self, keys) -> np.ndarray:
-        """Mask over ``keys``: True where the key has been admitted. Reads only."""
+        """Mask over ``keys``: True where the key has been admitted, including keys a
+        DedupStage handed out that sit in its write-ahead log, not merged yet.
+        Reads only; a read-only store answers from the newest committed generation."""
+        self._check_open()
         keys = as_keys(keys)
+        # WAL keys first, then the runs: a segment is deleted only after its merge
+        # committed, so a key is in one or the other (wal.PendingKeys)
+        pending = self._pending.keys()
+        self._refresh()
+        _, runs = self._snapshot()
         uniq = prepare(keys)
         bf = self.bloom  # once: a failed insert on the writer's thread may drop it
         if bf is not None:
             uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
         found = np.zeros(len(uniq), dtype=np.bool_)
         bounds = self._shard_bounds(uniq)
-        for shard, readers in list(self._runs.items()):  # one snapshot of the live runs
+        for shard, readers in runs.items():  # one snapshot of the live runs
             lo, hi = bounds[shard], bounds[shard + 1]
             for reader in readers:
                 todo = lo + np.flatnonzero(~found[lo:hi])
@@ -346,7 +434,10 @@ class SeenStore:
                     sub = np.zeros(len(todo), dtype=np.bool_)
                     tiers.lookup(reader, uniq[todo], sub)
                     found[todo[sub]] = True
-        return mark_members(keys, uniq[found])  # every occurrence, not just the first
+        mask = mark_members(keys, uniq[found])  # every occurrence, not just the first
+        if len(pending):
+            mask |= _member(pending, keys)
+        return mask
 
     # ----------------------------------------------------------------- writing
     def add(self, keys, progress=None) -> np.ndarray:
@@ -447,20 +538,26 @@ class SeenStore:
         self._bloom_state = "dropped (insert failed or interrupted)"
 
     def _check_writable(self) -> None:
+        self._check_open()
         if self._lock is None:
             raise InvalidInputError(f"{self.path}: store was opened read-only")
 
     def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0) -> np.ndarray:
         """Admit sorted unique keys; return the mask of those that were new.
 
-        Requires: ``uniq`` sorted ascending, unique, uint64. All shards the batch
-        touches are committed together, or none (on any error).
+        Requires: ``uniq`` sorted ascending, unique, uint64 (InvalidInputError
+        otherwise). All shards the batch touches are committed together, or none.
         ``approx_answered``: keys a caller (the streaming stage) answered as seen
         from a Bloom positive alone; added to the durable counter with this commit.
         In exact mode the Bloom query runs first here, so only its positives are
         looked for in the runs (the stage's held keys are mostly positives: point
         lookups through the runs' sparse indexes when they are few)."""
         self._check_writable()
+        if not (isinstance(uniq, np.ndarray) and uniq.dtype == np.uint64 and uniq.ndim == 1):
+            raise InvalidInputError("add_sorted needs a 1-D uint64 array (use add for any keys)")
+        if len(uniq) > 1 and not bool(np.all(uniq[1:] > uniq[:-1])):
+            raise InvalidInputError(
+                "add_sorted needs keys sorted ascending and unique (use add for any keys)")
         with self._mutex:
             waited = self._join_compactor()
             is_new = self._add_sorted(uniq, progress, approx_answered)
@@ -511,7 +608,7 @@ class SeenStore:
         is_new = np.zeros(len(uniq), dtype=np.bool_)
         if len(uniq) == 0:
             if approx_answered:
-                self._commit_counters(approx_answered)
+                self._commit_counters(approx_answered, batches=0)
             return is_new
         t0 = time.perf_counter()
         maybe = None
@@ -535,6 +632,11 @@ class SeenStore:
                 n_approx = len(uniq) - len(cand)
         n_approx += approx_answered
         timings["approx_answered"] = n_approx
+        if (cand is uniq and cand_maybe is not None
+                and len(uniq) * tiers.PROBE_RATIO >= len(self)):
+            # a sweep reads every run anyway: check the Bloom negatives too, so a
+            # filter missing stored keys (forged) is caught, not stored twice
+            cand_maybe = None
         cand_new = np.zeros(len(cand), dtype=np.bool_)
         for lo, m, mask in self._write_batch(cand, self._shard_bounds(cand), cand_maybe,
                                              timings, progress):
@@ -543,8 +645,6 @@ class SeenStore:
             is_new = cand_new
         else:
             is_new[~maybe] = cand_new
-        if n_approx and not timings["new"]:
-            self._commit_counters(n_approx)  # nothing written, but the count is durable
         self._after_merge(timings, None, uniq[is_new] if self.mode == "approximate" else None)
         return is_new
 
@@ -586,7 +686,9 @@ class SeenStore:
         or None; a Bloom negative is certainly new and is not looked for on disk."""
         gen = self.generation + 1
         jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
-        if not jobs:
+        if not jobs:  # no key, or all answered by the Bloom filter alone (approximate)
+            if timings["offered"]:
+                self._commit_counters(timings["approx_answered"])
             return []
         pd = policy_digest(self.policy_id)
         writers: dict[int, RunWriter] = {}
@@ -665,6 +767,8 @@ class SeenStore:
                 self._commit(gen, added, [], c)
                 self._credit_step = COMPACT_CREDIT * timings["bytes_written"]
                 self._credit += self._credit_step
+            else:  # nothing new: no run changes, but the batch and its counts are recorded
+                self._commit_counters(timings["approx_answered"])
             timings["commit_s"] = time.perf_counter() - t1
             timings["new"] = n_new
             return segs
@@ -688,17 +792,23 @@ class SeenStore:
                 return bufs
         return MergeBuffers(self.chunk_keys)
 
-    def _commit_counters(self, n_approx: int) -> None:
-        """Record keys answered by the Bloom filter alone when no run changed."""
+    def _commit_counters(self, n_approx: int, batches: int = 1) -> None:
+        """Record a batch that changed no run (every key was stored already) and the
+        keys answered by the Bloom filter alone: a manifest with the same runs and
+        generation, new counters (a format 1 manifest is upgraded by it)."""
         doc = manifest.upgraded(self._doc, len(self))
         c = dict(doc["counters"])
-        c["approx_answered"] = c.get("approx_answered", 0) + n_approx
+        c["batches"] += batches
+        if n_approx:
+            c["approx_answered"] = c.get("approx_answered", 0) + n_approx
         doc["counters"] = c
+        doc["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
             manifest.write(self.path, doc, sync=self.sync)
         except OSError as e:
             raise _io_error(e, f"{self.path}: committing counters") from e
-        self._doc = doc
+        with self._view_lock:
+            self._doc = doc
 
     def _commit(self, gen: int, added: list, removed: list, counters: dict,
                 step: str = "") -> None:
@@ -732,12 +842,13 @@ class SeenStore:
             raise _io_error(e, f"{self.path}: committing") from e
         # Committed. From here on a failure must not undo the batch.
         _fault(step + "after-manifest")
-        self._doc = doc
         have = {r.name: r for r in self._all_readers()}
         for shard, _, sparse in added:
             name = run_name(shard, gen)
             have[name] = RunReader(os.path.join(self.path, name), sparse)
-        self._runs = self._readers_for(doc["runs"], have)
+        runs = self._readers_for(doc, have)
+        with self._view_lock:  # readers on other threads see the old pair or the new one
+            self._doc, self._runs = doc, runs
         self._retire([os.path.join(self.path, name) for name in sorted(gone)], step)
 
     def _retire(self, paths: list, step: str = "") -> None:
@@ -886,29 +997,35 @@ class SeenStore:
 
     # ------------------------------------------------------------ maintenance
     def stats(self) -> dict:
-        """Figures about the store (keys, files, bytes on disk, layout, versions)."""
-        files = [r["file"] for r in self._doc["runs"]] + [manifest.NAME]
-        disk = 0
-        for name in files:
-            try:
-                disk += os.path.getsize(os.path.join(self.path, name))
-            except OSError:
-                pass
-        keys = len(self)
-        per_shard = {shard: len(rs) for shard, rs in self._runs.items()}
-        c = {"approx_answered": 0, **self._doc["counters"]}
-        wal = [n for n in os.listdir(self.path) if n.startswith("stage-") and n.endswith(".wal")]
+        """Figures about the store (keys, files, bytes on disk with and without the
+        Bloom file, layout, versions, runs, WAL segments a stage left), all of one
+        generation (a read-only store moves to the newest first)."""
+        self._check_open()
+        self._refresh()
+        doc, runs = self._snapshot()
+        files = [r["file"] for r in doc["runs"]] + [manifest.NAME]
+        disk = sum(_size(os.path.join(self.path, name)) for name in files)
+        bloom_file = sum(_size(p) for p in _bloom_files(os.path.join(self.path, BLOOM_NAME)))
+        keys = sum(r.count for r in self._all_readers(runs))
+        per_shard = {shard: len(rs) for shard, rs in runs.items()}
+        c = {"approx_answered": 0, **doc["counters"]}
+        wal = [p for _, p in walmod.list_segments(self.path)]
+        wal_sizes = [_size(p, None) for p in wal]  # a merge may delete one meanwhile
         return {
             "path": self.path,
+            "store_id": doc.get("store_id"),
             "keys": keys,
             "files": len(files),
-            "bytes_on_disk": disk,
+            "bytes_on_disk": disk,  # runs + manifest
             "bytes_per_key": (disk / keys) if keys else None,
-            "layout": self.layout.describe(),
-            "host_bits": self.layout.host_bits,
-            "shard_bits": self.shard_bits,
-            "shards": 1 << self.shard_bits,
-            "largest_shard_keys": max((sum(r.count for r in rs) for rs in self._runs.values()),
+            "bloom_file_bytes": bloom_file,
+            "bytes_on_disk_with_bloom": disk + bloom_file,
+            "bytes_per_key_with_bloom": ((disk + bloom_file) / keys) if keys else None,
+            "layout": Layout.from_dict(doc["layout"]).describe(),
+            "host_bits": Layout.from_dict(doc["layout"]).host_bits,
+            "shard_bits": doc["shard_bits"],
+            "shards": 1 << doc["shard_bits"],
+            "largest_shard_keys": max((sum(r.count for r in rs) for rs in runs.values()),
                                       default=0),
             "runs": sum(per_shard.values()),
             "max_runs_per_shard": max(per_shard.values(), default=0),
@@ -917,19 +1034,21 @@ class SeenStore:
             "write_amplification": ((c.get("bytes_written", 0) + c.get("bytes_compacted", 0))
                                     / (8 * c["new"]) if c.get("new") else None),
             "pending_compaction": self.pending_compaction(),
-            "policy_id": self.policy_id,
-            "generation": self.generation,
+            "policy_id": doc["policy_id"],
+            "generation": doc["generation"],
             "run_format": f"{RUN_MAJOR}.{RUN_MINOR}",
-            "manifest_format": self.manifest_format,
-            "upgrade_pending": self._doc.get("major", manifest.MAJOR) < manifest.MAJOR,
+            "manifest_format": f"{doc.get('major', manifest.MAJOR)}.{doc.get('minor', 0)}",
+            "upgrade_pending": doc.get("major", manifest.MAJOR) < manifest.MAJOR,
+            # batches: every add/merge call of at least one key that committed
             "counters": c,
-            # keys a DedupStage handed out but has not merged yet (replayed on its open)
-            "wal_segments": len(wal),
-            "wal_bytes": sum(os.path.getsize(os.path.join(self.path, n)) for n in wal),
+            # keys a DedupStage handed out but has not merged yet (replayed by the next
+            # writer's open, counted present by contains)
+            "wal_segments": sum(1 for n in wal_sizes if n is not None),
+            "wal_bytes": sum(n for n in wal_sizes if n is not None),
             "mode": self.mode,
             "bloom": self._bloom_stats(keys),
-            "created": self._doc.get("created"),
-            "updated": self._doc.get("updated"),
+            "created": doc.get("created"),
+            "updated": doc.get("updated"),
         }
 
     def _bloom_stats(self, keys: int) -> dict | None:
@@ -939,7 +1058,8 @@ class SeenStore:
                 bf, gen = LayeredBloom.load(os.path.join(self.path, BLOOM_NAME))
             except SeenStoreError:
                 return None
-            state = "saved, current" if gen == self.generation else "saved, stale (rebuilt on next open)"
+            current = gen == self.generation and bf.binding == self._binding()
+            state = "saved, current" if current else "saved, stale (rebuilt on next open)"
         return {
             "state": state, "bytes": bf.nbytes, "n_hashes": bf.n_hashes,
             "capacity": bf.capacity, "target_fpr": bf.target_fpr,
@@ -951,15 +1071,20 @@ class SeenStore:
         }
 
     def verify(self) -> dict:
-        """Full integrity check of every run (checksums, order, shard ranges).
-        Raises CorruptionError on the first fault; returns a summary otherwise."""
+        """Full integrity check of one generation's runs (checksums, order, shard
+        ranges, runs of a shard disjoint) and of every WAL segment a stage left (a
+        damaged one would stop the next writer's open). Raises CorruptionError /
+        NotSupportedError on the first fault; returns a summary otherwise. A read-only
+        store checks the newest generation; a writer committing meanwhile does not
+        disturb it (the runs it holds stay readable after they are retired)."""
+        self._check_open()
         with self._mutex:
             self._join_compactor()
-            doc = manifest.read(self.path)
-            if doc["generation"] != self.generation:
-                raise CorruptionError(f"{self.path}: manifest changed under an open store")
-            sb = self.shard_bits
-            for shard, readers in sorted(self._runs.items()):
+            self._refresh()
+            manifest.read(self.path)  # the commit point itself must be readable
+            doc, runs = self._snapshot()
+            sb = doc["shard_bits"]
+            for shard, readers in sorted(runs.items()):
                 if len(readers) == 1:
                     readers[0].verify()
                 else:  # the k-way merge checks order, disjointness and checksums
@@ -971,12 +1096,25 @@ class SeenStore:
                         lo, hi = int(run[0]) >> (64 - sb), int(run[-1]) >> (64 - sb)
                         if lo != shard or hi != shard:
                             raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
-            return {"keys": len(self), "runs": len(self._all_readers()),
-                    "generation": self.generation}
+            segments = 0
+            for _, path in walmod.list_segments(self.path):
+                try:
+                    walmod.read_segment(path)
+                except StoreIOError as e:
+                    if isinstance(e.__cause__, FileNotFoundError):
+                        continue  # merged and removed meanwhile
+                    raise
+                segments += 1
+            return {"keys": sum(r.count for r in self._all_readers(runs)),
+                    "runs": len(self._all_readers(runs)),
+                    "generation": doc["generation"], "wal_segments": segments}
 
     def close(self, save_bloom: bool = True) -> None:
         """Save the Bloom filter (if changed and ``save_bloom``), release the lock.
-        Never loses data: a Bloom filter not saved is rebuilt by the next open."""
+        Never loses data: a Bloom filter not saved is rebuilt by the next open.
+        Closing again does nothing; any other call afterwards raises ClosedError."""
+        if self._closed:
+            return
         self._join_compactor()
         self._join_retire()
         try:
@@ -984,6 +1122,7 @@ class SeenStore:
                 self.checkpoint()
         except SeenStoreError as e:
             warnings.warn(f"Bloom filter not saved ({e}); the next open rebuilds it")
+        self._closed = True
         for r in self._all_readers():
             r.close()
         self._runs = {}
@@ -996,6 +1135,23 @@ class SeenStore:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(save_bloom=exc_type is None)
+
+
+def _size(path: str, missing=0):
+    """Size of ``path`` in bytes, or ``missing`` when it does not exist (any more)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return missing
+
+
+def _bloom_files(path: str) -> list:
+    """BLOOM and its layer files (BLOOM.L1, ...) that exist."""
+    out, i = [], 0
+    while os.path.exists(layer_path(path, i)):
+        out.append(layer_path(path, i))
+        i += 1
+    return out
 
 
 def _member(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:

@@ -18,7 +18,8 @@ from typing import Iterator
 import numpy as np
 
 from .errors import CorruptionError
-from .kernels.merge import KWAY_BAD, KWAY_DONE, kway_step, sparse_member, sweep_step
+from .dispatch import merge as _kernels  # numba imported on a kernel's first call
+from .kernels.status import KWAY_BAD, KWAY_DONE
 from .runformat import ALIGN, HEADER_SIZE, SPARSE_STRIDE, aligned_empty
 from .runreader import RunReader
 
@@ -35,7 +36,7 @@ MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows togeth
 def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
     """Set ``found`` where sorted unique ``needles`` are in the run (point lookups)."""
     if reader.count and len(needles):
-        sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
+        _kernels.sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
 
 
 def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
@@ -43,7 +44,7 @@ def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarr
     sequentially through ``buf`` (checksum and order checked). Returns bytes read."""
     j, prev, have = 0, np.uint64(0), False
     for n in reader.chunks(buf):
-        j, prev, have, ok = sweep_step(buf, n, batch, j, found, prev, have)
+        j, prev, have, ok = _kernels.sweep_step(buf, n, batch, j, found, prev, have)
         prev = np.uint64(prev)  # numba hands uint64 back as a Python int
         if not ok:
             raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
@@ -105,7 +106,7 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
     out = np.empty(out_keys, np.uint64)
     prev, have = np.uint64(0), False
     while True:
-        n, status, prev, have = kway_step(bufs, pos, fill, last, out, prev, have)
+        n, status, prev, have = _kernels.kway_step(bufs, pos, fill, last, out, prev, have)
         prev = np.uint64(prev)
         if n:
             yield out[:n]

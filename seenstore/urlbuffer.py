@@ -166,11 +166,14 @@ class URLBuffer:
         base: str | None = None,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         chunk_urls: int | None = None,
+        max_line: int | None = None,
     ) -> Iterator[URLBuffer]:
         """Yield URLBuffers of whole lines, reading ``block_bytes`` at a time.
 
         Each yielded buffer holds the lines of about one block (at least one line),
-        or of up to ``chunk_urls`` URLs if given (several blocks merged).
+        or of up to ``chunk_urls`` URLs if given (several blocks merged). A leading
+        UTF-8 BOM is skipped; ``max_line``: a longer line is cut to that many bytes
+        (and so rejected as too long downstream) instead of growing the buffer.
         """
         if block_bytes < 1:
             raise InvalidInputError("block_bytes must be positive")
@@ -180,9 +183,9 @@ class URLBuffer:
             except FileNotFoundError as e:
                 raise StoreNotFoundError(f"no such file: {os.fspath(source)}") from e
             with f:
-                yield from _iter_stream(f, pairs, base, block_bytes, chunk_urls)
+                yield from _iter_stream(f, pairs, base, block_bytes, chunk_urls, max_line)
         else:
-            yield from _iter_stream(source, pairs, base, block_bytes, chunk_urls)
+            yield from _iter_stream(source, pairs, base, block_bytes, chunk_urls, max_line)
 
     @classmethod
     def from_arrow(cls, array, base: str | None = None) -> URLBuffer:
@@ -287,10 +290,10 @@ def concat(parts: Sequence[URLBuffer]) -> URLBuffer:
 
 
 def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
-                 chunk_urls: int | None) -> Iterator[URLBuffer]:
+                 chunk_urls: int | None, max_line: int | None = None) -> Iterator[URLBuffer]:
     pending: list[URLBuffer] = []
     npending = 0
-    for block in _blocks(f, block_bytes):
+    for block in _blocks(f, block_bytes, max_line):
         ub = _split_block(block, pairs, base)
         if chunk_urls is None:
             if len(ub):
@@ -307,19 +310,30 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
         yield concat(pending) if len(pending) > 1 else pending[0]
 
 
-def _blocks(f: BinaryIO, block_bytes: int) -> Iterator[np.ndarray]:
+_BOM = b"\xef\xbb\xbf"
+
+
+def _blocks(f: BinaryIO, block_bytes: int, max_line: int | None = None) -> Iterator[np.ndarray]:
     """Yield uint8 views of whole lines (each ending in ``\\n`` except maybe the last),
     reading at most ``block_bytes`` per call (``readinto1`` where the stream has it, so
     a pipe's lines are processed as they arrive). A view is valid only until the
-    next one is requested (one buffer is reused); a line longer than it grows it."""
+    next one is requested (one buffer is reused); a line longer than it grows it,
+    unless ``max_line`` is given: then a line is cut to its first ``max_line`` bytes
+    and the rest skipped up to its newline (memory stays bounded whatever the line).
+    A UTF-8 byte order mark at the start of the stream is skipped."""
     buf = bytearray(block_bytes)
     carry = 0
+    skipping = False  # inside the rest of a line already cut to max_line bytes
+    at_start = True
     readinto = getattr(f, "readinto1", None) or getattr(f, "readinto", None)
     while True:
-        if carry == len(buf):  # a fresh, larger buffer: views of the old one may live on
-            bigger = bytearray(2 * len(buf))
-            bigger[:carry] = buf
-            buf = bigger
+        if carry == len(buf):
+            if max_line is not None and carry >= max_line:
+                carry, skipping = max_line, True  # keep the head: enough to reject it
+            else:  # a fresh, larger buffer: views of the old one may live on
+                bigger = bytearray(2 * len(buf))
+                bigger[:carry] = buf
+                buf = bigger
         if readinto is not None:
             with memoryview(buf) as mv:
                 got = readinto(mv[carry:]) or 0
@@ -328,17 +342,44 @@ def _blocks(f: BinaryIO, block_bytes: int) -> Iterator[np.ndarray]:
             got = len(data)
             buf[carry : carry + got] = data
         n = carry + got
+        if at_start and (n >= len(_BOM) or got == 0):
+            at_start = False
+            if buf.startswith(_BOM):
+                buf[: n - 3] = buf[3:n]
+                n -= 3
+        if skipping and got:
+            nl = buf.find(b"\n", carry, n)
+            if nl < 0:  # still inside the cut line: drop what was read
+                continue
+            buf[carry : carry + n - nl] = buf[nl:n]
+            n = carry + n - nl
+            skipping = False
         if got == 0:
-            if carry:
-                yield np.frombuffer(buf, dtype=np.uint8, count=carry)
+            if n:
+                yield np.frombuffer(buf, dtype=np.uint8, count=n)
             return
         cut = buf.rfind(b"\n", 0, n) + 1
         if cut == 0:  # no complete line yet: keep reading
             carry = n
+            if max_line is not None and carry > max_line:
+                carry, skipping = max_line, True
             continue
         yield np.frombuffer(buf, dtype=np.uint8, count=cut)
         buf[: n - cut] = buf[cut:n]
         carry = n - cut
+
+
+def iter_lines(f: BinaryIO, max_line: int | None = None,
+               block_bytes: int = DEFAULT_BLOCK_BYTES) -> Iterator[bytes]:
+    """The lines of a binary stream as bytes, without ``\\n`` and one trailing ``\\r``
+    (blank lines kept), read as ``_blocks`` does (BOM skipped, lines cut to
+    ``max_line`` bytes)."""
+    for block in _blocks(f, block_bytes, max_line):
+        parts = block.tobytes().split(b"\n")
+        if parts[-1] == b"":
+            parts.pop()
+        for line in parts:
+            yield line[:-1] if line.endswith(b"\r") else line
 
 
 def _gather(block: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

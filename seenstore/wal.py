@@ -89,8 +89,9 @@ def read_segment(path: str) -> tuple[np.ndarray, dict]:
     """Keys of every intact record of segment ``path`` (in write order) and
     ``{"seq", "records", "torn_bytes"}``.
 
-    A file shorter than its header, or whose header is all zero bytes, was torn
-    at creation and holds no records. A torn tail (an incomplete last record, a
+    A file shorter than its header that holds a prefix of a header (or only zero
+    bytes), or whose header is all zero bytes, was torn at creation and holds no
+    records; a short file holding anything else is foreign (NotSupportedError). A torn tail (an incomplete last record, a
     last record whose body fails its checksum, or zero fill to the end) is ignored.
     Raises NotSupportedError (foreign file, newer major), CorruptionError (bad
     header checksum, or a bad record followed by more data), StoreIOError."""
@@ -102,6 +103,12 @@ def read_segment(path: str) -> tuple[np.ndarray, dict]:
     name = os.path.basename(path)
     empty = np.empty(0, dtype=np.uint64)
     if len(data) < HEADER_LEN or not any(data[:HEADER_LEN]):
+        # torn at creation: the header goes out in one write, so what is there is
+        # a prefix of one (or zero fill); anything else is a foreign file, kept
+        head = data[:len(MAGIC)]
+        if len(data) < HEADER_LEN and any(data) and head != MAGIC[:len(head)]:
+            raise NotSupportedError(f"{name}: not a seenstore WAL segment (bad magic); "
+                                    "move it out of the store directory")
         return empty, {"seq": None, "records": 0, "torn_bytes": len(data)}
     magic, major, minor, header_len, seq = HEADER.unpack_from(data, 0)
     if magic != MAGIC:
@@ -305,3 +312,76 @@ class WalWriter:
         with self._cond:
             self._closed = True
         return seq
+
+
+def replay_wal(store) -> dict:
+    """Merge the keys of every WAL segment in ``store``'s directory (those not in
+    the store yet) and delete the segments. Returns figures and the next segment
+    seq. Called by every writer's open (``SeenStore.open``) before it admits
+    anything, so keys a stage handed out are never admitted as new again.
+    Requires: ``store`` open as the writer (duck-typed: ``path``, ``sync``,
+    ``add``). Raises what ``read_segment`` raises (naming the segment): the
+    writer then refuses to open."""
+    segs = list_segments(store.path)
+    parts, records, torn = [], 0, 0
+    for _, path in segs:
+        keys, info = read_segment(path)
+        parts.append(keys)
+        records += info["records"]
+        torn += info["torn_bytes"]
+    keys = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
+    new = int(store.add(keys).sum()) if len(keys) else 0
+    for _, path in segs:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise _io_error(e, f"{path}: cannot remove replayed WAL segment") from e
+    if segs and store.sync:
+        fsync_dir(store.path)
+    return {"segments": len(segs), "records": records, "keys": len(keys),
+            "merged_new": new, "torn_bytes": torn,
+            "next_seq": (segs[-1][0] + 1) if segs else 1}
+
+
+class PendingKeys:
+    """The keys of the WAL segments in a directory, as a reader sees them: sorted,
+    unique, re-read only for segments that changed (seq, size, mtime) since the
+    last call. A segment removed meanwhile was merged first (the stage deletes a
+    segment only after its merge committed), so a reader that takes these keys
+    *before* it reads the manifest misses none of them."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._seen: dict[int, tuple[tuple, np.ndarray]] = {}
+        self._keys = np.empty(0, dtype=np.uint64)
+
+    def keys(self) -> np.ndarray:
+        """Sorted unique keys of every segment now. Raises what ``read_segment``
+        raises (a corrupt or foreign segment)."""
+        current, changed = {}, False
+        for seq, path in list_segments(self.directory):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue  # merged and removed since the listing
+            sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+            old = self._seen.get(seq)
+            if old is not None and old[0] == sig:
+                current[seq] = old
+                continue
+            try:
+                keys, _ = read_segment(path)
+            except StoreIOError as e:
+                if isinstance(e.__cause__, FileNotFoundError):
+                    continue
+                raise
+            current[seq] = (sig, keys)
+            changed = True
+        if changed or current.keys() != self._seen.keys():
+            self._seen = current
+            parts = [k for _, k in current.values()]
+            self._keys = (np.unique(np.concatenate(parts)) if parts
+                          else np.empty(0, dtype=np.uint64))
+        return self._keys

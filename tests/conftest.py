@@ -1,12 +1,41 @@
 import os
+import shutil
 import sys
 
 import numpy as np
+
+# The suite tests the numba kernels at every size: the small-input numpy twins
+# (seenstore/dispatch.py) are tested against them in tests/test_dispatch.py.
+os.environ.setdefault("SEENSTORE_JIT_MIN", "0")
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/naive.py and friends
 
 EDGE_KEYS = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
+
+
+_CLEANUP: list = []
+
+
+def request_cleanup(path):
+    """Register ``path``, the tmp_path_factory folder of one hypothesis example (each
+    holds stores with a 2 MiB Bloom file: hundreds of examples left ~600 MB, issue
+    11.7): the folders of earlier examples go now, the last when the test ends.
+    Returns ``path``. One call per example."""
+    _remove_requested()
+    _CLEANUP.append(path)
+    return path
+
+
+def _remove_requested():
+    while _CLEANUP:
+        shutil.rmtree(_CLEANUP.pop(), ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _remove_requested_folders():
+    yield
+    _remove_requested()
 
 
 @pytest.fixture

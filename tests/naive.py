@@ -33,3 +33,63 @@ def kway_naive(runs) -> np.ndarray:
     """The union of disjoint sorted runs, sorted."""
     out = sorted(int(x) for r in runs for x in r)
     return np.array(out, dtype=np.uint64)
+# -- compressed runs: the block codec of seenstore/kernels/codec.py, in plain Python --
+
+def rice_k_naive(keys) -> int:
+    """The codec's low-bit width: of f - 1 and f = floor(log2(mean gap)), the one
+    giving fewer bits (ties: f); 0 when the mean gap is below 2."""
+    m = len(keys) - 1
+    gaps = [b - a - 1 for a, b in zip(keys, keys[1:])]
+    f = (sum(gaps) // m).bit_length() - 1
+    if f <= 0:
+        return 0
+    cost = {k: m * k + sum(g >> k for g in gaps) for k in (f - 1, f)}
+    return f - 1 if cost[f - 1] < cost[f] else f
+
+
+def rice_encode_block_naive(keys) -> list:
+    """One block (docs/format.md, "Compressed run file") as a list of word ints."""
+    import xxhash
+
+    keys = [int(x) for x in keys]
+    n = len(keys)
+    k = rice_k_naive(keys) if n > 1 else 0
+    gaps = [b - a - 1 for a, b in zip(keys, keys[1:])]
+    low = sum((g & ((1 << k) - 1)) << (i * k) for i, g in enumerate(gaps))
+    low_words = -(-(n - 1) * k // 64)
+    high, pos = 0, 0
+    for g in gaps:
+        pos += g >> k
+        high |= 1 << pos
+        pos += 1
+    high_words = -(-pos // 64)
+    body = [low >> (64 * i) & (2**64 - 1) for i in range(low_words)]
+    body += [high >> (64 * i) & (2**64 - 1) for i in range(high_words)]
+    size = 2 + len(body) + 1
+    words = [keys[0], n | k << 32 | size << 48] + body
+    raw = b"".join(w.to_bytes(8, "little") for w in words)
+    return words + [xxhash.xxh3_64_intdigest(raw)]
+
+
+def rice_decode_block_naive(words) -> list:
+    """Keys of one block given as word ints (no checks: the twin of a valid block)."""
+    n, k = words[1] & 0xFFFFFFFF, words[1] >> 32 & 0xFF
+    low_words = -(-(n - 1) * k // 64)
+    low = sum(w << (64 * i) for i, w in enumerate(words[2:2 + low_words]))
+    high = sum(w << (64 * i) for i, w in enumerate(words[2 + low_words:-1]))
+    keys, last_one = [words[0]], -1
+    for i in range(n - 1):
+        pos = (high >> (last_one + 1) & -(high >> (last_one + 1))).bit_length() - 1 + last_one + 1
+        q = pos - last_one - 1
+        last_one = pos
+        keys.append(keys[-1] + (q << k) + (low >> (i * k) & ((1 << k) - 1)) + 1)
+    return keys
+
+
+def rice_encode_naive(keys, block_keys: int) -> list:
+    """All blocks of ``keys`` back to back, as word ints."""
+    keys = [int(x) for x in keys]
+    out = []
+    for lo in range(0, len(keys), block_keys):
+        out += rice_encode_block_naive(keys[lo:lo + block_keys])
+    return out

@@ -66,7 +66,8 @@ def world(tmp_path_factory):
     batch.tofile(batch_path)
     pre = stored(pristine)
     post = np.union1d(pre, batch)
-    return d, pristine, batch_path, pre, post
+    yield d, pristine, batch_path, pre, post
+    shutil.rmtree(d, ignore_errors=True)  # ~55 MB of stores (issue 11.7)
 
 
 def fresh_copy(world, name):

@@ -4,7 +4,7 @@ Oracle: ``try_normalise`` (per URL, with its base) + ``fingerprint``. Compared:
 canonical URL, rejection reason, key. Inputs are generated from pieces chosen to
 hit every branch of the kernel (scheme forms, host shapes, ports, dot segments,
 escapes of every byte, queries, fragments, relative references, non-ASCII,
-controls) plus the WHATWG vectors of ../shared/vectors/urltestdata.json.
+controls) plus the WHATWG vectors of tests/data/urltestdata.json.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from seenstore.urlbuffer import URLBuffer
 
 LAYOUT = Layout()
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VECTORS = os.environ.get("SEENSTORE_VECTORS", os.path.join(REPO, "..", "shared", "vectors"))
+VECTORS = os.environ.get("SEENSTORE_VECTORS", os.path.join(REPO, "tests", "data"))
 
 SCHEMES = ["http", "https", "HTTP", "hTtPs", "ftp", "file", "ws", "wss", "mailto", "javascript",
            "x+y", "1a", "httpx", "http ", "tel"]

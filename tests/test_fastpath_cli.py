@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import request_cleanup
 from seenstore.cli import main
 from seenstore.store import SeenStore
 
@@ -32,6 +33,7 @@ def _add(store, text, extra):
        st.booleans(), st.booleans())
 def test_add_fast_equals_scalar(tmp_path_factory, lines, batch, with_policy, crlf):
     d = tmp_path_factory.mktemp("s")
+    request_cleanup(d)
     extra = ["--base", "http://base.example/d/", "--batch-lines", str(batch)]
     if with_policy:
         pol = d / "p.toml"
@@ -56,6 +58,7 @@ BASES = ["", "http://p.example/a/b", "https://Q.example:443/x/", "not a url", "h
 def test_add_pairs_fast_equals_scalar(tmp_path_factory, pairs, batch):
     """--pairs: 'BASE<TAB>HREF' lines resolve each href against its own base."""
     d = tmp_path_factory.mktemp("p")
+    request_cleanup(d)
     text = "".join((f"{b}\t{h}" if b else h) + "\n" for b, h in pairs)
     extra = ["--pairs", "--base", "http://base.example/d/", "--batch-lines", str(batch)]
     fast = _add(str(d / "fast"), text, extra)

@@ -15,10 +15,10 @@ import pytest
 from seenstore.errors import InvalidInputError
 from seenstore.normalise import Rejection, normalise, try_normalise
 
-# The shared vectors live beside the repository (../shared/vectors); override with
-# SEENSTORE_VECTORS=DIR. A missing file fails the test: it is never skipped.
+# The vectors live in tests/data (README there: source, version, licence); override
+# with SEENSTORE_VECTORS=DIR. A missing file fails the test: it is never skipped.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VECTORS = os.environ.get("SEENSTORE_VECTORS", os.path.join(REPO, "..", "shared", "vectors"))
+VECTORS = os.environ.get("SEENSTORE_VECTORS", os.path.join(REPO, "tests", "data"))
 PATH = os.path.join(VECTORS, "urltestdata.json")
 UNRESERVED = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 

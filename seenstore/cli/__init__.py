@@ -2,19 +2,23 @@
 
 One click group; each command family lives in its own module and registers
 itself on ``main``. Every ``SeenStoreError`` becomes a one-line message on
-stderr and the error kind's exit code (see docs/cli.md), never a traceback.
+stderr (and a JSON object under --json) with the error kind's exit code (README,
+"Errors and exit codes"), never a traceback.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import sys
 import warnings
 
 import click
 
-from ..errors import DiskFullError, SeenStoreError, StoreIOError
+from .. import dispatch
+from ..errors import (DiskFullError, InvalidInputError, SeenStoreError, StoreIOError,
+                      UndeliveredError)
 
 DEFAULT_STORE_ENV = "SEENSTORE_DIR"
 
@@ -24,35 +28,114 @@ def default_store_dir() -> str:
     return os.environ.get(DEFAULT_STORE_ENV) or os.path.join(os.getcwd(), "seenstore.db")
 
 
-def fail(message: str, code: int) -> "None":
-    click.echo(f"seenstore: error: {message}", err=True)
+USAGE_EXIT = 2
+
+
+def fail(message: str, code: int, kind: str = "SeenStoreError") -> "None":
+    """Exit with one line on stderr; under ``--json`` also one JSON object on stdout
+    (stderr when stdout carries data: ``--new-out -``)."""
+    _say_error(message, code, kind)
     sys.exit(code)
+
+
+def _say_error(message: str, code: int, kind: str) -> None:
+    message = " ".join(str(message).split())  # one line, whatever the message held
+    if _json_wanted():
+        doc = json.dumps({"error": message, "kind": kind, "exit_code": code})
+        try:
+            click.echo(doc, err=_JSON_TO_STDERR[0])
+        except OSError:
+            pass
+    try:
+        click.echo(f"seenstore: error: {message}", err=True)
+    except OSError:
+        pass
+
+
+_ARGS: list[list[str]] = [[]]
+_JSON_TO_STDERR = [False]
+
+
+def _json_wanted() -> bool:
+    args = _ARGS[0]
+    cut = args.index("--") if "--" in args else len(args)
+    return "--json" in args[:cut]
+
+
+def json_to_stderr() -> None:
+    """Called by a command whose stdout carries data: its JSON goes to stderr."""
+    _JSON_TO_STDERR[0] = True
+
+
+def _say_compiling() -> None:
+    click.echo("seenstore: compiling kernels, first run only "
+               "(seenstore warmup does it ahead)", err=True)
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     click.echo(f"seenstore: warning: {message}", err=True)
 
 
-class _Group(click.Group):
-    """A group that turns expected failures into one-line errors."""
+def _quiet_stdout() -> None:
+    """Stdout is gone (closed pipe, full disk): make the exit-time flush a no-op."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+
+class _Group(click.Group):
+    """A group that turns every expected failure into one line on stderr (and a
+    JSON object under ``--json``) with the documented exit code: click's usage
+    errors included (2), never a traceback."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        _ARGS[0] = list(sys.argv[1:] if args is None else args)
+        _JSON_TO_STDERR[0] = False
         warnings.showwarning = _one_line_warning
+        dispatch.on_compile = _say_compiling
         try:
-            return super().invoke(ctx)
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            sys.stdout.flush()
+        except click.exceptions.Exit as e:  # --help, --version
+            code = e.exit_code
+        except click.UsageError as e:
+            hint = f" (see '{e.ctx.command_path} --help')" if e.ctx else ""
+            fail(e.format_message() + hint, USAGE_EXIT, "UsageError")
+        except click.exceptions.Abort:
+            fail("interrupted; the store is as it was after the last committed batch", 130,
+                 "Interrupted")
+        except click.ClickException as e:
+            fail(e.format_message(), e.exit_code, type(e).__name__)
         except SeenStoreError as e:
-            fail(str(e), e.exit_code)
-        except BrokenPipeError:
-            # The reader of our stdout went away (e.g. `| head`): not an error of ours.
-            try:
-                sys.stdout = open(os.devnull, "w")
-            finally:
-                sys.exit(0)
+            if isinstance(e, UndeliveredError):
+                _quiet_stdout()
+            fail(str(e), e.exit_code, type(e).__name__)
         except KeyboardInterrupt:
-            fail("interrupted; the store is as it was after the last committed batch", 130)
+            fail("interrupted; the store is as it was after the last committed batch", 130,
+                 "Interrupted")
+        except MemoryError:
+            fail("out of memory (split the input into smaller batches); nothing was "
+                 "committed by the batch that ran out", StoreIOError.exit_code, "MemoryError")
         except OSError as e:
             err = DiskFullError if e.errno in (errno.ENOSPC, errno.EFBIG) else StoreIOError
-            fail(f"{e.strerror or e} ({e.filename or ''})".strip(), err.exit_code)
+            if e.errno in (errno.ENOSPC, errno.EPIPE):
+                _quiet_stdout()
+            fail(f"{e.strerror or e} ({e.filename or ''})".strip(), err.exit_code, err.__name__)
+        if standalone_mode:
+            sys.exit(code or 0)
+        return code
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader of our stdout went away (`| head`) and nothing committed was
+            # lost (commands that commit deliver through deliver.py): not an error.
+            _quiet_stdout()
+            return 0
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,6 +147,30 @@ def main() -> None:
     keeps the set of every key ever admitted in a sorted, crash-safe store on
     disk. The store directory defaults to $SEENSTORE_DIR, else ./seenstore.db.
     """
+
+
+class Count(click.ParamType):
+    """A whole number >= ``minimum`` written as 1e9, 2.5e6, 1_000_000 or 1000000.
+    Anything else is a usage error (exit 2), whether malformed or too small."""
+
+    name = "N"
+
+    def __init__(self, minimum: int = 0) -> None:
+        self.minimum = minimum
+
+    def convert(self, value, param, ctx):
+        from ..benchrun import parse_count
+
+        try:
+            n = value if isinstance(value, int) else parse_count(value)
+        except InvalidInputError as e:
+            self.fail(str(e), param, ctx)
+        if n < self.minimum:
+            self.fail(f"must be at least {self.minimum}, got {value}", param, ctx)
+        return n
+
+
+COUNT = Count()
 
 
 store_option = click.option(

@@ -14,27 +14,12 @@ import sys
 import tempfile
 import click
 
-from ..benchrun import ANSWERS, STAGES, BenchResult, default_batch_size, parse_count, run_bench
+from ..benchrun import ANSWERS, STAGES, BenchResult, default_batch_size, run_bench
 from ..errors import InvalidInputError
 from ..workload import CrawlStream
-from . import fail, main
+from . import COUNT, Count, fail, main
 
 
-class Count(click.ParamType):
-    """A non-negative whole number written as 1e9, 2.5e6, 1_000_000 or 1000000."""
-
-    name = "N"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_count(value)
-        except InvalidInputError as e:
-            self.fail(str(e), param, ctx)
-
-
-COUNT = Count()
 
 
 def _mib(n: float) -> str:
@@ -136,9 +121,9 @@ def write_plot(r: dict, path: str) -> None:
 
 
 @main.command()
-@click.option("--keys", "total", type=COUNT, default="1e8", show_default=True,
+@click.option("--keys", "total", type=Count(minimum=1), default="1e8", show_default=True,
               help="Keys to offer in total (1e9 style accepted).")
-@click.option("--batch", type=COUNT, default=None,
+@click.option("--batch", type=Count(minimum=1), default=None,
               help="Keys per batch (default: a quarter of available memory, 64 B/key).")
 @click.option("--reoffer", type=click.FloatRange(0, 1), default=0.5, show_default=True,
               help="Share of each batch's distinct slots re-offering keys of earlier batches.")
@@ -177,10 +162,6 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     floor (np.sort of the same batches + sequential read and write of the bytes the
     merges moved, at the disk bandwidth measured in this run) is printed beside.
     """
-    if total < 1:
-        raise InvalidInputError("--keys must be at least 1")
-    if batch is not None and batch < 1:
-        raise InvalidInputError("--batch must be at least 1")
     if plot:
         try:
             import matplotlib  # noqa: F401

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 import click
 
 from ..batch import read_batch_file
+from ..errors import StoreIOError, StoreNotFoundError
 from ..store import SeenStore
-from . import default_store_dir, main, store_option
+from . import COUNT, default_store_dir, json_to_stderr, main, store_option
+from .deliver import Output
 
 wait_option = click.option(
     "--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
@@ -26,7 +29,24 @@ def maintenance_command(f):
 
 
 def _open(store_dir, **kw) -> SeenStore:
-    return SeenStore.open(store_dir or default_store_dir(), **kw)
+    path = store_dir or default_store_dir()
+    try:
+        return SeenStore.open(path, **kw)
+    except StoreNotFoundError:
+        # The API's message names a Python argument; say what a CLI user can do.
+        raise StoreNotFoundError(
+            f"{path}: no store here (give --store DIR, set $SEENSTORE_DIR, or create one "
+            "with 'seenstore merge' or 'seenstore add')") from None
+
+
+def _echo_after_commit(text: str, err: bool, what: str) -> None:
+    """Print a line about a batch already committed: a failure must not claim that
+    nothing was committed."""
+    try:
+        click.echo(text, err=err)
+    except OSError as e:
+        raise StoreIOError(f"{what} was committed, but its summary could not be written "
+                           f"({e.strerror or e})") from None
 
 
 def _wait(value: float):
@@ -48,8 +68,11 @@ def _wait(value: float):
                    "(a new key may be skipped, never reported twice).")
 @click.option("--bloom/--no-bloom", default=True, show_default=True,
               help="Keep the Bloom filter (loaded from BLOOM or rebuilt from the runs).")
+@click.option("--bloom-capacity", type=COUNT, default=None,
+              help="Keys the Bloom filter is sized for when it is (re)built (1e9 style; "
+                   "default: the store's, twice its keys and at least 2^20).")
 @wait_option
-def merge(batch, store_dir, new_out, as_json, create, mode, bloom, wait):
+def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacity, wait):
     """Admit the keys of BATCH (raw little-endian uint64 fingerprints, any order,
     repeats allowed) into the store as one atomic batch.
 
@@ -57,27 +80,34 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, wait):
     per stage. The whole file is one commit: after a crash the store holds either
     none or all of it. Memory: about 3x the batch file size.
     """
+    if new_out == "-":
+        json_to_stderr()
     t0 = time.perf_counter()
     keys = read_batch_file(batch)
     t_read = time.perf_counter() - t0
-    with _open(store_dir, create=create, wait=_wait(wait), mode=mode, bloom=bloom) as store:
-        progress = _progress_line() if sys.stderr.isatty() else None
-        if new_out is None:  # only the count: no mask to align with the input
-            n_new = len(store.add_new(keys, progress=progress))
-        else:
-            mask = store.add(keys, progress=progress)
-            n_new = int(mask.sum())
+    with _open(store_dir, create=create, wait=_wait(wait), mode=mode, bloom=bloom,
+               bloom_capacity=bloom_capacity or None) as store:
+        # Opened and checked before the commit: an unwritable --new-out commits nothing.
+        out = Output(new_out, store.path, 8, "keys").open() if new_out is not None else None
+        try:
+            if out is not None:
+                out.check()
+            progress = _progress_line() if sys.stderr.isatty() else None
+            if out is None:  # only the count: no mask to align with the input
+                n_new = len(store.add_new(keys, progress=progress))
+            else:
+                mask = store.add(keys, progress=progress)
+                n_new = int(mask.sum())
+        except BaseException:
+            if out is not None:
+                out.abandon()
+            raise
         timings = dict(store.last_timings)
         total_keys = len(store)
         bloom_stats = store.stats()["bloom"] if bloom else None
-    if new_out is not None:
-        data = keys[mask].astype("<u8").tobytes()
-        if new_out == "-":
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-        else:
-            with open(new_out, "wb") as f:
-                f.write(data)
+    if out is not None:  # committed: deliver, or save what could not be delivered
+        out.send(keys[mask].astype("<u8").tobytes())
+        out.close()
     result = {
         "batch": batch, "offered": int(len(keys)), "unique": int(timings.get("unique", 0)),
         "new": n_new, "already_seen": int(timings.get("unique", 0)) - n_new,
@@ -90,23 +120,24 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, wait):
            if k.endswith("_s") or k.startswith("bytes_")},
     }
     out_err = new_out == "-"
+    what = f"the batch ({n_new:,} new keys)"
     if as_json:
-        click.echo(json.dumps(result), err=out_err)
+        _echo_after_commit(json.dumps(result), out_err, what)
     else:
-        click.echo(
+        _echo_after_commit(
             f"offered {result['offered']:,}  unique {result['unique']:,}  new {n_new:,}  "
             f"already seen {result['already_seen']:,}  (store now {total_keys:,} keys)\n"
             f"time {result['seconds']:.3f}s: read {t_read:.3f}s, sort {timings.get('sort_s', 0):.3f}s, "
             f"bloom {timings.get('bloom_s', 0):.3f}s, merge {timings.get('merge_s', 0):.3f}s, "
             f"commit {timings.get('commit_s', 0):.3f}s",
-            err=out_err)
+            out_err, what)
         if bloom_stats:
             approx = (f", {result['approx_answered']:,} answered seen by the filter alone"
                       if mode == "approximate" else "")
-            click.echo(
+            _echo_after_commit(
                 f"bloom: {result['bloom_negative']:,} certainly new{approx}; "
                 f"{_human_bytes(bloom_stats['bytes'])}, fill {bloom_stats['fill_ratio']:.1%}, "
-                f"expected FPR now {_pct(bloom_stats['expected_fpr'])}", err=out_err)
+                f"expected FPR now {_pct(bloom_stats['expected_fpr'])}", out_err, what)
 
 
 def _progress_line():
@@ -128,6 +159,22 @@ def _human_bytes(n: float) -> str:
     raise AssertionError
 
 
+def _add_bloom_file_figures(s: dict) -> None:
+    """``bytes_on_disk_with_bloom`` / ``bytes_per_key_with_bloom``: the runs and manifest
+    plus the saved BLOOM file (bench's bytes/key counts it; ``bytes_on_disk`` does
+    not). Kept if the store already reports them."""
+    if "bytes_on_disk_with_bloom" not in s:
+        try:
+            bloom_file = os.path.getsize(os.path.join(s["path"], "BLOOM"))
+        except OSError:
+            bloom_file = 0
+        s["bloom_file_bytes"] = bloom_file
+        s["bytes_on_disk_with_bloom"] = s["bytes_on_disk"] + bloom_file
+    keys = s["keys"]
+    s.setdefault("bytes_per_key_with_bloom",
+                 s["bytes_on_disk_with_bloom"] / keys if keys else None)
+
+
 @main.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -135,10 +182,13 @@ def stats(store_dir, as_json):
     """Show keys, files, bytes on disk, bytes per key, layout and format versions."""
     with _open(store_dir, readonly=True) as store:
         s = store.stats()
+    _add_bloom_file_figures(s)
     if as_json:
         click.echo(json.dumps(s))
         return
     bpk = f"{s['bytes_per_key']:.3f}" if s["bytes_per_key"] else "-"
+    bpk_all = (f"{s['bytes_per_key_with_bloom']:.3f}" if s["bytes_per_key_with_bloom"]
+               else "-")
     lines = [
         ("store", s["path"]),
         ("keys", f"{s['keys']:,}"),
@@ -148,7 +198,10 @@ def stats(store_dir, as_json):
                  f"({_human_bytes(s['pending_compaction']['bytes'])})"),
         ("write amp.", "-" if s["write_amplification"] is None else
          f"{s['write_amplification']:.2f} (run bytes written / bytes of keys admitted)"),
-        ("bytes on disk", f"{_human_bytes(s['bytes_on_disk'])} ({bpk} bytes/key)"),
+        ("bytes on disk", f"{_human_bytes(s['bytes_on_disk'])} in runs and manifest "
+                          f"({bpk} bytes/key)"),
+        ("with bloom", f"{_human_bytes(s['bytes_on_disk_with_bloom'])} with the BLOOM file "
+                       f"({bpk_all} bytes/key; what bench reports)"),
         ("layout", s["layout"]),
         ("policy", s["policy_id"]),
         ("generation", str(s["generation"])),
@@ -227,4 +280,31 @@ def upgrade(store_dir, as_json, wait):
         click.echo(f"nothing to do: manifest format {r['to']} is current")
 
 
-__all__ = ["merge", "stats", "verify", "compact", "upgrade"]
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def warmup(as_json):
+    """Compile every numba kernel now (a first run's 10-40 s), so later commands never
+    wait for the compiler. Inputs below SEENSTORE_JIT_MIN items (default 100,000)
+    use numpy twins and need no compiling; larger ones compile on first use.
+    The compiled kernels are cached (numba's cache, $NUMBA_CACHE_DIR if set)."""
+    from .. import dispatch
+
+    dispatch.on_compile = None  # this command says what it does itself
+
+    def progress(name: str, i: int, n: int) -> None:
+        if not as_json:
+            click.echo(f"[{i}/{n}] {name}: done ({time.perf_counter() - t0:.1f} s)", err=True)
+
+    t0 = time.perf_counter()
+    if not as_json:
+        click.echo("compiling kernels (or loading them from the cache)...", err=True)
+    seconds = dispatch.warm_up(progress)
+    if as_json:
+        click.echo(json.dumps({"ok": True, "seconds": round(seconds, 3)}))
+    else:
+        click.echo(f"kernels ready in {seconds:.1f} s")
+
+
+__all__ = ["merge", "stats", "verify", "compact", "upgrade", "warmup"]

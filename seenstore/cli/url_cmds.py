@@ -15,12 +15,14 @@ from contextlib import nullcontext
 
 import click
 
-from ..fastpath import iter_batches, scalar_one
+from ..fastpath import iter_batches, line_cap, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
 from ..policy import load_policy
+from ..urlbuffer import iter_lines
 from . import default_store_dir, main, store_option
+from .deliver import Output
 
 DEFAULT_BATCH_LINES = 1_000_000
 _CHUNK = 65536  # lines per output write for normalise/fingerprint
@@ -50,18 +52,16 @@ def _normalise_pairs(lines, base, policy, max_length) -> NormalisedBatch:
     return NormalisedBatch.of(one(line) for line in lines)
 
 
-def _lines(stream) -> Iterator[bytes]:
-    for line in stream:
-        if line.endswith(b"\n"):
-            line = line[:-1]
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        yield line
+def _lines(stream, cap: int) -> Iterator[bytes]:
+    """Lines of a binary stream without their terminator, read in bounded blocks; a
+    leading UTF-8 BOM is skipped and a line longer than ``cap`` is cut to ``cap``
+    bytes (it is then rejected as too long), so memory stays bounded."""
+    return iter_lines(stream, cap)
 
 
-def _inputs(urls: tuple[str, ...]) -> Iterator[object]:
+def _inputs(urls: tuple[str, ...], max_length: int) -> Iterator[object]:
     if not urls or urls == ("-",):
-        return _lines(sys.stdin.buffer)
+        return _lines(sys.stdin.buffer, line_cap(max_length))
     return iter(urls)
 
 
@@ -90,7 +90,7 @@ def _per_line(command: str, urls, base, policy_file, max_length, render) -> None
     check_base(base)
     policy = load_policy(policy_file)
     counts: dict[str, int] = {}
-    for chunk in _chunks(_inputs(urls), _CHUNK):
+    for chunk in _chunks(_inputs(urls, max_length), _CHUNK):
         batch = normalise_many(chunk, base, policy, max_length)
         out = [""] * len(chunk)
         for i, reason in batch.rejected:
@@ -179,8 +179,12 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
             SeenStore.open(store_dir or default_store_dir(), create=True,
                            policy_id=policy.identity, wait=None if wait < 0 else wait) as store:
         layout = store.layout
+        # stdout is checked before every commit (a reader gone: stop, commit nothing
+        # more); new URLs of a committed batch that cannot be written are saved in a
+        # recovery file and reported (deliver.py): none is lost.
+        out = Output("-", store.path, 0, "URLs").open()
         if scalar:
-            lines = (ln for ln in _lines(stream) if ln)
+            lines = (ln for ln in _lines(stream, line_cap(max_length, pairs)) if ln)
             for chunk in _chunks(lines, batch_lines):
                 read += len(chunk)
                 if pairs:
@@ -191,11 +195,11 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
                     counts[reason] = counts.get(reason, 0) + n
                 if not batch.urls:
                     continue
+                out.check()
                 mask = store.add(fingerprint_many(batch.urls, layout))
                 fresh = [u for u, m in zip(batch.urls, mask.tolist()) if m]
                 new += len(fresh)
-                _write(fresh)
-                sys.stdout.flush()
+                out.send("".join(u + "\n" for u in fresh).encode("utf-8", "surrogateescape"))
         else:  # the batch fast path: same results (tests/test_fastpath_agreement.py)
             for fb in iter_batches(stream, base=base, policy=policy, layout=layout,
                                    max_length=max_length, batch_lines=batch_lines, pairs=pairs):
@@ -203,9 +207,9 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
                 for reason, n in fb.reason_counts().items():
                     counts[reason] = counts.get(reason, 0) + n
                 if len(fb.keys):
+                    out.check()
                     mask = store.add(fb.keys)
                     new += int(mask.sum())
-                    sys.stdout.buffer.write(fb.lines(mask))
-                    sys.stdout.flush()
+                    out.send(fb.lines(mask))
     rejected = sum(counts.values())
     _summary("add", counts, f"read {read}, new {new}, seen {read - new - rejected}, ")

@@ -103,9 +103,7 @@ def sweep_step(old, n_old, batch, j, found, prev, have_prev):
     return j, prev, have_prev, ok
 
 
-KWAY_FULL = -1  # ``out`` is full: flush it and call again
-KWAY_DONE = -2  # every row is used up and was its run's last chunk
-KWAY_BAD = -3  # the merged output would not be strictly increasing
+from .status import KWAY_BAD, KWAY_DONE, KWAY_FULL  # noqa: E402  (re-exported)
 
 
 @njit(cache=True, nogil=True)

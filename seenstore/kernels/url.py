@@ -16,7 +16,7 @@ from numba.extending import intrinsic
 
 from .xxh3 import xxh3_64  # frozen algorithm; after editing xxh3.py clear __pycache__
 
-OK, ROUTE, SCHEME = 0, 1, 2
+from .status import OK, ROUTE, SCHEME  # noqa: E402
 
 # Byte classes (bit flags), one entry per byte value.
 C_ROUTE = 1  # never handled here: controls, DEL, backslash

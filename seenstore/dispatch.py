@@ -1,0 +1,370 @@
+"""Small inputs skip the JIT: each kernel family chooses its numpy twin below a size.
+
+Compiling the numba kernels costs 10-40 s on a first run (an empty numba cache);
+a first ``seenstore add`` of a dozen URLs must not wait for it. So the modules that
+call kernels import them from here: ``batch``, ``merge`` and ``bloom`` are
+namespaces whose functions run the numpy twin below ``SMALL`` items (the size of
+the call's largest array argument) and the numba kernel above it. A kernel is
+imported (and numba with it) only when first needed; when it is about to
+compile rather than load from numba's cache, ``on_compile`` is called once per
+process (the CLI prints "compiling kernels, first run only"). ``warm_up`` compiles
+every kernel ahead (``seenstore warmup``).
+
+The twins compute exactly what the kernels do (same bits in the Bloom filter,
+same outputs); tests/test_dispatch.py checks each against its kernel.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+# Items (keys, URLs) below which a call takes the numpy twin. Measured (README "First
+# run", scratch CPU time on the shared 2-core machine): SeenStore.add costs 3-4.5 us/key
+# on the twins against 0.2-0.4 us/key on the compiled kernels, so a call of 1e5 keys
+# loses ~0.3 s to the twins, while compiling the kernels costs 10-40 s once.
+SMALL = int(os.environ.get("SEENSTORE_JIT_MIN", 100_000))
+
+on_compile: Callable[[], None] | None = None  # called once, before the first compile
+_announced = False
+_lock = threading.Lock()
+
+_U = np.uint64
+
+
+def _first_len(args) -> int:
+    return len(args[0])
+
+
+def _will_compile(kernel) -> bool:
+    """True when calling ``kernel`` now compiles it (not in memory, no cache index)."""
+    if kernel.signatures:
+        return False
+    cache = getattr(kernel, "_cache", None)
+    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    return index is None or not os.path.exists(index)
+
+
+def announce(kernel) -> None:
+    global _announced
+    if _announced or on_compile is None or not _will_compile(kernel):
+        return
+    with _lock:
+        if not _announced:
+            _announced = True
+            on_compile()
+
+
+class _Family:
+    """Functions of ``seenstore.kernels.<name>``; those with a twin below dispatch."""
+
+    def __init__(self, module: str, twins: dict[str, tuple[Callable, Callable]]) -> None:
+        self._module = module
+        self._twins = twins
+        self._cache: dict[str, Callable] = {}
+
+    def kernel(self, name: str):
+        """The numba kernel itself (imports numba on first use)."""
+        return getattr(importlib.import_module(f"seenstore.kernels.{self._module}"), name)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        fn = self._cache.get(name)
+        if fn is None:
+            fn = self._cache[name] = self._make(name)
+        return fn
+
+    def _make(self, name: str) -> Callable:
+        twin, size = self._twins.get(name, (None, None))
+        family = self
+
+        def call(*args):
+            if twin is not None and size(args) < SMALL:
+                return twin(*args)
+            kernel = family.kernel(name)
+            announce(kernel)
+            return kernel(*args)
+
+        call.__name__ = call.__qualname__ = name
+        call.__doc__ = f"seenstore.kernels.{self._module}.{name}, or its numpy twin below SMALL."
+        return call
+
+
+# ----------------------------------------------------------------- batch twins
+def _unique_inplace(a):
+    if len(a) == 0:
+        return 0
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    m = int(keep.sum())
+    a[:m] = a[keep]
+    return m
+
+
+def _unique_sorted(a):
+    out = a.copy()
+    return out[: _unique_inplace(out)].copy()
+
+
+def _compact_inplace(a, keep):
+    sel = a[np.asarray(keep, dtype=bool)]
+    a[: len(sel)] = sel
+    return len(sel)
+
+
+def _mark_first_new(keys, new_keys, part_bits=-1):
+    out = np.zeros(len(keys), dtype=bool)
+    if len(keys) and len(new_keys):
+        _, first = np.unique(keys, return_index=True)
+        out[first[np.isin(keys[first], new_keys)]] = True
+    return out
+
+
+def _mark_members(keys, members, part_bits=-1):
+    return np.isin(keys, members) if len(members) else np.zeros(len(keys), dtype=bool)
+
+
+def _partition_top_bits(keys, bits, out, starts):
+    n = len(keys)
+    if bits == 0:
+        out[:n] = keys
+        starts[0], starts[1] = 0, n
+        return
+    groups = (keys >> _U(64 - bits)).astype(np.int64)
+    out[:n] = keys[np.argsort(groups, kind="stable")]
+    starts[0] = 0
+    np.cumsum(np.bincount(groups, minlength=1 << bits), out=starts[1:])
+
+
+# ----------------------------------------------------------------- merge twins
+def _merge_step(old, i, n_old, last_chunk, batch, j, is_new, out, prev, have_prev):
+    a, b = old[i:n_old], batch[j:]
+    if not last_chunk:
+        if len(a) == 0:
+            return i, j, 0, prev, have_prev, True
+        b = b[: np.searchsorted(b, a[-1], side="right")]
+    merged = np.union1d(a, b)[: len(out)]
+    n = len(merged)
+    if n == 0:
+        return i, j, 0, prev, have_prev, True
+    last = merged[-1]
+    ai = int(np.searchsorted(a, last, side="right"))
+    bj = int(np.searchsorted(b, last, side="right"))
+    if (ai > 1 and bool(np.any(a[1:ai] <= a[: ai - 1]))) or (have_prev and merged[0] <= prev) \
+            or ai + bj < n:  # a key of the run out of order or repeated: corruption
+        return i, j, 0, prev, have_prev, False
+    is_new[j : j + bj] |= ~np.isin(b[:bj], a[:ai])
+    out[:n] = merged
+    return i + ai, j + bj, n, last, True, True
+
+
+def _is_strictly_increasing(a):
+    return bool(np.all(a[1:] > a[:-1]))
+
+
+# ----------------------------------------------------------------- bloom twins
+def _fmix64(x):
+    x = x ^ (x >> _U(33))
+    x = x * _U(0xFF51AFD7ED558CCD)
+    x = x ^ (x >> _U(33))
+    x = x * _U(0xC4CEB9FE1A85EC53)
+    return x ^ (x >> _U(33))
+
+
+def _stream_word(seed, j: int):
+    z = seed + _U(j) * _U(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> _U(30))) * _U(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> _U(27))) * _U(0x94D049BB133111EB)
+    return z ^ (z >> _U(31))
+
+
+def _locate(words, keys, k):
+    """Scheme 1 (kernels/bloom.py ``locate``) for all keys: (word index int64, bit
+    number uint64, bit mask uint64), each of shape (n, k)."""
+    with np.errstate(over="ignore"):
+        seed = _fmix64(np.asarray(keys, dtype=_U))
+        w = _stream_word(seed, 1)
+        block = ((w >> _U(32)) * _U(len(words) >> 3)) >> _U(32)
+        pool, avail, j = w & _U(0xFFFFFFFF), 32, 1
+        pos = np.empty((len(keys), k), dtype=_U)
+        for p in range(k):
+            if avail < 9:
+                j += 1
+                pool, avail = _stream_word(seed, j), 64
+            pos[:, p] = pool & _U(511)
+            pool = pool >> _U(9)
+            avail -= 9
+    word = ((block << _U(3))[:, None] + (pos >> _U(6))).astype(np.int64)
+    bit = pos & _U(63)
+    return word, bit, _U(1) << bit
+
+
+def _bloom_add_query(words, keys, k, group, out, want_out):
+    n = len(keys)
+    if n == 0:
+        return 0
+    word, bit, mask = _locate(words, keys, k)
+    flat_bit = (word * 64 + bit.astype(np.int64)).ravel()
+    was_set = (words[word] & mask) != 0
+    _, first = np.unique(flat_bit, return_index=True)  # first key (in order) to touch a bit
+    sets_clear = first[~was_set.ravel()[first]]
+    changed = np.zeros(n, dtype=bool)
+    changed[sets_clear // k] = True
+    np.bitwise_or.at(words, word.ravel(), mask.ravel())
+    if want_out:
+        out[:] = ~changed
+    return int(changed.sum())
+
+
+def _bloom_query(words, keys, k, group, out):
+    if len(keys):
+        word, _, mask = _locate(words, keys, k)
+        out[:] = np.all((words[word] & mask) != 0, axis=1)
+
+
+def _bloom_add_regions(words, keys, k, group, region_bits, tmp):
+    return _bloom_add_query(words, keys, k, group, np.empty(0, np.bool_), False)
+
+
+def _block_fill_histogram(words, words_per_block, hist):
+    step = words_per_block * 8192
+    for s in range(0, len(words), step):
+        bits = np.unpackbits(words[s : s + step].view(np.uint8))
+        counts = bits.reshape(-1, 64 * words_per_block).sum(axis=1, dtype=np.int64)
+        hist += np.bincount(counts, minlength=len(hist))[: len(hist)]
+
+
+# ------------------------------------------------------------ URL path twins
+def _gather(out, out_offsets, select, piece_of, pdata, poffsets, newline):
+    end = b"\n" if newline else b""
+    parts = []
+    for i in np.flatnonzero(select).tolist():
+        p = int(piece_of[i])
+        src, a, b = (pdata, poffsets[p], poffsets[p + 1]) if p >= 0 else \
+            (out, out_offsets[i], out_offsets[i + 1])
+        parts.append(src[a:b].tobytes() + end)
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in parts], out=offsets[1:])
+    return np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8), offsets
+
+
+def _fingerprint_batch(data, offsets, host_bits):
+    from .fingerprint import fingerprint
+    from .layout import Layout
+
+    layout = Layout(host_bits=int(host_bits))
+    raw = data.tobytes()
+    return np.array([fingerprint(raw[a:b].decode("utf-8"), layout)
+                     for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())], dtype=_U)
+
+
+def _keys_len(args) -> int:  # (words, keys, ...): the filter's size does not count
+    return len(args[1])
+
+
+def _merge_len(args) -> int:  # what is left of the run chunk and of the batch
+    old, i, n_old, _, batch, j = args[:6]
+    return (n_old - i) + (len(batch) - j)
+
+
+# name -> (twin, size of a call in items). Sizes count the work, not the buffers.
+batch = _Family("batch", {
+    "unique_inplace": (_unique_inplace, _first_len), "unique_sorted": (_unique_sorted, _first_len),
+    "compact_inplace": (_compact_inplace, _first_len),
+    "mark_first_new": (_mark_first_new, _first_len), "mark_members": (_mark_members, _first_len),
+    "partition_top_bits": (_partition_top_bits, _first_len),
+})
+merge = _Family("merge", {
+    "merge_step": (_merge_step, _merge_len),
+    "is_strictly_increasing": (_is_strictly_increasing, _first_len),
+})
+bloom = _Family("bloom", {
+    "bloom_add_query": (_bloom_add_query, _keys_len), "bloom_query": (_bloom_query, _keys_len),
+    "bloom_add_regions": (_bloom_add_regions, _keys_len),
+    # a word costs the twin ~1/16 of a key: a 2 MiB default filter is 16k "items"
+    "block_fill_histogram": (_block_fill_histogram, lambda args: len(args[0]) // 16),
+})
+url = _Family("url", {"gather": (_gather, lambda args: len(args[2]))})
+fingerprint = _Family("fingerprint", {
+    "fingerprint_batch": (_fingerprint_batch, lambda args: len(args[1]) - 1)})
+FAMILIES = {"batch": batch, "merge": merge, "bloom": bloom, "url": url,
+            "fingerprint": fingerprint}
+
+
+def warm_up(progress: Callable[[str, int, int], None] | None = None) -> float:
+    """Compile (or load from numba's cache) every kernel the store and the URL fast
+    path run, with the kernels themselves (not the twins); ``progress(name, i, n)``
+    after each step. Returns the seconds it took."""
+    import tempfile
+    import time
+
+    t0 = time.perf_counter()
+    steps = _warm_steps(tempfile.mkdtemp(prefix="seenstore-warmup-"))
+    for i, (name, step) in enumerate(steps, 1):
+        step()
+        if progress is not None:
+            progress(name, i, len(steps))
+    return time.perf_counter() - t0
+
+
+def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
+    import shutil
+
+    def store_path():
+        from .benchrun import warm_up as store_warm_up
+
+        saved = SMALL
+        try:
+            _set_small(0)
+            store_warm_up(directory)
+            from .store import SeenStore
+
+            with SeenStore.open(os.path.join(directory, "readers"), create=True,
+                                sync=False) as st:  # contains, verify: readers' kernels
+                keys = np.arange(1, 1001, dtype=_U)
+                st.add(keys)
+                st.contains(keys[::3])
+                st.verify()
+                st.stats()  # the Bloom fill histogram
+            batch.unique_sorted(keys)  # the stage's
+            from .bloom import GROUP
+
+            words = np.zeros(8 * 64, dtype=_U)  # region inserts (large batches into large filters)
+            bloom.kernel("bloom_add_regions")(words, keys, 7, GROUP, 2, np.empty(256, _U))
+        finally:
+            _set_small(saved)
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def url_path():
+        from .fastpath import normalise_buffer
+        from .urlbuffer import URLBuffer
+
+        saved = SMALL
+        try:
+            _set_small(0)
+            fb = normalise_buffer(URLBuffer.from_strs(
+                ["http://a.example/x", "HTTP://b.example:80/./y#f", "mailto:x", "http://[::1",
+                 "http://\u00e9.example/routed"]))
+            fb.lines(np.ones(len(fb.keys), dtype=bool))
+        finally:
+            _set_small(saved)
+
+    def contains_path():
+        for family in FAMILIES.values():
+            for name in family._twins:
+                family.kernel(name)  # import: numba itself and every kernel module
+
+    return [("numba and the kernel modules", contains_path),
+            ("store kernels: sort, merge, Bloom filter", store_path),
+            ("URL kernels: normalise, fingerprint", url_path)]
+
+
+def _set_small(value: int) -> None:
+    global SMALL
+    SMALL = value

@@ -1,0 +1,99 @@
+"""The block codec kernels (seenstore/kernels/codec.py) against their twins in tests/naive.py."""
+
+import numpy as np
+from hypothesis import example, given, settings, strategies as st
+
+from conftest import EDGE_KEYS
+from naive import rice_decode_block_naive, rice_encode_naive, rice_k_naive
+from seenstore.kernels import codec as K
+from seenstore.runcodec import block_ends, block_sums
+
+TOP = 2**64 - 1
+key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, TOP), st.integers(0, 300),
+                st.integers(TOP - 300, TOP))
+dense = st.tuples(st.integers(0, TOP), st.integers(1, 200)).map(
+    lambda t: set(range(min(t[0], TOP - t[1] + 1), min(t[0], TOP - t[1] + 1) + t[1])))
+key_sets = st.tuples(st.sets(key, max_size=80), st.lists(dense, max_size=2)).map(
+    lambda t: np.array(sorted(t[0].union(*t[1])), dtype=np.uint64))
+block_sizes = st.sampled_from([1, 2, 3, 7, 64, K.MAX_BLOCK_KEYS])
+
+
+def encode(keys, block_keys):
+    nb = -(-len(keys) // block_keys)
+    out = np.zeros(K.encoded_bound(len(keys), block_keys), np.uint64)
+    first, offsets = np.zeros(nb, np.uint64), np.zeros(nb, np.int64)
+    end = K.encode_blocks(keys, block_keys, out, first, offsets)
+    out = out[:end]
+    out[block_ends(offsets, end) - 1] = block_sums(out, offsets, end)
+    return out, first, offsets
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=key_sets, block_keys=block_sizes)
+@example(keys=np.array([], np.uint64), block_keys=3)
+@example(keys=np.array([0, TOP], np.uint64), block_keys=2)  # the largest gap there is
+@example(keys=np.array([TOP], np.uint64), block_keys=1)
+@example(keys=np.arange(1000, dtype=np.uint64), block_keys=64)  # all gaps 0: k = 0
+def test_encode_equals_naive_and_decodes_back(keys, block_keys):
+    words, first, offsets = encode(keys, block_keys)
+    assert words.tolist() == rice_encode_naive(keys, block_keys)
+    assert first.tolist() == keys[::block_keys].tolist()
+    out = np.zeros(len(keys) + 1, np.uint64)
+    used, n, nb, st, _ = K.decode_blocks(words, len(words), out, np.uint64(0), False)
+    assert (st, used, n, nb) == (K.OK, len(words), len(keys), len(first))
+    assert out[:n].tolist() == keys.tolist()
+    ends = block_ends(offsets, len(words))
+    naive = [x for a, b in zip(offsets, ends) for x in rice_decode_block_naive(words[a:b].tolist())]
+    assert naive == keys.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=key_sets, probes=st.lists(key, max_size=40), block_keys=block_sizes)
+def test_lookup_equals_searchsorted(keys, probes, block_keys):
+    words, first, offsets = encode(keys, block_keys)
+    q = np.sort(np.concatenate([np.array(probes, np.uint64), keys[::3]]))
+    found = np.ones(len(q), bool)
+    st, _ = K.lookup(words, first, offsets, q, found, np.empty(block_keys, np.uint64))
+    pos = np.searchsorted(keys, q)
+    want = (pos < len(keys)) & (keys[np.minimum(pos, max(len(keys) - 1, 0))] == q) \
+        if len(keys) else np.zeros(len(q), bool)
+    assert st == K.OK and found.tolist() == want.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=key_sets.filter(lambda k: len(k) >= 2))
+def test_choose_k_equals_naive(keys):
+    assert K.choose_k(keys, 0, len(keys)) == rice_k_naive([int(x) for x in keys])
+
+
+def test_decode_stops_at_buffer_and_block_boundaries():
+    keys = np.arange(0, 3000, 3, dtype=np.uint64)
+    words, first, offsets = encode(keys, 100)
+    out = np.zeros(250, np.uint64)  # room for two blocks of 100, not three
+    used, n, nb, st, _ = K.decode_blocks(words, len(words), out, np.uint64(0), False)
+    assert (st, n, nb, used) == (K.OK, 200, 2, offsets[2])
+    # a partial block at the end of the buffer waits for more words
+    used, n, nb, st, _ = K.decode_blocks(words, offsets[1] + 2, out, np.uint64(0), False)
+    assert (st, n, nb, used) == (K.OK, 100, 1, offsets[1])
+
+
+def test_damaged_blocks_give_a_status_never_a_crash():
+    """Every single-word change to a block's header or streams either decodes (the
+    checksum, compared by the caller, catches it) or returns a non-OK status."""
+    rng = np.random.default_rng(5)
+    keys = np.unique(rng.integers(0, 2**40, 500, dtype=np.uint64))
+    words, _, _ = encode(keys, 1000)
+    statuses = set()
+    for i in range(len(words) - 1):
+        for v in (np.uint64(0), ~words[i], words[i] ^ np.uint64(1 << 20), np.uint64(TOP)):
+            bad = words.copy()
+            bad[i] = v
+            out = np.zeros(len(keys) + 1, np.uint64)
+            statuses.add(K.decode_blocks(bad, len(bad), out, np.uint64(0), False)[3])
+    assert {K.BAD_SIZE, K.BAD_STREAM} <= statuses
+
+
+def test_blocks_must_ascend():
+    words, _, _ = encode(np.array([5, 6, 7], np.uint64), 2)
+    out = np.zeros(4, np.uint64)
+    assert K.decode_blocks(words, len(words), out, np.uint64(9), True)[3] == K.BAD_ORDER

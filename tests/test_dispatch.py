@@ -1,0 +1,208 @@
+"""Small inputs need no JIT (issue 11.2): every numpy twin in seenstore/dispatch.py
+computes exactly what its numba kernel does, a first ``add``/``merge`` of a small input
+never imports numba, and the CLI says once when it is about to compile."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from conftest import EDGE_KEYS
+from seenstore import dispatch as D
+
+keys_st = st.lists(st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1),
+                             st.integers(0, 40)), max_size=300)
+
+
+def u64(xs) -> np.ndarray:
+    return np.array(xs, dtype=np.uint64)
+
+
+def both(family, name, *args):
+    """(kernel result, twin result), each on its own copy of the array arguments."""
+    copy = lambda: [a.copy() if isinstance(a, np.ndarray) else a for a in args]  # noqa: E731
+    ka, ta = copy(), copy()
+    kr = family.kernel(name)(*ka)
+    tr = family._twins[name][0](*ta)
+    return (kr, ka), (tr, ta)
+
+
+def same(a, b) -> bool:
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b or (a is None and b is None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=keys_st, other=keys_st, bits=st.integers(0, 16))
+@example(keys=EDGE_KEYS * 2, other=EDGE_KEYS[:3], bits=1)
+def test_batch_twins_equal_kernels(keys, other, bits):
+    k, o = u64(keys), np.unique(u64(other))
+    s = np.sort(k)
+    (kr, ka), (tr, ta) = both(D.batch, "unique_inplace", s)
+    assert kr == tr and np.array_equal(ka[0][:kr], ta[0][:tr])
+    assert same(both(D.batch, "unique_sorted", s)[0][0], both(D.batch, "unique_sorted", s)[1][0])
+    keep = (k % np.uint64(3)) == 0
+    (kr, ka), (tr, ta) = both(D.batch, "compact_inplace", k, keep)
+    assert kr == tr and np.array_equal(ka[0][:kr], ta[0][:tr])
+    for name in ("mark_first_new", "mark_members"):
+        (kr, _), (tr, _) = both(D.batch, name, k, o)
+        assert np.array_equal(kr, tr), name
+    out, starts = np.zeros(len(k) + 3, np.uint64), np.zeros((1 << bits) + 1, np.int64)
+    (_, ka), (_, ta) = both(D.batch, "partition_top_bits", k, bits, out, starts)
+    assert np.array_equal(ka[2][: len(k)], ta[2][: len(k)]) and np.array_equal(ka[3], ta[3])
+
+
+@settings(max_examples=60, deadline=None)
+@given(old=keys_st, batch=keys_st, cap=st.integers(1, 40), chunk=st.integers(1, 50))
+@example(old=EDGE_KEYS, batch=EDGE_KEYS[1:4] + [5], cap=3, chunk=2)
+def test_merge_twin_equals_kernel_through_a_whole_merge(old, batch, cap, chunk):
+    """Drive both through the caller's loop (chunks of the run, a small out buffer)."""
+    old, batch = np.unique(u64(old)), np.unique(u64(batch))
+    results = []
+    for step in (D.merge.kernel("merge_step"), D.merge._twins["merge_step"][0]):
+        is_new, out, merged = np.zeros(len(batch), bool), np.empty(cap, np.uint64), []
+        j, prev, have = 0, np.uint64(0), False
+        for c0 in range(0, max(len(old), 1), chunk):
+            part = old[c0:c0 + chunk]
+            last = c0 + chunk >= len(old)
+            i = 0
+            while True:
+                i, j, n, prev, have, ok = step(part, i, len(part), last, batch, j, is_new, out,
+                                               prev, have)
+                prev = np.uint64(prev)  # as merge.py does: numba hands back a Python int
+                assert ok
+                merged += out[:n].tolist()
+                if n < cap:
+                    break
+        results.append((merged, is_new.tolist(), j))
+    assert results[0] == results[1]
+    assert results[0][0] == sorted(set(old.tolist()) | set(batch.tolist()))
+
+
+def test_merge_twin_detects_an_unsorted_run():
+    twin = D.merge._twins["merge_step"][0]
+    old = u64([1, 5, 3, 7])
+    out = np.empty(8, np.uint64)
+    assert twin(old, 0, 4, True, u64([2]), 0, np.zeros(1, bool), out, np.uint64(0), False)[5] \
+        is False
+    assert D.merge._twins["is_strictly_increasing"][0](old) is False
+
+
+@settings(max_examples=40, deadline=None)
+@given(keys=keys_st, probes=keys_st, n_blocks=st.integers(1, 9), k=st.integers(1, 16))
+@example(keys=EDGE_KEYS * 2, probes=EDGE_KEYS, n_blocks=1, k=16)
+def test_bloom_twins_set_the_same_bits(keys, probes, n_blocks, k):
+    words = np.zeros(8 * n_blocks, np.uint64)
+    ks, ps = u64(keys), u64(probes)
+    out = np.zeros(len(ks), bool)
+    (kr, ka), (tr, ta) = both(D.bloom, "bloom_add_query", words, ks, k, 32, out, True)
+    assert kr == tr and np.array_equal(ka[0], ta[0]) and np.array_equal(ka[4], ta[4])
+    filled = ka[0]
+    (_, ka), (_, ta) = both(D.bloom, "bloom_query", filled, ps, k, 32, np.zeros(len(ps), bool))
+    assert np.array_equal(ka[4], ta[4])
+    (kr, ka), (tr, ta) = both(D.bloom, "bloom_add_regions", words, ks, k, 32, 0,
+                              np.empty(max(1, len(ks)), np.uint64))
+    assert np.array_equal(ka[0], ta[0]) and tr >= kr  # region order may count fewer fresh
+    hist = np.zeros(64 * 8 + 1, np.int64)
+    (_, ka), (_, ta) = both(D.bloom, "block_fill_histogram", filled, 8, hist)
+    assert np.array_equal(ka[2], ta[2])
+
+
+def test_url_twins_equal_kernels():
+    from seenstore.fastpath import normalise_buffer
+    from seenstore.urlbuffer import URLBuffer
+
+    urls = ["http://a.example/x", "HTTP://B.example:80/./y#f", "mailto:x", "http://é.example/",
+            "rel/../z", "http://[::1]/", "http://a.example/%7e"]
+    fb = normalise_buffer(URLBuffer.from_strs(urls, base="http://base.example/p/"))
+    out, offs, accepted, piece_of, pdata, poffs = fb.parts
+    for nl in (0, 1):
+        (kr, _), (tr, _) = both(D.url, "gather", out, offs, accepted, piece_of, pdata, poffs, nl)
+        assert same(kr, tr)
+    data = np.frombuffer("http://a.example/xhttp://é.example/".encode(), np.uint8)
+    offsets = np.array([0, 18, len(data)], np.int64)
+    for bits in (0, 20, 32):
+        (kr, _), (tr, _) = both(D.fingerprint, "fingerprint_batch", data, offsets, bits)
+        assert np.array_equal(kr, tr)
+
+
+def test_small_path_gives_the_same_store_as_the_kernels(tmp_path, monkeypatch):
+    """One workload through twins (SMALL large) and kernels (SMALL 0): same files."""
+    from seenstore.store import SeenStore
+
+    rng = np.random.default_rng(7)
+    batches = [rng.integers(0, 2**64, 3000, dtype=np.uint64) for _ in range(3)]
+    batches[1][:1000] = batches[0][:1000]
+    contents = []
+    for small in (10**9, 0):
+        monkeypatch.setattr(D, "SMALL", small)
+        path = str(tmp_path / f"s{small}")
+        with SeenStore.open(path, create=True, sync=False) as st:
+            masks = [st.add(b).tolist() for b in batches]
+            masks.append(st.contains(batches[2][::7]).tolist())
+        names = sorted(n for n in os.listdir(path) if n.endswith(".run") or n == "BLOOM")
+        files = {n: open(os.path.join(path, n), "rb").read() for n in names}
+        # the Bloom header's store binding (random store id) and header checksum differ
+        files["BLOOM"] = files["BLOOM"][:88] + files["BLOOM"][128:]
+        contents.append((masks, files))
+    assert contents[0] == contents[1]
+
+
+def _cold(tmp_path, *args, stdin=None):
+    """Run the CLI with an empty numba cache and the default threshold; report whether
+    numba was imported."""
+    code = ("import sys; from seenstore.cli import main\n"
+            "try:\n    main(prog_name='seenstore')\n"
+            "finally:\n    sys.stderr.write('NUMBA=%s\\n' % ('numba' in sys.modules))")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "nc")}
+    env.pop("SEENSTORE_JIT_MIN", None)
+    return subprocess.run([sys.executable, "-c", code, *args], input=stdin, env=env,
+                          capture_output=True, text=True)
+
+
+def test_small_add_and_merge_never_import_numba(tmp_path):
+    urls = "".join(f"http://cold.test/{i}\n" for i in range(12))
+    p = _cold(tmp_path, "add", "-", "--store", str(tmp_path / "s"), stdin=urls)
+    assert p.returncode == 0 and p.stdout == urls and "NUMBA=False" in p.stderr, p.stderr
+    batch = tmp_path / "k.bin"
+    np.arange(1, 10_001, dtype="<u8").tofile(batch)
+    p = _cold(tmp_path, "merge", str(batch), "--store", str(tmp_path / "s"))
+    assert p.returncode == 0 and "new 10,000" in p.stdout and "NUMBA=False" in p.stderr
+    assert "compiling" not in p.stderr
+
+
+def test_compile_is_announced_once(monkeypatch):
+    said = []
+    monkeypatch.setattr(D, "on_compile", lambda: said.append(1))
+    monkeypatch.setattr(D, "_announced", False)
+
+    class Fresh:  # a kernel with nothing compiled and no cache index
+        signatures = []
+
+    D.announce(Fresh())
+    D.announce(Fresh())
+    assert said == [1]
+
+
+def test_warmup_command_compiles_every_kernel_and_says_how_long():
+    import json
+
+    from click.testing import CliRunner
+
+    from seenstore.cli import main
+
+    r = CliRunner().invoke(main, ["warmup", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and doc["seconds"] > 0
+    for family in D.FAMILIES.values():
+        for name in family._twins:
+            assert family.kernel(name).signatures, name  # compiled (or loaded) for real
