@@ -19,7 +19,7 @@ from decimal import Decimal, InvalidOperation
 
 import numpy as np
 
-from .errors import InvalidInputError
+from .errors import DiskFullError, InvalidInputError, StoreIOError
 from .workload import CrawlStream
 
 STAGES = ("generate", "sort", "bloom", "merge", "commit", "align")
@@ -41,16 +41,76 @@ def parse_count(text: str) -> int:
     return int(d)
 
 
-def default_batch_size(total_keys: int, share: float = 0.25) -> int:
-    """Batch size for ``share`` of the available memory, in [1e5, 1e8] and <= total_keys,
-    then evened out so that all batches of the run have (nearly) the same size."""
-    avail = _available_memory()
+def default_batch_size(total_keys: int, share: float = 0.25, memory: int | None = None) -> int:
+    """Batch size for ``share`` of ``memory`` (default: the memory available now), in
+    [1e5, 1e8] and <= total_keys, then evened out so that all batches of the run have
+    (nearly) the same size."""
+    avail = _available_memory() if memory is None else memory
     b = int(avail * share / BYTES_PER_OFFERED_KEY)
     b = max(100_000, min(100_000_000, b))
     b = int(float(f"{b:.1g}"))  # one significant digit: 93,752,123 -> 90,000,000
     b = max(1, min(b, total_keys))
     n_batches = -(-total_keys // b)
     return -(-total_keys // n_batches)  # equal batches: no small, costly remainder
+
+
+# On-disk bytes per stored key the plan assumes: raw runs (8 B) with a quarter more for
+# what compaction holds twice while it merges and the runs of the last batch not yet
+# merged; the Bloom file's bytes per key come from its sizing.
+PLAN_RUN_BYTES_PER_KEY = 10
+
+
+@dataclass
+class ResourcePlan:
+    """What ``seenstore bench`` found and needs, decided before it starts."""
+
+    memory_available: int
+    memory_total: int
+    disk_free: int
+    batch: int
+    bloom_bytes: int
+    disk_needed: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_dir: str,
+                   bloom_capacity: int | None, probe_bytes: int) -> ResourcePlan:
+    """Choose the batch size from the memory found (after the Bloom filter's share)
+    and check the free disk of ``work_dir`` against the run's needs: the store's runs
+    (PLAN_RUN_BYTES_PER_KEY per distinct key), the saved Bloom filter and the disk
+    probe file. Raises DiskFullError (exit 6) naming what is needed when the disk is
+    short, StoreIOError when the Bloom filter alone would not leave memory for batches."""
+    from .bloom import size_for
+
+    avail = _available_memory()
+    total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    bloom_bytes = 0
+    if bloom_capacity:
+        n_blocks, _ = size_for(bloom_capacity, 1e-3)
+        bloom_bytes = 64 * n_blocks
+    room = avail - bloom_bytes
+    if batch is None:
+        if room < 4 * 100_000 * BYTES_PER_OFFERED_KEY:
+            raise StoreIOError(
+                f"the Bloom filter for {bloom_capacity:,} keys needs {gib(bloom_bytes)} of the "
+                f"{gib(avail)} of memory available, leaving too little for batches; "
+                "use --no-bloom or a smaller --bloom-capacity")
+        batch = default_batch_size(total_keys, memory=room)
+    need = PLAN_RUN_BYTES_PER_KEY * distinct_keys + bloom_bytes + probe_bytes
+    free = shutil.disk_usage(work_dir).free
+    if free < need:
+        raise DiskFullError(
+            f"{work_dir}: bench --keys {total_keys:,} needs about {gib(need)} of free disk "
+            f"({gib(PLAN_RUN_BYTES_PER_KEY * distinct_keys)} of runs for {distinct_keys:,} "
+            f"distinct keys, {gib(bloom_bytes)} Bloom file, {gib(probe_bytes)} disk probe), "
+            f"only {gib(free)} is free")
+    return ResourcePlan(avail, total_mem, free, batch, bloom_bytes, need)
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
 
 
 def _available_memory() -> int:

@@ -33,7 +33,7 @@ from .errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputEr
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
 from .dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
-from . import tiers
+from . import spill, tiers
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
                         policy_digest, whole_blocks)
@@ -162,7 +162,8 @@ class SeenStore:
             if readonly:
                 raise StoreNotFoundError(f"{path}: no store here to open read-only")
             stray = [n for n in (os.listdir(path) if os.path.isdir(path) else [])
-                     if not (_RUN_RE.match(n) or _TMP_RE.match(n) or n == LOCK_NAME)]
+                     if not (_RUN_RE.match(n) or _TMP_RE.match(n) or n == LOCK_NAME
+                             or spill.SPILL_RE.match(n))]
             if stray:
                 raise NotAStoreError(
                     f"{path}: directory is not empty and holds no store ({stray[0]!r} ...)")
@@ -261,7 +262,9 @@ class SeenStore:
 
     def _remove_leftovers(self) -> None:
         """Delete files of an interrupted merge, compaction or upgrade: runs the
-        manifest does not name, temporary manifests and Bloom files."""
+        manifest does not name, temporary manifests and Bloom files, the spill
+        folders of a batch bigger than memory (``add_new_file``)."""
+        spill.remove_leftovers(self.path)
         live = {r["file"] for r in self._doc["runs"]}
         for name in os.listdir(self.path):
             if (_RUN_RE.match(name) and name not in live) or _TMP_RE.match(name):
@@ -465,6 +468,31 @@ class SeenStore:
         keys = as_keys(keys)
         new = self._admit(keys, progress)
         return new.copy() if 4 * len(new) < len(keys) else new
+
+    def add_new_file(self, path: str, memory: int, new_out: str | None = None) -> dict:
+        """Admit the keys of batch file ``path`` (raw little-endian uint64, any order,
+        repeats allowed, any size the disk holds) using about ``memory`` bytes at most,
+        as one atomic batch (DRUM-style, spill.py): the keys are spilled by shard to
+        bucket files in a ``spill.tmp.<pid>`` folder of the store, then each shard's
+        bucket is sorted slice by slice, checked against that shard's live runs and its
+        new keys written as its one new run; one manifest commit covers all shards.
+        The disk needs about the batch's size for the buckets, plus the new runs.
+
+        ``new_out``: a file path that gets the new keys (raw uint64), sorted within
+        each shard, shards in order (so: sorted ascending); written before the
+        commit in the spill folder and moved there after it. Returns figures:
+        offered, unique, new, slices, bytes_spilled, bytes_read, bytes_written, and
+        seconds by stage. The Bloom filter, when the store keeps one, is fed the new
+        keys (its own memory is not part of ``memory``: open with ``bloom=False``
+        to stay within it; the saved filter is then rebuilt by a later open)."""
+        self._check_writable()
+        with self._mutex:
+            waited = self._join_compactor()
+            figures = spill.admit_file(self, path, memory, _fault, new_out)
+            timings = self._new_timings(figures["offered"])
+            timings.update({k: v for k, v in figures.items() if k in timings or k.endswith("_s")})
+            self._record_compaction(waited)
+            return figures
 
     def _admit(self, keys: np.ndarray, progress) -> np.ndarray:
         """Sort, check, write and commit ``keys``; return the new keys, sorted, each once.

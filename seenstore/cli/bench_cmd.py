@@ -14,7 +14,7 @@ import sys
 import tempfile
 import click
 
-from ..benchrun import ANSWERS, STAGES, BenchResult, default_batch_size, run_bench
+from ..benchrun import ANSWERS, STAGES, BenchResult, gib, plan_resources, run_bench
 from ..errors import InvalidInputError
 from ..workload import CrawlStream
 from . import COUNT, Count, fail, main
@@ -168,11 +168,13 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
         except ImportError:
             raise InvalidInputError(
                 "--plot needs matplotlib: pip install 'seenstore[bench]'") from None
-    batch = batch or default_batch_size(total)
-    stream = CrawlStream(total, batch, reoffer, dup, seed=seed)
     probe = probe_bytes or min(1 << 30, max(64 << 20, 8 * total))
+    # the stream's distinct keys do not depend on the batch size much: size with one
+    # batch of 1e8 (or all) to plan, then build the stream with the chosen batch
+    distinct = CrawlStream(total, batch or min(total, 100_000_000), reoffer, dup,
+                           seed=seed).expected_total_new
     if bloom_capacity is None:
-        bloom_capacity = stream.expected_total_new
+        bloom_capacity = distinct
     bloom_capacity = bloom_capacity or None
     own_dir = work_dir is None
     if own_dir:
@@ -182,6 +184,9 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     store_path = os.path.join(work_dir, "bench-store")
     created = not os.path.exists(store_path)
     try:
+        plan = plan_resources(total, distinct, batch, work_dir,
+                              bloom_capacity if bloom else None, probe)
+        stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
         res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom)
     finally:
         if not keep:
@@ -191,6 +196,8 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
                 shutil.rmtree(store_path, ignore_errors=True)
     r = res.to_dict()
     r["params"]["kept_store"] = store_path if keep else None
+    r["resources"] = {**plan.to_dict(), "disk_used": r.get("disk_bytes"),
+                      "peak_rss": r.get("peak_rss_bytes")}
     if save:
         with open(save, "w") as f:
             json.dump(r, f)
@@ -199,6 +206,11 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     else:
         _print_batches(r["batches"])
         _print_text(r)
+        res_ = r["resources"]
+        click.echo(f"resources       batch {res_['batch']:,} keys from "
+                   f"{gib(res_['memory_available'])} memory available; disk needed about "
+                   f"{gib(res_['disk_needed'])} of {gib(res_['disk_free'])} free, used "
+                   f"{gib(res_['disk_used'] or 0)}; peak RSS {gib(res_['peak_rss'] or 0)}")
         if keep:
             click.echo(f"store kept at   {store_path}")
     if plot:
