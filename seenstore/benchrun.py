@@ -344,6 +344,7 @@ def run_bench(
     bloom_capacity: int | None = None,
     answer: str = "new",
     bloom: bool = True,
+    run_format: int = 1,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
 
@@ -365,6 +366,7 @@ def run_bench(
         "dup": stream.dup, "seed": stream.seed, "host_bits": stream.host_bits,
         "n_hosts": stream.n_hosts, "dir": work, "probe_bytes": probe_bytes,
         "bloom_capacity": bloom_capacity if bloom else None, "answer": answer, "bloom": bloom,
+        "run_format": run_format,
     })
     if answer not in ANSWERS:
         raise InvalidInputError(f"answer must be one of {ANSWERS}, got {answer!r}")
@@ -372,7 +374,7 @@ def run_bench(
     res.warmup_s = warm_up(work)
     res.disk.append(disk_bandwidth(work, probe_bytes))
     with SeenStore.open(store_path, create=True, bloom=bloom,
-                        bloom_capacity=bloom_capacity) as store:
+                        bloom_capacity=bloom_capacity, run_format=run_format) as store:
         for plan in stream.plan():
             t0 = time.perf_counter()
             batch = stream.batch(*plan)

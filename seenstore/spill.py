@@ -26,7 +26,6 @@ import numpy as np
 from .dispatch import batch as _kernels, merge as _merge_kernels
 from .errors import CorruptionError, InvalidInputError, StoreNotFoundError
 from .runformat import HEADER_SIZE, aligned_empty, policy_digest
-from .runwriter import RunWriter
 from . import tiers
 
 SPILL_RE = re.compile(r"^spill\.tmp\.\d+(\.new)?$")  # a folder; .new: merge --memory's new keys
@@ -159,6 +158,10 @@ def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.nd
     for reader in readers:
         if reader.count == 0:
             continue
+        if tiers.compressed(reader):  # the blocks the keys fall in, decoded
+            todo = np.flatnonzero(~found)
+            found[todo] |= reader.lookup(batch[todo])
+            continue
         j, prev, have = 0, np.uint64(0), False
         raw = memoryview(buf).cast("B")
         with open(reader.path, "rb", buffering=0) as f:
@@ -204,7 +207,7 @@ def admit_file(store, path: str, memory: int, fault, new_out: str | None = None)
     sb = store.shard_bits
     gen = store.generation + 1
     pd = policy_digest(store.policy_id)
-    writers: dict[int, RunWriter] = {}
+    writers: dict = {}
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0}
     try:
@@ -247,9 +250,9 @@ def admit_file(store, path: str, memory: int, fault, new_out: str | None = None)
                 k = _kernels.compact_inplace(keys, found)
                 if k:
                     if w is None:
-                        w = writers[s] = RunWriter(
+                        w = writers[s] = tiers.new_writer(
                             os.path.join(store.path, run_name(s, gen)),
-                            store.layout.host_bits, sb, s, pd, buf=wbuf)
+                            store.layout.host_bits, sb, s, pd, store.run_format, buf=wbuf)
                     w.write(keys[:k])
                     if new_path is not None:
                         _append(new_path, keys[:k])
@@ -260,8 +263,9 @@ def admit_file(store, path: str, memory: int, fault, new_out: str | None = None)
                     figures["new"] += k
                 fault("spill-sorted")
             if w is not None:
-                added.append((s, w.finish(sync=store.sync), w.sparse_index()))
-        figures["bytes_written"] = sum(8 * h.count + HEADER_SIZE for _, h, _ in added)
+                h, sparse, nbytes = tiers.finish(w, store.sync)
+                added.append((s, h, sparse))
+                figures["bytes_written"] += nbytes
         t_check = time.perf_counter()
         # 3. one commit for every shard
         if added:

@@ -91,9 +91,14 @@ class SeenStore:
     """Open with ``SeenStore.open``. Not for use by two threads at once for writes
     (an internal lock serialises ``add``); ``contains`` may run beside ``add``."""
 
-    def __init__(self, path: str, doc: dict, lock: WriterLock | None, mode: str = "exact"):
+    def __init__(self, path: str, doc: dict, lock: WriterLock | None, mode: str = "exact",
+                 run_format: int = tiers.DEFAULT_RUN_FORMAT):
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
+        if run_format not in tiers.RUN_FORMATS:
+            raise InvalidInputError(f"run_format must be one of {tiers.RUN_FORMATS}, "
+                                    f"got {run_format!r}")
+        self.run_format = run_format  # what new runs (batches, compaction) are written as
         self.path = path
         self.mode = mode
         self.bloom: LayeredBloom | None = None
@@ -130,7 +135,8 @@ class SeenStore:
              layout: Layout | None = None, policy_id: str | None = None,
              shard_bits: int | None = None, wait: float | None = 0.0,
              mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
-             bloom_capacity: int | None = None, sync: bool = True) -> "SeenStore":
+             bloom_capacity: int | None = None, sync: bool = True,
+             run_format: int = tiers.DEFAULT_RUN_FORMAT) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
 
         ``layout``/``policy_id``: when given, must match the store's (MismatchError
@@ -149,7 +155,10 @@ class SeenStore:
         naming it. Raises StoreNotFoundError, NotAStoreError, LockedError,
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
-        power loss (for tests and throwaway stores)."""
+        power loss (for tests and throwaway stores). ``run_format``: how this writer
+        writes new runs, 2 compressed (default) or 1 raw keys (8 B/key, for speed
+        comparisons); runs of both formats are always read, and compaction rewrites
+        the runs it merges in ``run_format``."""
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotAStoreError(f"{path}: is a file, not a store directory")
@@ -181,7 +190,7 @@ class SeenStore:
                 cls._create(path, layout or DEFAULT_LAYOUT, policy_id or DEFAULT_POLICY_ID,
                             DEFAULT_SHARD_BITS if shard_bits is None else shard_bits, sync)
             doc = manifest.read(path)
-            store = cls(path, doc, lock, mode)
+            store = cls(path, doc, lock, mode, run_format)
             store.sync = sync
             store._check_identity(layout, policy_id, shard_bits)
             store._remove_leftovers()
@@ -282,7 +291,7 @@ class SeenStore:
         for r in doc["runs"]:
             reader = have.get(r["file"])
             if reader is None:
-                reader = RunReader(os.path.join(self.path, r["file"]))
+                reader = tiers.open_reader(os.path.join(self.path, r["file"]))
             h = reader.header
             if (h.count != r["count"] or f"{h.body_checksum:016x}" != r["checksum"]
                     or h.shard != r["shard"] or h.policy_digest != pd
@@ -311,9 +320,8 @@ class SeenStore:
             n = reader.count
             if not n:
                 continue
-            m = min(n, max(2, BLOOM_SAMPLE_KEYS * n // total))
-            sample = np.ascontiguousarray(reader.keys[np.linspace(0, n - 1, m).astype(np.int64)])
-            if not bf.query(sample.astype(np.uint64, copy=False)).all():
+            sample = tiers.sample_keys(reader, max(2, BLOOM_SAMPLE_KEYS * n // total))
+            if not bf.query(sample).all():
                 return True
         return False
 
@@ -347,7 +355,8 @@ class SeenStore:
     def _rebuild_bloom(self, capacity: int, fpr: float) -> None:
         bf = LayeredBloom.for_capacity(int(capacity), fpr)
         # Large reads: each insert call sweeps the whole filter region by region.
-        buf = aligned_empty(min(REBUILD_CHUNK_KEYS, whole_blocks(8 * max(1, len(self))) // 8))
+        buf = aligned_empty(max([min(REBUILD_CHUNK_KEYS, whole_blocks(8 * max(1, len(self))) // 8)]
+                                + [tiers.min_buffer_keys(r) for r in self._all_readers()]))
         for reader in self._all_readers():  # every live run
             for n in reader.chunks(buf):
                 bf.add(buf[:n])
@@ -429,7 +438,8 @@ class SeenStore:
                 todo = lo + np.flatnonzero(~found[lo:hi])
                 if len(todo) == 0:
                     break
-                if reader._sparse is None and len(todo) * tiers.PROBE_RATIO < reader.count:
+                if (not tiers.compressed(reader) and reader._sparse is None
+                        and len(todo) * tiers.PROBE_RATIO < reader.count):
                     # few keys, no index yet: binary search in the memory map rather
                     # than reading the whole run to build the index
                     found[todo] = _member(reader.keys, uniq[todo])
@@ -719,7 +729,7 @@ class SeenStore:
                 self._commit_counters(timings["approx_answered"])
             return []
         pd = policy_digest(self.policy_id)
-        writers: dict[int, RunWriter] = {}
+        writers: dict = {}
         runs = self._runs  # the live runs this batch is checked against
         t0 = time.perf_counter()
         finished = [0]
@@ -758,18 +768,19 @@ class SeenStore:
                     read = tiers.check_runs(readers, part[pos], sub, bufs.old)
                     found[pos[sub]] = True
                 header = sparse = None
+                nbytes = 0
                 if not found.all():
-                    w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
-                                  self.layout.host_bits, self.shard_bits, shard, pd,
-                                  buf=bufs.write)
+                    w = tiers.new_writer(os.path.join(self.path, run_name(shard, gen)),
+                                         self.layout.host_bits, self.shard_bits, shard, pd,
+                                         self.run_format, buf=bufs.write)
                     writers[shard] = w
                     w.write(part[~found])  # only the new keys
                     # fsync here, in the shard's thread: the fsyncs of several shards
                     # overlap each other and the checks still running
-                    header, sparse = w.finish(sync=self.sync), w.sparse_index()
+                    header, sparse, nbytes = tiers.finish(w, self.sync)
             finally:
                 self._buffer_pool.append(bufs)  # list.append/pop are atomic
-            return shard, header, sparse, (lo, hi - lo, ~found), sort_s, read
+            return shard, header, sparse, (lo, hi - lo, ~found), sort_s, read, nbytes
 
         sorter = ThreadPoolExecutor(max_workers=1) if sort_parts else None
         try:
@@ -784,9 +795,9 @@ class SeenStore:
             t1 = time.perf_counter()
             timings["merge_s"] = t1 - t0
             timings["shard_sort_s"] = sum(d[4] for d in done)
-            added = [(s, h, sp) for s, h, sp, _, _, _ in done if h is not None]
+            added = [(s, h, sp) for s, h, sp, _, _, _, _ in done if h is not None]
             timings["bytes_read"] = sum(d[5] for d in done)
-            timings["bytes_written"] = sum(h.count * 8 + HEADER_SIZE for _, h, _ in added)
+            timings["bytes_written"] = sum(d[6] for d in done)
             segs = [d[3] for d in done]
             n_new = sum(int(mask.sum()) for _, _, mask in segs)
             if added:
@@ -873,7 +884,7 @@ class SeenStore:
         have = {r.name: r for r in self._all_readers()}
         for shard, _, sparse in added:
             name = run_name(shard, gen)
-            have[name] = RunReader(os.path.join(self.path, name), sparse)
+            have[name] = tiers.open_reader(os.path.join(self.path, name), sparse)
         runs = self._readers_for(doc, have)
         with self._view_lock:  # readers on other threads see the old pair or the new one
             self._doc, self._runs = doc, runs
@@ -956,19 +967,18 @@ class SeenStore:
         files = [e["file"] for e in entries]
         readers = [r for r in self._runs.get(shard, []) if r.name in files]
         count = sum(r.count for r in readers)
-        added, w = [], None
+        added, w, written = [], None, 0
         try:
             if count:
-                w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
-                              self.layout.host_bits, self.shard_bits, shard,
-                              policy_digest(self.policy_id))
+                w = tiers.new_writer(os.path.join(self.path, run_name(shard, gen)),
+                                     self.layout.host_bits, self.shard_bits, shard,
+                                     policy_digest(self.policy_id), self.run_format)
                 for chunk in tiers.merged_chunks(readers):
                     w.write(chunk)
                     _fault("compact-write")
-                header = w.finish(sync=self.sync)
+                header, sparse, written = tiers.finish(w, self.sync)
                 _fault("compact-written")
-                added = [(shard, header, w.sparse_index())]
-            written = sum(8 * h.count + HEADER_SIZE for _, h, _ in added)
+                added = [(shard, header, sparse)]
             self._commit(gen, added, files,
                          {"compactions": 1, "bytes_compacted": written}, step="compact-")
             return written
@@ -1064,7 +1074,9 @@ class SeenStore:
             "pending_compaction": self.pending_compaction(),
             "policy_id": doc["policy_id"],
             "generation": doc["generation"],
-            "run_format": f"{RUN_MAJOR}.{RUN_MINOR}",
+            # what this writer writes new runs as, and the formats of the live runs
+            "run_format": "2.0" if self.run_format == 2 else f"{RUN_MAJOR}.{RUN_MINOR}",
+            "run_formats": _count_formats(self._all_readers(runs)),
             "manifest_format": f"{doc.get('major', manifest.MAJOR)}.{doc.get('minor', 0)}",
             "upgrade_pending": doc.get("major", manifest.MAJOR) < manifest.MAJOR,
             # batches: every add/merge call of at least one key that committed
@@ -1120,8 +1132,8 @@ class SeenStore:
                         pass
                 for reader in readers:
                     if reader.count and sb:
-                        run = reader.keys
-                        lo, hi = int(run[0]) >> (64 - sb), int(run[-1]) >> (64 - sb)
+                        first, last = _first_last(reader)
+                        lo, hi = first >> (64 - sb), last >> (64 - sb)
                         if lo != shard or hi != shard:
                             raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
             segments = 0
@@ -1171,6 +1183,23 @@ def _size(path: str, missing=0):
         return os.path.getsize(path)
     except OSError:
         return missing
+
+
+def _count_formats(readers: list) -> dict:
+    out: dict = {}
+    for r in readers:
+        v = f"{r.header.major}.{r.header.minor}" if tiers.compressed(r) else \
+            f"{RUN_MAJOR}.{RUN_MINOR}"
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _first_last(reader) -> tuple[int, int]:
+    """The first and last key of a non-empty run (of a compressed run: its last
+    block decoded, through its checked lookup path)."""
+    if not tiers.compressed(reader):
+        return int(reader.keys[0]), int(reader.keys[-1])
+    return int(reader._first[0]), int(reader.last_key())
 
 
 def _bloom_files(path: str) -> list:

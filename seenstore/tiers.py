@@ -20,8 +20,61 @@ import numpy as np
 from .errors import CorruptionError
 from .dispatch import merge as _kernels  # numba imported on a kernel's first call
 from .kernels.status import KWAY_BAD, KWAY_DONE
+from .runcodec import CodecHeader, CompressedRunReader, CompressedRunWriter, open_run
 from .runformat import ALIGN, HEADER_SIZE, SPARSE_STRIDE, aligned_empty
 from .runreader import RunReader
+from .runwriter import RunWriter
+
+RUN_FORMATS = (1, 2)  # 1: raw keys (runformat.py), 2: compressed (runcodec.py)
+DEFAULT_RUN_FORMAT = 1  # 2 once measured not slower (docs/architecture.md)
+
+
+# -- the two run formats behind one contract (docs/format.md) ---------------------
+def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: bytes,
+               run_format: int, buf: np.ndarray | None = None):
+    """A writer of a new run in ``run_format`` (1 raw, 2 compressed); ``buf``: the
+    raw writer's block buffer (the compressed one keeps its own)."""
+    if run_format == 1:
+        return RunWriter(path, host_bits, shard_bits, shard, pdigest, buf=buf)
+    return CompressedRunWriter(path, host_bits, shard_bits, shard, pdigest)
+
+
+def finish(writer, sync: bool):
+    """(header, sparse index or None, file bytes) of a finished writer."""
+    h = writer.finish(sync=sync)
+    if isinstance(h, CodecHeader):
+        return h, None, h.file_size
+    return h, writer.sparse_index(), HEADER_SIZE + 8 * h.count
+
+
+def open_reader(path: str, sparse: np.ndarray | None = None):
+    """A reader of either format (a raw run given its writer's sparse index)."""
+    return RunReader(path, sparse) if sparse is not None else open_run(path)
+
+
+def compressed(reader) -> bool:
+    return isinstance(reader, CompressedRunReader)
+
+
+def run_bytes(reader) -> int:
+    """Bytes of the run's file (what a sweep reads)."""
+    return reader.header.file_size if compressed(reader) else HEADER_SIZE + 8 * reader.count
+
+
+def min_buffer_keys(reader) -> int:
+    """The smallest buffer ``reader.chunks`` takes (a compressed run: one block)."""
+    return reader.header.block_keys if compressed(reader) else 1
+
+
+def sample_keys(reader, m: int) -> np.ndarray:
+    """Up to ``m`` stored keys spread over the run (first, last and evenly between):
+    of a compressed run the first keys of its blocks (no block decoded)."""
+    keys = reader._first if compressed(reader) else reader.keys
+    n = len(keys)
+    if not n:
+        return np.empty(0, np.uint64)
+    return np.ascontiguousarray(keys[np.linspace(0, n - 1, min(n, m)).astype(np.int64)],
+                                dtype=np.uint64)
 
 # A run is swept when the keys to check are at least 1/PROBE_RATIO of its keys; fewer
 # are looked up one by one (sparse index, then one 4 KiB page each). A lookup reads a
@@ -35,20 +88,24 @@ MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows togeth
 
 def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
     """Set ``found`` where sorted unique ``needles`` are in the run (point lookups)."""
-    if reader.count and len(needles):
+    if reader.count and len(needles) and compressed(reader):
+        found |= reader.lookup(needles)  # decodes only the blocks the needles fall in
+    elif reader.count and len(needles):
         _kernels.sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
 
 
 def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
     """Set ``found`` where sorted unique ``batch`` keys are in the run, reading it once
     sequentially through ``buf`` (checksum and order checked). Returns bytes read."""
+    if len(buf) < min_buffer_keys(reader):
+        buf = aligned_empty(min_buffer_keys(reader))
     j, prev, have = 0, np.uint64(0), False
     for n in reader.chunks(buf):
         j, prev, have, ok = _kernels.sweep_step(buf, n, batch, j, found, prev, have)
         prev = np.uint64(prev)  # numba hands uint64 back as a Python int
         if not ok:
             raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
-    return HEADER_SIZE + 8 * reader.count
+    return run_bytes(reader)
 
 
 def check_runs(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndarray,
@@ -83,7 +140,8 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
     k = len(readers)
     if k == 0:
         return
-    row = max(ALIGN // 8, (buffer_bytes // 8 // k) // (ALIGN // 8) * (ALIGN // 8))
+    row = max(ALIGN // 8, (buffer_bytes // 8 // k) // (ALIGN // 8) * (ALIGN // 8),
+              max((min_buffer_keys(r) for r in readers), default=0))
     bufs = aligned_empty(k * row).reshape(k, row)
     pos = np.zeros(k, np.int64)
     fill = np.zeros(k, np.int64)

@@ -146,6 +146,9 @@ def write_plot(r: dict, path: str) -> None:
               help="What each batch asks the store for: 'new' = the sorted new keys "
                    "(SeenStore.add_new, what the peers return); 'mask' = a mask aligned with "
                    "the offered keys (SeenStore.add; one more pass, shown as 'align').")
+@click.option("--run-format", type=click.Choice(["1", "2"]), default="1", show_default=True,
+              help="Runs written as 2 (compressed, ~5 B/key) or 1 (raw 8 B/key keys), for "
+                   "comparing the two.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON object to FILE.")
@@ -153,7 +156,7 @@ def write_plot(r: dict, path: str) -> None:
               help="Write a PNG of ns/key per stage for each batch.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, bloom, answer,
-          as_json, save, plot, quiet):
+          run_format, as_json, save, plot, quiet):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
     Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
@@ -187,7 +190,8 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
         plan = plan_resources(total, distinct, batch, work_dir,
                               bloom_capacity if bloom else None, probe)
         stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
-        res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom)
+        res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom,
+                   int(run_format))
     finally:
         if not keep:
             if own_dir:
@@ -222,10 +226,10 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
 
 
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
-         bloom_capacity: int | None, answer: str, bloom: bool) -> BenchResult:
+         bloom_capacity: int | None, answer: str, bloom: bool, run_format: int) -> BenchResult:
     if quiet:
         return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity, answer=answer,
-                         bloom=bloom)
+                         bloom=bloom, run_format=run_format)
     with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
                            show_pos=True, item_show_func=lambda s: s) as bar:
 
@@ -233,4 +237,5 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
             n = max(1, row["offered"])
             bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
-        return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer, bloom)
+        return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer, bloom,
+                         run_format)
