@@ -314,7 +314,7 @@ def _check(batch, got: np.ndarray, answer: str) -> tuple[int, bool]:
     return len(got), bool(ok)
 
 
-def warm_up(directory: str) -> float:
+def warm_up(directory: str, run_format: int = 1) -> float:
     """Compile/load every kernel the store runs, on a throwaway store in ``directory``,
     so JIT time stays out of timings; returns the seconds it took.
 
@@ -326,7 +326,8 @@ def warm_up(directory: str) -> float:
     path = os.path.join(directory, "warmup-store")
     t0 = time.perf_counter()
     try:
-        with SeenStore.open(path, create=True, bloom_capacity=2_000_000) as st:
+        with SeenStore.open(path, create=True, bloom_capacity=2_000_000,
+                            run_format=run_format) as st:
             for i, b in enumerate(CrawlStream(4 * REGION_MIN_KEYS, 2 * REGION_MIN_KEYS,
                                               0.5, 0.1, seed=99)):
                 st.add(b.keys) if i % 2 else st.add_new(b.keys)
@@ -371,7 +372,7 @@ def run_bench(
     if answer not in ANSWERS:
         raise InvalidInputError(f"answer must be one of {ANSWERS}, got {answer!r}")
     t_start = time.perf_counter()
-    res.warmup_s = warm_up(work)
+    res.warmup_s = warm_up(work, run_format)
     res.disk.append(disk_bandwidth(work, probe_bytes))
     with SeenStore.open(store_path, create=True, bloom=bloom,
                         bloom_capacity=bloom_capacity, run_format=run_format) as store:
