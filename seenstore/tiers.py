@@ -20,8 +20,7 @@ import numpy as np
 from .errors import CorruptionError
 from .dispatch import merge as _kernels  # numba imported on a kernel's first call
 from .kernels.status import KWAY_BAD, KWAY_DONE
-from .runcodec import CodecHeader, CompressedRunReader, CompressedRunWriter, open_run
-from .runformat import ALIGN, HEADER_SIZE, SPARSE_STRIDE, aligned_empty
+from .runformat import ALIGN, HEADER_SIZE, MAGIC, SPARSE_STRIDE, aligned_empty
 from .runreader import RunReader
 from .runwriter import RunWriter
 
@@ -36,24 +35,38 @@ def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: 
     raw writer's block buffer (the compressed one keeps its own)."""
     if run_format == 1:
         return RunWriter(path, host_bits, shard_bits, shard, pdigest, buf=buf)
+    from .runcodec import CompressedRunWriter  # imports numba: only for compressed runs
+
     return CompressedRunWriter(path, host_bits, shard_bits, shard, pdigest)
 
 
 def finish(writer, sync: bool):
     """(header, sparse index or None, file bytes) of a finished writer."""
     h = writer.finish(sync=sync)
-    if isinstance(h, CodecHeader):
+    if not isinstance(writer, RunWriter):
         return h, None, h.file_size
     return h, writer.sparse_index(), HEADER_SIZE + 8 * h.count
 
 
 def open_reader(path: str, sparse: np.ndarray | None = None):
-    """A reader of either format (a raw run given its writer's sparse index)."""
-    return RunReader(path, sparse) if sparse is not None else open_run(path)
+    """A reader of either format (a raw run given its writer's sparse index). The
+    codec (and numba with it) is imported only when a compressed run is there, so a
+    store of raw runs opens without the JIT (dispatch.py)."""
+    if sparse is None:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(10)
+        except OSError:
+            head = b""  # RunReader reports the missing or unreadable file
+        if head[:8] == MAGIC and head[8:10] == (2).to_bytes(2, "little"):
+            from .runcodec import open_run
+
+            return open_run(path)
+    return RunReader(path, sparse)
 
 
 def compressed(reader) -> bool:
-    return isinstance(reader, CompressedRunReader)
+    return not isinstance(reader, RunReader)
 
 
 def run_bytes(reader) -> int:
