@@ -113,6 +113,7 @@ logs: \`$LOGS/\` (not committed).
 ## Machine
 
 - CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, shared with other work while this ran (load average now: $(cut -d' ' -f1-3 /proc/loadavg)): figures are noisy
+- CPU and numpy's SIMD dispatch: $("$PY" -c 'from seenstore.sorting import machine_summary, describe; print(machine_summary() + "; sort used by the store: " + describe()["sort"])')
 - Memory: $(free -g | awk '/^Mem:/ {print $2}') GiB; disk: $(df -h . | awk 'NR==2 {print $2 " " $1}')
 - Kernel: $(uname -sr)
 - Versions: $versions

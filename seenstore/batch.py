@@ -1,7 +1,8 @@
 """Batch stage: validate offered keys, sort and deduplicate them.
 
 ``as_keys`` checks offered keys; ``prepare`` turns them (any order, repeats allowed)
-into the sorted unique array a merge needs (np.sort + one pass). The store's exact
+into the sorted unique array a merge needs (``sorting.sorted_unique``: np.sort or the
+radix sort, whichever is faster here). The store's exact
 path instead partitions a batch by shard and sorts shard by shard
 (``kernels/batch.py: partition_top_bits``); answers go back to the caller's order
 with ``kernels/batch.py: mark_first_new``. ``read_batch_file`` loads a raw
@@ -18,6 +19,7 @@ import numpy as np
 
 from .errors import InvalidInputError, StoreIOError, StoreNotFoundError
 from .dispatch import batch as _kernels
+from .sorting import sorted_unique
 
 unique_inplace = _kernels.unique_inplace  # numpy twin below dispatch.SMALL keys
 
@@ -59,13 +61,12 @@ def as_keys(keys) -> np.ndarray:
             f"keys must be integers in [0, 2**64): item {bad} is {keys[bad]!r}") from None
 
 
-def prepare(keys: np.ndarray) -> np.ndarray:
+def prepare(keys: np.ndarray, threads: int = 1) -> np.ndarray:
     """Sorted unique copy of ``keys``. Requires: uint64 (see ``as_keys``).
 
-    A view of the front of one sorted copy (deduplicated in place): no second
-    batch-sized array to allocate and fault in."""
-    s = np.sort(keys)
-    return s[: unique_inplace(s)]
+    A view of the front of one sorted copy (deduplicated in place: no second
+    batch-sized array to keep; the radix sort's scratch is freed on return)."""
+    return sorted_unique(keys, threads)
 
 
 def read_batch_file(path: str, memory_limit: int | None = None) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 ``run_bench`` drives a ``CrawlStream`` through a real ``SeenStore`` batch by batch,
 checks every returned mask against the stream's exact expectation, and measures in
-the same run the floor: ``np.sort`` of the same batches plus a sequential read and
-write of the bytes the merges moved, at the disk bandwidth ``disk_bandwidth`` measures.
+the same run the floor: the faster of ``np.sort`` and the radix sort (sorting.py) of
+the same batches, each timed in this run, plus a sequential read and write of the bytes
+the merges moved, at the disk bandwidth ``disk_bandwidth`` measures.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from decimal import Decimal, InvalidOperation
 
 import numpy as np
 
+from . import sorting
 from .errors import DiskFullError, InvalidInputError, StoreIOError
 from .workload import CrawlStream
 
@@ -223,7 +225,9 @@ class BenchResult:
     bloom_background_s: float = 0.0  # Bloom inserts run beside the sort and merge
     shard_sort_s: float = 0.0  # per-shard sorts, on their own thread inside the merge
     compact_wait_s: float = 0.0  # waits for the compaction run between batches
-    sort_floor_s: float = 0.0
+    sort_floor_s: float = 0.0  # the faster of the two sorts below, whole run
+    sort_numpy_s: float = 0.0  # np.sort of every batch
+    sort_radix_s: float = 0.0  # the radix sort of every batch, on the store's threads
     verify_s: float = 0.0
     bytes_read: int = 0
     bytes_written: int = 0
@@ -242,7 +246,7 @@ class BenchResult:
         return not self.bad_batches and self.new == self.expected_new
 
     def floor_s(self, direct: bool = False) -> float:
-        """np.sort of the same batches + read and write of the merged bytes at the best
+        """The faster sort of the same batches + read and write of the merged bytes at the best
         rates the probes saw (write+fsync through the page cache, or with ``direct`` the
         O_DIRECT write). The best, not the mean: the first probe of a run is often slow
         (0.4 GB/s against 1.3-1.7 later), and a mean would flatter the ratio."""
@@ -285,8 +289,13 @@ class BenchResult:
             "disk_bytes_per_key": disk_bytes / store_keys if store_keys else None,
             "peak_rss_bytes": self.peak_rss,
             "disk_probe": [d.__dict__ for d in self.disk],
+            "sort": self.store_stats.get("sort"),
+            "machine": sorting.machine(),
             "floor": {
                 "sort_s": self.sort_floor_s,
+                "sort_by": "numpy" if self.sort_numpy_s <= self.sort_radix_s else "radix",
+                "sort_numpy_s": self.sort_numpy_s,
+                "sort_radix_s": self.sort_radix_s,
                 "io_s": floor - self.sort_floor_s,
                 "total_s": floor,
                 "ratio_store_to_floor": self.store_s / floor if floor else None,
@@ -308,10 +317,25 @@ def _check(batch, got: np.ndarray, answer: str) -> tuple[int, bool]:
         n_new = int(np.count_nonzero(got))
         return n_new, n_new == batch.expected_new and bool(got[: batch.n_fresh].all())
     # The stream's new keys are exactly its distinct fresh keys (workload.py), so the
-    # sorted answer must equal them sorted (one np.sort; a searchsorted per fresh key
+    # sorted answer must equal them sorted (one sort; a searchsorted per fresh key
     # into 1e8 keys was measured 80x slower).
-    ok = len(got) == batch.expected_new and np.array_equal(got, np.sort(batch.keys[: batch.n_fresh]))
+    want = batch.keys[: batch.n_fresh].copy()
+    sorting.sort_keys(want)
+    ok = len(got) == batch.expected_new and np.array_equal(got, want)
     return len(got), bool(ok)
+
+
+def _floor_sorts(keys: np.ndarray, threads: int) -> tuple[float, float]:
+    """Seconds of np.sort and of the radix sort (on ``threads`` threads) of one copy
+    each of ``keys``: the floor's sort is the faster over the run."""
+    out = []
+    for method in ("numpy", "radix"):
+        a = keys.copy()
+        t0 = time.perf_counter()
+        sorting.sort_keys(a, threads if method == "radix" else 1, method=method)
+        out.append(time.perf_counter() - t0)
+        del a
+    return out[0], out[1]
 
 
 def warm_up(directory: str, run_format: int = 1) -> float:
@@ -325,6 +349,7 @@ def warm_up(directory: str, run_format: int = 1) -> float:
 
     path = os.path.join(directory, "warmup-store")
     t0 = time.perf_counter()
+    sorting.warm_up()
     try:
         with SeenStore.open(path, create=True, bloom_capacity=2_000_000,
                             run_format=run_format) as st:
@@ -346,12 +371,15 @@ def run_bench(
     answer: str = "new",
     bloom: bool = True,
     run_format: int = 1,
+    threads: int | None = None,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
 
     ``bloom_capacity``: keys the store's Bloom filter is sized for (None: the store's
     default, which starts small and is rebuilt 2x larger whenever it fills).
     ``bloom``: False opens the store without its Bloom filter (the merge alone answers).
+    ``threads``: the store's ``threads`` (default: the machine's cores); the floor's
+    radix sort uses as many.
     ``answer``: "new" calls ``store.add_new`` (the sorted new keys, what the peers
     return); "mask" calls ``store.add`` (a mask aligned with the offered keys, one
     more pass: the "align" stage).
@@ -368,6 +396,7 @@ def run_bench(
         "n_hosts": stream.n_hosts, "dir": work, "probe_bytes": probe_bytes,
         "bloom_capacity": bloom_capacity if bloom else None, "answer": answer, "bloom": bloom,
         "run_format": run_format,
+        "threads": threads or sorting.default_threads(),
     })
     if answer not in ANSWERS:
         raise InvalidInputError(f"answer must be one of {ANSWERS}, got {answer!r}")
@@ -375,14 +404,13 @@ def run_bench(
     res.warmup_s = warm_up(work, run_format)
     res.disk.append(disk_bandwidth(work, probe_bytes))
     with SeenStore.open(store_path, create=True, bloom=bloom,
-                        bloom_capacity=bloom_capacity, run_format=run_format) as store:
+                        bloom_capacity=bloom_capacity, run_format=run_format,
+                        threads=threads) as store:
         for plan in stream.plan():
             t0 = time.perf_counter()
             batch = stream.batch(*plan)
             t_gen = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            np.sort(batch.keys)  # the floor's sort: same batch, same numpy
-            t_floor = time.perf_counter() - t0
+            t_numpy, t_radix = _floor_sorts(batch.keys, store.threads)
             n_stored = len(store)
             t0 = time.perf_counter()
             if answer == "mask":
@@ -397,7 +425,8 @@ def run_bench(
             row = {
                 "batch": batch.index, "stored_before": n_stored, "offered": len(batch.keys),
                 "new": n_new, "expected_new": batch.expected_new, "ok": ok,
-                "generate_s": t_gen, "add_s": t_add, "sort_floor_s": t_floor,
+                "generate_s": t_gen, "add_s": t_add, "sort_floor_s": min(t_numpy, t_radix),
+                "sort_numpy_s": t_numpy, "sort_radix_s": t_radix,
                 "bytes_read": int(tm.get("bytes_read", 0)),
                 "bytes_written": int(tm.get("bytes_written", 0)),
                 **{f"{s}_s": float(tm.get(f"{s}_s", 0.0)) for s in STAGES[1:]},
@@ -422,7 +451,9 @@ def run_bench(
             res.bloom_background_s += row["bloom_background_s"]
             res.shard_sort_s += row["shard_sort_s"]
             res.compact_wait_s += row["compact_wait_s"]
-            res.sort_floor_s += t_floor
+            res.sort_numpy_s += t_numpy
+            res.sort_radix_s += t_radix
+            res.sort_floor_s = min(res.sort_numpy_s, res.sort_radix_s)
             res.bytes_read += row["bytes_read"]
             res.bytes_written += row["bytes_written"]
             res.offered += len(batch.keys)

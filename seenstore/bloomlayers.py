@@ -79,6 +79,7 @@ class LayeredBloom:
     def __init__(self, layers: list, target_fpr: float) -> None:
         self.layers = list(layers)
         self._target = float(target_fpr)
+        self.binding = layers[0].binding  # what ``load`` found (docs/bloom.md)
         self._warm_next_size()
 
     def _warm_next_size(self) -> None:
@@ -172,11 +173,6 @@ class LayeredBloom:
         return 1.0 - miss
 
     # -- persistence --------------------------------------------------------------
-    @property
-    def binding(self):
-        """The store binding ``load`` found (layer 0's; docs/bloom.md), or None."""
-        return self.layers[0].binding
-
     def save(self, path: str, generation: int, binding=None) -> None:
         """Save every layer (BLOOM, BLOOM.L1, ...), the newest first and layer 0 last,
         after removing files of layers beyond the last. A crash part-way leaves files
@@ -191,7 +187,7 @@ class LayeredBloom:
 
     @classmethod
     def load(cls, path: str) -> tuple["LayeredBloom", int]:
-        """Layers from BLOOM, BLOOM.L1, ... of one generation; raises what
+        """Layers from BLOOM, BLOOM.L1, ... of one generation and binding; raises what
         BloomFilter.load raises for BLOOM itself."""
         first, gen = BloomFilter.load(path)
         target = first.target_fpr / (1 - RATIO)
@@ -201,9 +197,9 @@ class LayeredBloom:
                 layer, g = BloomFilter.load(layer_path(path, len(layers)))
             except StoreNotFoundError:
                 break
-            if g != gen:
+            if g != gen or layer.binding != first.binding:
                 raise StoreNotFoundError(f"{layer_path(path, len(layers))}: from generation "
-                                         f"{g}, not {gen}")
+                                         f"{g}, not {gen}, or bound to other runs")
             layers.append(layer)
         return cls(layers, target), gen
 

@@ -168,6 +168,57 @@ def _is_strictly_increasing(a):
     return bool(np.all(a[1:] > a[:-1]))
 
 
+def _sweep_step(old, n_old, batch, j, found, prev, have_prev):
+    a = old[:n_old]
+    if n_old == 0:
+        return j, prev, have_prev, True
+    if not _is_strictly_increasing(a) or (have_prev and a[0] <= prev):
+        return j, prev, have_prev, False
+    end = max(j, int(np.searchsorted(batch, a[-1], side="right")))
+    b = batch[j:end]
+    pos = np.minimum(np.searchsorted(a, b), n_old - 1)
+    found[j:end] |= a[pos] == b
+    return end, a[-1], True, True
+
+
+def _kway_step(bufs, pos, fill, last, out, prev, have_prev):
+    """kernels/merge.py ``kway_step`` for sorted, disjoint runs (what a store holds);
+    on a run out of order or a key in two runs it answers KWAY_BAD having written
+    nothing (the caller raises CorruptionError and drops the output either way)."""
+    from .kernels.status import KWAY_BAD, KWAY_DONE, KWAY_FULL
+    for r in range(len(pos)):
+        if pos[r] >= fill[r] and not last[r]:
+            return 0, r, prev, have_prev
+    rows = [bufs[r, pos[r]:fill[r]] for r in range(len(pos))]
+    keys = np.concatenate(rows)
+    row_of = np.repeat(np.arange(len(rows)), [len(x) for x in rows])
+    order = np.argsort(keys, kind="stable")
+    merged, row_of = keys[order], row_of[order]
+    if any(not _is_strictly_increasing(x) for x in rows) or not _is_strictly_increasing(merged) \
+            or (have_prev and len(merged) and merged[0] <= prev):
+        return 0, KWAY_BAD, prev, have_prev
+    # a row that is not its run's last chunk stops the merge right after its last key
+    stops = [int(np.flatnonzero(row_of == r)[-1]) + 1 for r in range(len(rows))
+             if not last[r] and len(rows[r])]
+    stop = min(stops) if stops else len(merged)
+    n = min(stop, len(out))
+    out[:n] = merged[:n]
+    pos += np.bincount(row_of[:n], minlength=len(pos))
+    if n:
+        prev, have_prev = merged[n - 1], True
+    if n == len(out):
+        return n, KWAY_FULL, prev, have_prev
+    if n < len(merged) or stops:
+        return n, int(row_of[n - 1]), prev, have_prev
+    return n, KWAY_DONE, prev, have_prev
+
+
+def _sparse_member(run, sparse, stride, needles, found):
+    if len(run) and len(needles):  # a binary search in the (memory-mapped) run itself
+        pos = np.minimum(np.searchsorted(run, needles), len(run) - 1)
+        found |= np.asarray(run[pos]) == needles
+
+
 # ----------------------------------------------------------------- bloom twins
 def _fmix64(x):
     x = x ^ (x >> _U(33))
@@ -264,6 +315,57 @@ def _fingerprint_batch(data, offsets, host_bits):
                      for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())], dtype=_U)
 
 
+def _split_lines(buf, n, final, pairs, max_line, skip, at_start, gbase_id, limit,
+                 data, offsets, bdata, boffsets, base_ids, too_long, counts):
+    """kernels.lines.split_lines in Python (same contract, same outputs)."""
+    raw = buf[:n].tobytes()
+    i = 0
+    if skip:
+        nl = raw.find(b"\n")
+        if nl < 0:
+            return n, (0 if final else 1)
+        i, skip = nl + 1, 0
+    if at_start and i == 0:
+        if n < 3 and not final:
+            return 0, 0
+        if raw.startswith(b"\xef\xbb\xbf"):
+            i = 3
+    nu, nd, nb, nbd, nt = (int(x) for x in counts)
+    consumed = i
+    while i < n and nu < limit:
+        j = raw.find(b"\n", i)
+        j = n if j < 0 else j
+        if j == n and not final:  # incomplete: wait, or reject it now
+            if j - i > max_line + 1:
+                too_long[nt], base_ids[nu] = nu, -1
+                nt, nu = nt + 1, nu + 1
+                offsets[nu], consumed, skip = nd, n, 1
+            break
+        e = j - 1 if j > i and raw[j - 1] == 13 else j
+        if e > i:
+            if e - i > max_line:
+                too_long[nt], base_ids[nu] = nu, -1
+                nt += 1
+            else:
+                s, tab = i, (raw.find(b"\t", i, e) if pairs else -1)
+                if tab < 0:
+                    base_ids[nu] = gbase_id
+                elif nb and raw[i:tab] == bdata[boffsets[nb - 1]:boffsets[nb]].tobytes():
+                    base_ids[nu], s = nb - 1, tab + 1
+                else:
+                    bdata[nbd : nbd + tab - i] = buf[i:tab]
+                    nbd, nb = nbd + tab - i, nb + 1
+                    boffsets[nb], base_ids[nu], s = nbd, nb - 1, tab + 1
+                data[nd : nd + e - s] = buf[s:e]
+                nd += e - s
+            nu += 1
+            offsets[nu] = nd
+        i = j + 1
+        consumed = min(i, n)
+    counts[:] = (nu, nd, nb, nbd, nt)
+    return consumed, skip
+
+
 def _keys_len(args) -> int:  # (words, keys, ...): the filter's size does not count
     return len(args[1])
 
@@ -283,6 +385,9 @@ batch = _Family("batch", {
 merge = _Family("merge", {
     "merge_step": (_merge_step, _merge_len),
     "is_strictly_increasing": (_is_strictly_increasing, _first_len),
+    "sweep_step": (_sweep_step, lambda args: args[1] + len(args[2]) - args[3]),
+    "kway_step": (_kway_step, lambda args: int(np.sum(args[2] - args[1]))),
+    "sparse_member": (_sparse_member, lambda args: len(args[3])),
 })
 bloom = _Family("bloom", {
     "bloom_add_query": (_bloom_add_query, _keys_len), "bloom_query": (_bloom_query, _keys_len),
@@ -293,8 +398,23 @@ bloom = _Family("bloom", {
 url = _Family("url", {"gather": (_gather, lambda args: len(args[2]))})
 fingerprint = _Family("fingerprint", {
     "fingerprint_batch": (_fingerprint_batch, lambda args: len(args[1]) - 1)})
+# A stream's reader (urlbuffer) passes the bytes read so far as the size: a pipe
+# delivers 64 KiB per read, and every read of a large input must take the kernel.
+LINE_BYTES = 64  # bytes per "item" of the line splitter's size
+lines = _Family("lines", {"split_lines": (_split_lines, lambda args: 0)})
 FAMILIES = {"batch": batch, "merge": merge, "bloom": bloom, "url": url,
-            "fingerprint": fingerprint}
+            "fingerprint": fingerprint, "lines": lines}
+
+
+def split_lines_for(bytes_read: int) -> Callable:
+    """The line splitter for a stream that has delivered ``bytes_read`` bytes (or is
+    known to hold that many): the twin below SMALL lines of LINE_BYTES, else the
+    kernel."""
+    if bytes_read < SMALL * LINE_BYTES:
+        return _split_lines
+    kernel = lines.kernel("split_lines")
+    announce(kernel)
+    return kernel
 
 
 def warm_up(progress: Callable[[str, int, int], None] | None = None) -> float:
@@ -329,14 +449,22 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                                 sync=False) as st:  # contains, verify: readers' kernels
                 keys = np.arange(1, 1001, dtype=_U)
                 st.add(keys)
-                st.contains(keys[::3])
-                st.verify()
+                st.add(keys + _U(1000))  # the sweep of the first run (tiered runs)
+                st.contains(keys[::3])  # point lookups: the sparse index
+                st.verify()  # two runs in a shard: the k-way merge
+                st.compact()
+                st.verify()  # one run: its order check
                 st.stats()  # the Bloom fill histogram
             batch.unique_sorted(keys)  # the stage's
             from .bloom import GROUP
 
             words = np.zeros(8 * 64, dtype=_U)  # region inserts (large batches into large filters)
             bloom.kernel("bloom_add_regions")(words, keys, 7, GROUP, 2, np.empty(256, _U))
+            # merge.merge_run (old ∪ batch into a new run): no longer on the store's path
+            # (tiered runs write only new keys); kept, with its tests, for comparison
+            merge.kernel("merge_step")(keys, 0, len(keys), True, keys + _U(500),
+                                       0, np.zeros(len(keys), np.bool_), np.empty(64, _U),
+                                       _U(0), False)
         finally:
             _set_small(saved)
             shutil.rmtree(directory, ignore_errors=True)
@@ -348,6 +476,7 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
         saved = SMALL
         try:
             _set_small(0)
+            URLBuffer.from_bytes(b"\xef\xbb\xbfhttp://a.example/\tx\r\n\n", pairs=True)
             fb = normalise_buffer(URLBuffer.from_strs(
                 ["http://a.example/x", "HTTP://b.example:80/./y#f", "mailto:x", "http://[::1",
                  "http://\u00e9.example/routed"]))

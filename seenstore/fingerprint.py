@@ -19,6 +19,7 @@ import xxhash
 from .errors import InvalidInputError
 from .layout import DEFAULT_LAYOUT, Layout
 from .normalise import HOST_PATTERN, host_span
+from .parallel import check_threads, ranges, run_all
 
 _MASK64 = (1 << 64) - 1
 _xxh3 = xxhash.xxh3_64_intdigest
@@ -55,7 +56,7 @@ def fingerprint(canonical_url: str, layout: Layout = DEFAULT_LAYOUT) -> int:
 FAST_PATH_MIN = 256  # below this the kernel's fixed costs outweigh its speed
 
 
-def _fingerprint_kernel(urls: list, layout: Layout) -> np.ndarray:
+def _fingerprint_kernel(urls: list, layout: Layout, threads: int | None) -> np.ndarray:
     from .kernels.fingerprint import fingerprint_batch  # numba: loaded on first use
 
     try:
@@ -66,7 +67,10 @@ def _fingerprint_kernel(urls: list, layout: Layout) -> np.ndarray:
     offsets = np.zeros(len(enc) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=len(enc)), out=offsets[1:])
     data = np.frombuffer(b"".join(enc), dtype=np.uint8)
-    return fingerprint_batch(data, offsets, layout.host_bits)
+    spans = ranges(len(enc), check_threads(threads))
+    parts = run_all([lambda a=a, b=b: fingerprint_batch(data, offsets[a : b + 1], layout.host_bits)
+                     for a, b in spans])
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _utf8_ok(u: str) -> bool:
@@ -77,12 +81,14 @@ def _utf8_ok(u: str) -> bool:
         return False
 
 
-def fingerprint_many(urls: Iterable[str], layout: Layout = DEFAULT_LAYOUT) -> np.ndarray:
+def fingerprint_many(urls: Iterable[str], layout: Layout = DEFAULT_LAYOUT,
+                     threads: int | None = None) -> np.ndarray:
     """Keys of ``urls`` as a uint64 array aligned with the input (same as ``fingerprint``
     on each). Requires: canonical URLs. Raises InvalidInputError for a non-string item.
-    A list of FAST_PATH_MIN or more goes through the numba kernel (same keys, tested)."""
+    A list of FAST_PATH_MIN or more goes through the numba kernel (same keys, tested),
+    over chunks on ``threads`` threads (None: the cores; same keys for any count)."""
     if isinstance(urls, list) and len(urls) >= FAST_PATH_MIN:
-        return _fingerprint_kernel(urls, layout)
+        return _fingerprint_kernel(urls, layout, threads)
     high, low = _masks(layout)
     host_bits: dict[str, int] = {}
     keys = []

@@ -66,8 +66,9 @@ def write(directory: str, doc: dict, sync: bool = True) -> None:
 def upgraded(doc: dict, n_keys: int) -> dict:
     """A copy of ``doc`` ready to be written as the current format: a format 1 one
     loses its empty runs and gains the format 2 counters (``bytes_written`` starts as
-    the bytes of its ``n_keys`` keys: each was written once as far as anyone knows)."""
-    doc = with_store_id(dict(doc))
+    the bytes of its ``n_keys`` keys: each was written once as far as anyone knows),
+    and a store made before manifest 1.1 gets its store id."""
+    doc = dict(with_store_id(doc))
     if doc.get("major", MAJOR) < MAJOR:
         doc["runs"] = [r for r in doc["runs"] if r["count"]]
         doc["counters"] = {**NEW_COUNTERS, "bytes_written": 8 * n_keys, **doc["counters"]}

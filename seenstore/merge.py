@@ -1,4 +1,5 @@
-"""Merge stage: one sequential pass of a sorted batch against one run.
+"""Merge stage: one sequential pass of a sorted batch against one run (the rewrite
+design before tiered runs; the store now uses only ``MergeBuffers`` from here).
 
 ``merge_run`` streams the old run through a fixed buffer (checking its checksum
 and order on the way), merges it with the batch in the numba kernel, and writes

@@ -255,19 +255,21 @@ def normalise_many(
     policy: Policy | None = None,
     max_length: int = DEFAULT_MAX_LENGTH,
     fast: bool | None = None,
+    threads: int | None = None,
 ) -> NormalisedBatch:
     """Normalise every item; a bad item becomes a rejection, never an exception.
     Raises InvalidInputError only for a bad ``base`` (it would fail every item).
 
     A list of at least FAST_PATH_MIN str/bytes items goes through the batch fast
     path (fastpath.py: same results, tested); ``fast=False`` forces the scalar
-    reference path, ``fast=True`` the batch path for any list of str/bytes."""
+    reference path, ``fast=True`` the batch path for any list of str/bytes. ``threads``:
+    the fast path's kernel threads (None: the cores); results do not depend on it."""
     check_base(base)
     policy = policy or DEFAULT_POLICY
     if fast is not False and isinstance(urls, list) and (fast or len(urls) >= FAST_PATH_MIN) \
             and all(isinstance(u, (str, bytes)) for u in urls):
         from .fastpath import normalise_urls  # fastpath builds on this module
 
-        fb = normalise_urls(urls, base, policy, max_length=max_length)
+        fb = normalise_urls(urls, base, policy, max_length=max_length, threads=threads)
         return NormalisedBatch(fb.urls, fb.positions.tolist(), fb.rejected)
     return NormalisedBatch.of(try_normalise(u, base, policy, max_length) for u in urls)

@@ -68,6 +68,10 @@ class RunReader:
         return self._keys
 
     @property
+    def has_sparse(self) -> bool:
+        return self._sparse is not None
+
+    @property
     def sparse(self) -> np.ndarray:
         """Every SPARSE_STRIDE-th key (a point lookup's index). A run this process
         wrote got it from its writer; others build it on first use (one read of the

@@ -29,7 +29,9 @@ from .errors import ClosedError, CorruptionError, InvalidInputError, MismatchErr
 from .fastpath import normalise_urls
 from .fingerprint import fingerprint_many
 from .dispatch import batch as _kernels
+from .sorting import sort_keys, sort_unique_keys
 from .normalise import normalise_many
+from .parallel import check_threads
 from .policy import DEFAULT_POLICY, Policy
 from .store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
 from .wal import replay_wal  # noqa: F401  (was defined here; SeenStore.open calls it now)
@@ -100,8 +102,10 @@ class DedupStage:
     ``offer_async``) from the loop: the check-and-claim inside is one synchronous step."""
 
     def __init__(self, store: SeenStore, *, mode: str, budget_bytes: int, cache_keys: int,
-                 host_cap: int | None, wal_sync, policy: Policy | None, replay: dict):
+                 host_cap: int | None, wal_sync, policy: Policy | None, replay: dict,
+                 threads: int | None = None):
         self.store = store
+        self.threads = check_threads(threads)
         self.mode = mode
         self.policy = policy
         self.layout = store.layout
@@ -145,7 +149,7 @@ class DedupStage:
              host_cap: int | None = None, wal_sync: str | float = walmod.SYNC_ALWAYS,
              policy: Policy | None = None, layout=None, shard_bits: int | None = None,
              sync: bool = True, wait: float | None = 0.0, bloom_fpr: float = DEFAULT_BLOOM_FPR,
-             bloom_capacity: int | None = None) -> DedupStage:
+             bloom_capacity: int | None = None, threads: int | None = None) -> DedupStage:
         """Open the store at ``store_dir`` as its one writer; the store's open
         replays the WAL (``SeenStore.open``, figures in ``stats()["replay"]``).
 
@@ -156,7 +160,8 @@ class DedupStage:
         ``host_cap``: refuse keys of a host bucket beyond this many admitted since
         open (None = no cap). ``wal_sync``: "always" | seconds | "never"
         (docs/stage.md). ``policy``: the URL policy (its identity must be the
-        store's). Other arguments go to ``SeenStore.open``. Raises what it raises
+        store's). ``threads``: threads of the URL kernels (None: the cores; results
+        do not depend on it). Other arguments go to ``SeenStore.open``. Raises what it raises
         (LockedError for a second writer) and InvalidInputError."""
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
@@ -165,6 +170,7 @@ class DedupStage:
                 raise InvalidInputError(f"{name} must be an int >= {lo}, got {v!r}")
         if host_cap is not None and (not isinstance(host_cap, (int, np.integer)) or host_cap < 0):
             raise InvalidInputError(f"host_cap must be None or an int >= 0, got {host_cap!r}")
+        check_threads(threads)
         if cache_keys > 1 << 40:
             raise InvalidInputError(f"cache_keys too large: {cache_keys}")
         # The store always runs exact: the stage answers Bloom positives itself in
@@ -177,7 +183,7 @@ class DedupStage:
             replay = store.wal_replay
             return cls(store, mode=mode, budget_bytes=int(budget_bytes),
                        cache_keys=int(cache_keys), host_cap=host_cap, wal_sync=wal_sync,
-                       policy=policy, replay=replay)
+                       policy=policy, replay=replay, threads=threads)
         except BaseException:
             store.close(save_bloom=False)
             raise
@@ -258,11 +264,11 @@ class DedupStage:
             return keys, (list(payloads) if payloads is not None else None), []
         policy = self._url_policy()
         if len(items) >= FAST_PATH_MIN_URLS:
-            fb = normalise_urls(items, base, policy, self.layout)
+            fb = normalise_urls(items, base, policy, self.layout, threads=self.threads)
             keys, positions, canonical, rejected = fb.keys, fb.positions, fb.urls, fb.rejected
         else:
             nb = normalise_many(items, base, policy)
-            keys = fingerprint_many(nb.urls, self.layout)
+            keys = fingerprint_many(nb.urls, self.layout, self.threads)
             positions, canonical, rejected = nb.positions, nb.urls, nb.rejected
         with self._lock:
             self._stats["urls_offered"] += len(items)
@@ -507,11 +513,10 @@ class DedupStage:
         held = np.concatenate(parts) if parts else _EMPTY
         del parts
         every = np.concatenate([certain, held])
-        every.sort()
-        uniq = unique_sorted(every)
+        uniq = every[:sort_unique_keys(every, self.store.threads)]
         del every
         is_new = self.store.add_sorted(uniq, approx_answered=buf.n_approx)
-        certain.sort()
+        sort_keys(certain, self.store.threads)
         # a certainly-new key the store already held: must never happen (counted)
         anomalies = int(len(certain) - is_new[np.searchsorted(uniq, certain)].sum())
         if len(held) == 0:

@@ -3,12 +3,13 @@
 A store is a directory: MANIFEST (the commit point), run files (keys sorted,
 unique; shard = top ``shard_bits`` bits of the key; a shard has any number of
 live runs, pairwise disjoint) and LOCK. ``add`` partitions a batch by shard,
-sorts the shards one by one on a thread of their own, checks each against its
-shard's live runs as soon as it is sorted (a sequential sweep per run, or point
-lookups for few keys; four shards at a time, the kernels, the sort and the I/O
-release the GIL), writes only the new keys as one new run per shard, then commits
-all shards or none. Compaction merges runs later, between batches (tiers.py).
-See docs/architecture.md for the protocol and cost model.
+sorts the shards on ``threads`` threads of their own (``sorting.py``: np.sort or
+our radix sort), checks each against its shard's live runs as soon as it is
+sorted (a sequential sweep per run, or point lookups for few keys; four shards at
+a time, the kernels, the sort and the I/O release the GIL), writes only the new
+keys as one new run per shard, then commits all shards or none. Compaction merges
+runs later, between batches (tiers.py). See docs/architecture.md for the protocol
+and cost model.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 from . import manifest, wal as walmod
 from .batch import as_keys, prepare
 from .bloom import Binding
-from .bloomlayers import LayeredBloom, layer_path
+from .bloomlayers import LayeredBloom
 from .errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputError,
                      MismatchError, NotAStoreError, SeenStoreError, StoreIOError,
                      StoreNotFoundError)
@@ -39,6 +40,7 @@ from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, ali
                         policy_digest, whole_blocks)
 from .runreader import RunReader
 from .runwriter import RunWriter
+from .sorting import default_threads, describe as sort_description, sort_shards
 
 compact_inplace, mark_first_new, mark_members, partition_top_bits, unique_inplace = (
     _kernels.compact_inplace, _kernels.mark_first_new, _kernels.mark_members,
@@ -63,6 +65,7 @@ BLOOM_SAMPLE_KEYS = 4096  # stored keys a loaded Bloom filter must answer presen
 SNAPSHOT_RETRIES = 20  # a reader's attempts at opening the runs of one committed generation
 _RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
 _TMP_RE = re.compile(r"^(MANIFEST\.tmp|BLOOM(\.L\d+)?\.tmp\.\d+)$")
+_BLOOM_RE = re.compile(r"^BLOOM(\.L\d+)?$")
 # test seam: "point" or "point@n" -> SIGKILL self at the (n-th) pass through there
 _FAULT, _, _FAULT_AT = os.environ.get("SEENSTORE_FAULT", "").partition("@")
 _fault_hits: dict = {}
@@ -119,7 +122,9 @@ class SeenStore:
         # Shards checked at once: reads and writes are O_DIRECT and block, so more
         # than the 2 cores keeps the disk busy (4: 18 % less merge time than 2 at
         # 2.25e8 stored keys, 8 no better; scratch measurement in the issue 6 note)
-        self.threads = 4
+        self.merge_threads = 4
+        # threads doing CPU work at once (shard sorts); open(threads=) sets it
+        self.threads = default_threads()
         self._retiring: threading.Thread | None = None
         self._buffer_pool: list[MergeBuffers] = []
         self.last_timings: dict = {}
@@ -136,7 +141,8 @@ class SeenStore:
              shard_bits: int | None = None, wait: float | None = 0.0,
              mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
              bloom_capacity: int | None = None, sync: bool = True,
-             run_format: int = tiers.DEFAULT_RUN_FORMAT) -> "SeenStore":
+             run_format: int = tiers.DEFAULT_RUN_FORMAT,
+             threads: int | None = None) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
 
         ``layout``/``policy_id``: when given, must match the store's (MismatchError
@@ -156,9 +162,13 @@ class SeenStore:
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
         power loss (for tests and throwaway stores). ``run_format``: how this writer
-        writes new runs, 2 compressed (default) or 1 raw keys (8 B/key, for speed
-        comparisons); runs of both formats are always read, and compaction rewrites
-        the runs it merges in ``run_format``."""
+        writes new runs, 1 raw keys (8 B/key, the default) or 2 compressed; runs of
+        both formats are always read, and compaction rewrites the runs it merges in
+        ``run_format``. ``threads``: shards sorted at once and threads of a
+        whole-batch sort (default: the cores this process may use); answers never
+        depend on it."""
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotAStoreError(f"{path}: is a file, not a store directory")
@@ -179,7 +189,9 @@ class SeenStore:
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
         if readonly:
-            return cls._open_readonly(path, layout, policy_id)
+            store = cls._open_readonly(path, layout, policy_id)
+            store.threads = threads or store.threads
+            return store
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as e:
@@ -192,9 +204,10 @@ class SeenStore:
             doc = manifest.read(path)
             store = cls(path, doc, lock, mode, run_format)
             store.sync = sync
+            store.threads = threads or store.threads
             store._check_identity(layout, policy_id, shard_bits)
             store._remove_leftovers()
-            store._runs = store._readers_for(doc, {})
+            store._runs = store._readers_for(doc)
             if bloom or mode == "approximate":
                 store._load_or_build_bloom(bloom_fpr, bloom_capacity)
             store.wal_replay = walmod.replay_wal(store)
@@ -236,7 +249,7 @@ class SeenStore:
             return
 
     def _snapshot(self) -> tuple[dict, dict]:
-        """(manifest, runs by shard) of one generation, taken together."""
+        """(manifest, live runs by shard) of one generation, taken together."""
         with self._view_lock:
             return self._doc, self._runs
 
@@ -282,14 +295,14 @@ class SeenStore:
                 except OSError as e:
                     raise _io_error(e, f"{name}: cannot remove leftover") from e
 
-    def _readers_for(self, doc: dict, have: dict) -> dict:
-        """Readers of the runs ``doc`` names, by shard (oldest first), each checked
+    def _readers_for(self, doc: dict, have: dict | None = None) -> dict:
+        """Readers of the live runs ``doc`` names, by shard (oldest first), each checked
         against it; ``have``: readers already open by file name (kept: their sparse
         index is built)."""
         runs: dict[int, list[RunReader]] = {}
         pd = policy_digest(doc["policy_id"])
         for r in doc["runs"]:
-            reader = have.get(r["file"])
+            reader = (have or {}).get(r["file"])
             if reader is None:
                 reader = tiers.open_reader(os.path.join(self.path, r["file"]))
             h = reader.header
@@ -310,7 +323,7 @@ class SeenStore:
         """What a Bloom filter of this store's current runs records (docs/bloom.md)."""
         return Binding(self._doc.get("store_id", ""), len(self), manifest.runs_digest(self._doc))
 
-    def _bloom_misses_a_stored_key(self, bf) -> bool:
+    def _bloom_misses_a_stored_key(self, bf: LayeredBloom) -> bool:
         """True if ``bf`` answers absent for one of up to BLOOM_SAMPLE_KEYS stored keys
         spread over every run (first, last and evenly between): a filter of these
         runs has no false negatives, so one miss proves it is not theirs (zeroed,
@@ -371,6 +384,7 @@ class SeenStore:
         under the same lock as a batch's insert and commit)."""
         self._check_open()
         with self._mutex:
+            self._join_compactor()  # its commits change the generation and the runs digest
             if self.bloom is not None and self._bloom_dirty and self._lock is not None:
                 self.bloom.save(os.path.join(self.path, BLOOM_NAME), self.generation,
                                 self._binding())
@@ -426,27 +440,21 @@ class SeenStore:
         pending = self._pending.keys()
         self._refresh()
         _, runs = self._snapshot()
-        uniq = prepare(keys)
+        uniq = prepare(keys, self.threads)
         bf = self.bloom  # once: a failed insert on the writer's thread may drop it
         if bf is not None:
             uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
         found = np.zeros(len(uniq), dtype=np.bool_)
         bounds = self._shard_bounds(uniq)
-        for shard, readers in runs.items():  # one snapshot of the live runs
+        for shard, shard_runs in runs.items():  # one snapshot of the live runs
             lo, hi = bounds[shard], bounds[shard + 1]
-            for reader in readers:
+            for reader in shard_runs:
                 todo = lo + np.flatnonzero(~found[lo:hi])
                 if len(todo) == 0:
                     break
-                if (not tiers.compressed(reader) and reader._sparse is None
-                        and len(todo) * tiers.PROBE_RATIO < reader.count):
-                    # few keys, no index yet: binary search in the memory map rather
-                    # than reading the whole run to build the index
-                    found[todo] = _member(reader.keys, uniq[todo])
-                else:
-                    sub = np.zeros(len(todo), dtype=np.bool_)
-                    tiers.lookup(reader, uniq[todo], sub)
-                    found[todo[sub]] = True
+                sub = np.zeros(len(todo), dtype=np.bool_)
+                tiers.lookup(reader, uniq[todo], sub)  # sparse index, or the memory map
+                found[todo[sub]] = True
         mask = mark_members(keys, uniq[found])  # every occurrence, not just the first
         if len(pending):
             mask |= _member(pending, keys)
@@ -514,29 +522,25 @@ class SeenStore:
         exact answers never wait for the filter (the runs decide), so the insert only
         has to finish before
         return. Extra bits from a batch that then fails to commit only cost a
-        positive the disk answers. Approximate mode, and a batch small against the
-        store (point lookups rather than sweeps), sort the whole batch first and ask
-        the Bloom filter before the disk: only its positives are looked up."""
+        positive the disk answers. Approximate mode sorts the whole batch first: the
+        Bloom answers decide what is written at all."""
         self._check_writable()
         with self._mutex:
             waited = self._join_compactor()
             behind = None
-            # small: fewer keys than 1/PROBE_RATIO of the store, looked up key by key
-            sweep = self.mode == "exact" and not (
-                self.bloom is not None and len(keys) * tiers.PROBE_RATIO < len(self))
-            if self.bloom is not None and sweep and len(keys):
+            if self.bloom is not None and self.mode == "exact" and len(keys):
                 self._reserve_bloom(len(keys))
                 behind = self.bloom.add_in_background(keys)
             try:
                 t0 = time.perf_counter()
-                if sweep:
+                if self.mode == "exact":
                     part = np.empty(len(keys), dtype=np.uint64)
                     bounds = np.empty((1 << self.shard_bits) + 1, dtype=np.int64)
                     partition_top_bits(keys, self.shard_bits, part, bounds)
                     t_sort = time.perf_counter() - t0
                     new = self._add_partitioned(part, bounds, progress, behind)
                 else:
-                    uniq = prepare(keys)
+                    uniq = prepare(keys, self.threads)
                     t_sort = time.perf_counter() - t0
                     is_new = self._add_sorted(uniq, progress)
                     new = uniq[:compact_inplace(uniq, is_new)]
@@ -587,9 +591,9 @@ class SeenStore:
         otherwise). All shards the batch touches are committed together, or none.
         ``approx_answered``: keys a caller (the streaming stage) answered as seen
         from a Bloom positive alone; added to the durable counter with this commit.
-        In exact mode the Bloom query runs first here, so only its positives are
-        looked for in the runs (the stage's held keys are mostly positives: point
-        lookups through the runs' sparse indexes when they are few)."""
+        Every key is looked for in the runs, Bloom negatives too: the filter never
+        decides what is written, so a damaged one cannot put a key in two runs, and
+        the stage learns of a handed-out key that was stored (its anomaly check)."""
         self._check_writable()
         if not (isinstance(uniq, np.ndarray) and uniq.dtype == np.uint64 and uniq.ndim == 1):
             raise InvalidInputError("add_sorted needs a 1-D uint64 array (use add for any keys)")
@@ -629,7 +633,7 @@ class SeenStore:
         timings = self._new_timings(len(part))
         if behind is not None:
             self._bloom_dirty = True
-        segs = self._write_batch(part, bounds, None, timings, progress, sort_parts=True)
+        segs = self._write_batch(part, bounds, timings, progress, sort_parts=True)
         timings["unique"] = sum(m for _, m, _ in segs)
         n = 0
         for lo, m, mask in segs:  # the new keys of every shard, in shard order, to the front
@@ -661,23 +665,17 @@ class SeenStore:
             maybe = self.bloom.query(uniq)
         if self.bloom is not None:
             timings["bloom_s"] = time.perf_counter() - t0
-        cand, cand_maybe, n_approx = uniq, maybe, 0
+        cand, n_approx = uniq, 0
         if maybe is not None:
             timings["bloom_negative"] = int(len(uniq) - maybe.sum())
             if self.mode == "approximate":  # a Bloom positive counts as seen
                 cand = uniq[~maybe]
-                cand_maybe = np.zeros(len(cand), dtype=np.bool_)  # all certainly new
                 n_approx = len(uniq) - len(cand)
         n_approx += approx_answered
         timings["approx_answered"] = n_approx
-        if (cand is uniq and cand_maybe is not None
-                and len(uniq) * tiers.PROBE_RATIO >= len(self)):
-            # a sweep reads every run anyway: check the Bloom negatives too, so a
-            # filter missing stored keys (forged) is caught, not stored twice
-            cand_maybe = None
         cand_new = np.zeros(len(cand), dtype=np.bool_)
-        for lo, m, mask in self._write_batch(cand, self._shard_bounds(cand), cand_maybe,
-                                             timings, progress):
+        for lo, m, mask in self._write_batch(cand, self._shard_bounds(cand), timings,
+                                             progress):
             cand_new[lo:lo + m] = mask
         if cand is uniq:
             is_new = cand_new
@@ -711,17 +709,19 @@ class SeenStore:
             timings["bloom_layers"] = len(self.bloom.layers)
         self._start_compactor()
 
-    def _write_batch(self, keys: np.ndarray, bounds: np.ndarray, maybe: np.ndarray | None,
-                     timings: dict, progress=None, sort_parts: bool = False) -> list:
+    def _write_batch(self, keys: np.ndarray, bounds: np.ndarray, timings: dict,
+                     progress=None, sort_parts: bool = False) -> list:
         """Check every shard's keys against its live runs, write the new ones as one new
         run per shard and commit; return ``(lo, m, mask)`` per shard that got keys: its
         keys are ``keys[lo:lo + m]``, sorted and unique, ``mask`` True where new.
 
         ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique, or with
-        ``sort_parts`` in any order with repeats (one thread then sorts and deduplicates
-        them in place, shard by shard, while the shards already sorted are checked: the
-        sorting overlaps their disk I/O). ``maybe``: Bloom answers for sorted ``keys``
-        or None; a Bloom negative is certainly new and is not looked for on disk."""
+        ``sort_parts`` in any order with repeats (``self.threads`` threads then sort and
+        deduplicate them in place, shards side by side, with ``sorting.sort_shards``,
+        while the shards already sorted are checked: the sorting overlaps their disk
+        I/O). Every key is looked for in the runs, whatever a Bloom filter said of it:
+        only keys no live run holds are written, so the runs of a shard stay disjoint
+        even under a damaged filter."""
         gen = self.generation + 1
         jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
         if not jobs:  # no key, or all answered by the Bloom filter alone (approximate)
@@ -744,12 +744,6 @@ class SeenStore:
                     if progress is not None:
                         progress(finished[0], len(jobs))
 
-        def sort_part(shard: int):
-            lo, hi = int(bounds[shard]), int(bounds[shard + 1])
-            t = time.perf_counter()
-            keys[lo:hi].sort()  # numpy releases the GIL
-            return lo + unique_inplace(keys[lo:hi]), time.perf_counter() - t
-
         def check_shard(shard: int):
             lo, hi = int(bounds[shard]), int(bounds[shard + 1])
             sort_s = 0.0
@@ -759,14 +753,7 @@ class SeenStore:
             found = np.zeros(hi - lo, dtype=np.bool_)
             bufs = self._take_buffers()
             try:
-                readers = runs.get(shard, [])
-                if maybe is None:
-                    read = tiers.check_runs(readers, part, found, bufs.old)
-                else:  # only Bloom positives can be stored already
-                    pos = np.flatnonzero(maybe[lo:hi])
-                    sub = np.zeros(len(pos), dtype=np.bool_)
-                    read = tiers.check_runs(readers, part[pos], sub, bufs.old)
-                    found[pos[sub]] = True
+                read = tiers.check_runs(runs.get(shard, []), part, found, bufs.old)
                 header = sparse = None
                 nbytes = 0
                 if not found.all():
@@ -782,13 +769,15 @@ class SeenStore:
                 self._buffer_pool.append(bufs)  # list.append/pop are atomic
             return shard, header, sparse, (lo, hi - lo, ~found), sort_s, read, nbytes
 
-        sorter = ThreadPoolExecutor(max_workers=1) if sort_parts else None
+        sorter, sorted_parts = None, {}
         try:
             try:
-                # One thread sorts the shards in order while the checks of those
-                # already sorted read and write: the sorting overlaps their disk I/O
-                sorted_parts = {s: sorter.submit(sort_part, s) for s in jobs} if sorter else {}
-                with ThreadPoolExecutor(max_workers=self.threads) as pool:
+                # self.threads threads sort the shards in order while the checks of
+                # those already sorted read and write: the sorting overlaps their disk I/O
+                if sort_parts:
+                    sorter, sorted_parts = sort_shards(keys, bounds, jobs, self.threads)
+                with ThreadPoolExecutor(max_workers=max(self.merge_threads,
+                                                        self.threads)) as pool:
                     done = list(pool.map(job, jobs))
             except OSError as e:
                 raise _io_error(e, f"{self.path}: writing runs") from e
@@ -834,7 +823,7 @@ class SeenStore:
     def _commit_counters(self, n_approx: int, batches: int = 1) -> None:
         """Record a batch that changed no run (every key was stored already) and the
         keys answered by the Bloom filter alone: a manifest with the same runs and
-        generation, new counters (a format 1 manifest is upgraded by it)."""
+        generation, new counters (upgraded to the current format, as every commit)."""
         doc = manifest.upgraded(self._doc, len(self))
         c = dict(doc["counters"])
         c["batches"] += batches
@@ -1027,24 +1016,27 @@ class SeenStore:
                           "by it and the next write retries")
         return time.perf_counter() - t0
 
-    def pending_compaction(self) -> dict:
-        """What the size-tiered policy would merge now: jobs, runs, bytes."""
-        jobs = tiers.plan(self._doc["runs"])
+    def pending_compaction(self, doc: dict | None = None) -> dict:
+        """What the size-tiered policy would merge now (in ``doc``, default the
+        current manifest): jobs, runs, bytes."""
+        jobs = tiers.plan((doc or self._doc)["runs"])
         return {"jobs": len(jobs), "runs": sum(len(e) for _, e in jobs),
                 "bytes": sum(tiers.job_bytes(e) for _, e in jobs)}
 
     # ------------------------------------------------------------ maintenance
     def stats(self) -> dict:
-        """Figures about the store (keys, files, bytes on disk with and without the
-        Bloom file, layout, versions, runs, WAL segments a stage left), all of one
-        generation (a read-only store moves to the newest first)."""
+        """Figures about the store (keys, files, live runs per shard, write
+        amplification, pending compaction, bytes on disk with and without the Bloom
+        files, layout, versions, WAL segments a stage left), all of one generation (a
+        read-only store moves to the newest first)."""
         self._check_open()
         self._refresh()
         doc, runs = self._snapshot()
         files = [r["file"] for r in doc["runs"]] + [manifest.NAME]
         disk = sum(_size(os.path.join(self.path, name)) for name in files)
-        bloom_file = sum(_size(p) for p in _bloom_files(os.path.join(self.path, BLOOM_NAME)))
-        keys = sum(r.count for r in self._all_readers(runs))
+        bloom_file = sum(_size(os.path.join(self.path, n)) for n in os.listdir(self.path)
+                         if _BLOOM_RE.match(n))  # BLOOM and its layers' BLOOM.Li
+        keys = sum(r.count for rs in runs.values() for r in rs)
         per_shard = {shard: len(rs) for shard, rs in runs.items()}
         c = {"approx_answered": 0, **doc["counters"]}
         wal = [p for _, p in walmod.list_segments(self.path)]
@@ -1071,7 +1063,7 @@ class SeenStore:
             # run bytes written by batches and compactions over the bytes of the keys
             "write_amplification": ((c.get("bytes_written", 0) + c.get("bytes_compacted", 0))
                                     / (8 * c["new"]) if c.get("new") else None),
-            "pending_compaction": self.pending_compaction(),
+            "pending_compaction": self.pending_compaction(doc),
             "policy_id": doc["policy_id"],
             "generation": doc["generation"],
             # what this writer writes new runs as, and the formats of the live runs
@@ -1086,6 +1078,8 @@ class SeenStore:
             "wal_segments": sum(1 for n in wal_sizes if n is not None),
             "wal_bytes": sum(n for n in wal_sizes if n is not None),
             "mode": self.mode,
+            "threads": self.threads,
+            "sort": sort_description(measure=False),
             "bloom": self._bloom_stats(keys),
             "created": doc.get("created"),
             "updated": doc.get("updated"),
@@ -1112,42 +1106,42 @@ class SeenStore:
 
     def verify(self) -> dict:
         """Full integrity check of one generation's runs (checksums, order, shard
-        ranges, runs of a shard disjoint) and of every WAL segment a stage left (a
-        damaged one would stop the next writer's open). Raises CorruptionError /
-        NotSupportedError on the first fault; returns a summary otherwise. A read-only
-        store checks the newest generation; a writer committing meanwhile does not
-        disturb it (the runs it holds stay readable after they are retired)."""
+        ranges, no key in two runs of a shard) and of every WAL segment a stage left
+        (a damaged one would stop the next writer's open). Raises CorruptionError /
+        NotSupportedError on the first fault; returns a summary otherwise. A
+        read-only store checks the newest generation; a writer's own store first
+        waits for its background compaction."""
         self._check_open()
         with self._mutex:
             self._join_compactor()
             self._refresh()
             manifest.read(self.path)  # the commit point itself must be readable
             doc, runs = self._snapshot()
-            sb = doc["shard_bits"]
-            for shard, readers in sorted(runs.items()):
-                if len(readers) == 1:
-                    readers[0].verify()
-                else:  # the k-way merge checks order, disjointness and checksums
-                    for _ in tiers.merged_chunks(readers):
-                        pass
-                for reader in readers:
-                    if reader.count and sb:
-                        first, last = _first_last(reader)
-                        lo, hi = first >> (64 - sb), last >> (64 - sb)
-                        if lo != shard or hi != shard:
-                            raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
-            segments = 0
-            for _, path in walmod.list_segments(self.path):
-                try:
-                    walmod.read_segment(path)
-                except StoreIOError as e:
-                    if isinstance(e.__cause__, FileNotFoundError):
-                        continue  # merged and removed meanwhile
-                    raise
-                segments += 1
-            return {"keys": sum(r.count for r in self._all_readers(runs)),
-                    "runs": len(self._all_readers(runs)),
-                    "generation": doc["generation"], "wal_segments": segments}
+        sb = doc["shard_bits"]
+        for shard, readers in sorted(runs.items()):
+            if len(readers) == 1:
+                readers[0].verify()
+            else:  # the k-way merge checks order, disjointness and checksums
+                for _ in tiers.merged_chunks(readers):
+                    pass
+            for reader in readers:
+                if reader.count and sb:
+                    first, last = _first_last(reader)
+                    lo, hi = first >> (64 - sb), last >> (64 - sb)
+                    if lo != shard or hi != shard:
+                        raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
+        segments = 0
+        for _, path in walmod.list_segments(self.path):
+            try:
+                walmod.read_segment(path)
+            except StoreIOError as e:
+                if isinstance(e.__cause__, FileNotFoundError):
+                    continue  # merged and removed meanwhile
+                raise
+            segments += 1
+        return {"keys": sum(r.count for rs in runs.values() for r in rs),
+                "runs": sum(len(rs) for rs in runs.values()),
+                "generation": doc["generation"], "wal_segments": segments}
 
     def close(self, save_bloom: bool = True) -> None:
         """Save the Bloom filter (if changed and ``save_bloom``), release the lock.
@@ -1200,15 +1194,6 @@ def _first_last(reader) -> tuple[int, int]:
     if not tiers.compressed(reader):
         return int(reader.keys[0]), int(reader.keys[-1])
     return int(reader._first[0]), int(reader.last_key())
-
-
-def _bloom_files(path: str) -> list:
-    """BLOOM and its layer files (BLOOM.L1, ...) that exist."""
-    out, i = [], 0
-    while os.path.exists(layer_path(path, i)):
-        out.append(layer_path(path, i))
-        i += 1
-    return out
 
 
 def _member(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:

@@ -17,8 +17,8 @@ from typing import Iterator
 
 import numpy as np
 
+from .dispatch import merge as _kernels  # numpy twins below dispatch.SMALL items
 from .errors import CorruptionError
-from .dispatch import merge as _kernels  # numba imported on a kernel's first call
 from .kernels.status import KWAY_BAD, KWAY_DONE
 from .runformat import ALIGN, HEADER_SIZE, MAGIC, SPARSE_STRIDE, aligned_empty
 from .runreader import RunReader
@@ -89,6 +89,9 @@ def sample_keys(reader, m: int) -> np.ndarray:
     return np.ascontiguousarray(keys[np.linspace(0, n - 1, min(n, m)).astype(np.int64)],
                                 dtype=np.uint64)
 
+kway_step, sparse_member, sweep_step = (_kernels.kway_step, _kernels.sparse_member,
+                                        _kernels.sweep_step)
+
 # A run is swept when the keys to check are at least 1/PROBE_RATIO of its keys; fewer
 # are looked up one by one (sparse index, then one 4 KiB page each). A lookup reads a
 # page for one key where the sweep reads it for 512, but a random read costs several
@@ -100,11 +103,21 @@ MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows togeth
 
 
 def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
-    """Set ``found`` where sorted unique ``needles`` are in the run (point lookups)."""
-    if reader.count and len(needles) and compressed(reader):
-        found |= reader.lookup(needles)  # decodes only the blocks the needles fall in
-    elif reader.count and len(needles):
-        _kernels.sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
+    """Set ``found`` where sorted unique ``needles`` are in the run (point lookups):
+    a compressed run decodes only the blocks the needles fall in; a raw run goes
+    through its sparse index and one page each when it has one (runs this process
+    wrote), else by a binary search in its memory map (log2 N page touches per key,
+    the top levels cached) rather than reading the whole run to build the index."""
+    if not (reader.count and len(needles)):
+        return
+    if compressed(reader):
+        found |= reader.lookup(needles)
+    elif reader.has_sparse:
+        sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
+    else:
+        keys = reader.keys
+        pos = np.minimum(np.searchsorted(keys, needles), reader.count - 1)
+        found |= np.asarray(keys[pos]) == needles
 
 
 def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:

@@ -3,15 +3,19 @@
 URL i is ``data[offsets[i]:offsets[i+1]]`` (UTF-8 bytes); ``offsets`` is int64
 of length n+1, non-decreasing. A URL may carry a base for resolving relative
 references: ``bases`` (another URLBuffer) and ``base_ids`` (int64, -1 = none).
-Built from a file or stream (newline scan over large blocks), a list of str,
-a pyarrow string array (pyarrow optional, imported lazily) or ``base<TAB>href``
-lines. Lines end at ``\\n``; one trailing ``\\r`` is dropped; blank lines skipped.
+Built from a file or stream (split into lines by a numba kernel over large
+blocks, kernels/lines.py), a list of str, a pyarrow string array (pyarrow optional,
+imported lazily) or ``base<TAB>href`` lines. Lines end at ``\\n``; one trailing
+``\\r`` is dropped; blank lines and a leading UTF-8 BOM are skipped; a line over
+``max_line`` bytes is kept as an empty URL listed in ``too_long`` (never held whole).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import stat
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -20,8 +24,8 @@ import numpy as np
 
 from .errors import InvalidInputError, StoreNotFoundError
 
-DEFAULT_BLOCK_BYTES = 8 << 20
-_NL, _CR, _TAB = 10, 13, 9
+DEFAULT_BLOCK_BYTES = 16 << 20
+DEFAULT_MAX_LINE = 1 << 20  # bytes; a longer line is rejected too-long without being read whole
 
 
 @dataclass
@@ -33,6 +37,7 @@ class URLBuffer:
     bases: URLBuffer | None = None
     base_ids: np.ndarray | None = None
     strs: Sequence[str | bytes] | None = None  # the original objects, when built from them
+    too_long: np.ndarray | None = None  # int64 increasing: URLs whose line was over max_line
 
     def __post_init__(self) -> None:
         d, o = self.data, self.offsets
@@ -50,6 +55,10 @@ class URLBuffer:
                 raise InvalidInputError("URLBuffer base_ids out of range")
         if self.strs is not None and len(self.strs) != len(o) - 1:
             raise InvalidInputError("URLBuffer strs must have one entry per URL")
+        t = self.too_long
+        if t is not None and (t.dtype != np.int64 or t.ndim != 1 or (len(t) and (
+                t[0] < 0 or t[-1] >= len(o) - 1 or bool(np.any(t[1:] <= t[:-1]))))):
+            raise InvalidInputError("URLBuffer too_long must be increasing int64 URL indices")
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -85,7 +94,12 @@ class URLBuffer:
                 ids = np.where(ids >= 0, ids - lo, -1)
             else:
                 ids = None
-        return URLBuffer(self.data, self.offsets[a : b + 1], bases, ids, strs)
+        too_long = None
+        if self.too_long is not None:
+            t = self.too_long
+            t = t[(t >= a) & (t < b)] - a
+            too_long = t if len(t) else None
+        return URLBuffer(self.data, self.offsets[a : b + 1], bases, ids, strs, too_long)
 
     def tolist(self) -> list[str]:
         return [self[i] for i in range(len(self))]
@@ -142,20 +156,18 @@ class URLBuffer:
         pairs: bool = False,
         base: str | None = None,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
+        max_line: int = DEFAULT_MAX_LINE,
     ) -> URLBuffer:
         """All lines of a path or binary stream in one buffer.
 
         ``pairs``: a line ``base<TAB>href`` is href relative to base (split at the
         first TAB); lines without TAB use ``base``. Peak memory is about the
-        file's size plus one block (a regular file's size is known up front).
+        batch plus one block.
         """
-        size = 0
-        if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
-            size = os.path.getsize(source)
-        b = _Builder(size, size // 48)
-        for part in cls.iter_file(source, pairs=pairs, base=base, block_bytes=block_bytes):
-            b.append(part)
-        return b.result()
+        for whole in cls.iter_file(source, pairs=pairs, base=base, block_bytes=block_bytes,
+                                   max_line=max_line, chunk_urls=sys.maxsize):
+            return whole
+        return cls(np.zeros(0, np.uint8), np.zeros(1, np.int64))
 
     @classmethod
     def iter_file(
@@ -171,12 +183,13 @@ class URLBuffer:
         """Yield URLBuffers of whole lines, reading ``block_bytes`` at a time.
 
         Each yielded buffer holds the lines of about one block (at least one line),
-        or of up to ``chunk_urls`` URLs if given (several blocks merged). A leading
-        UTF-8 BOM is skipped; ``max_line``: a longer line is cut to that many bytes
-        (and so rejected as too long downstream) instead of growing the buffer.
+        or of up to ``chunk_urls`` URLs if given (several blocks merged). A line over
+        ``max_line`` bytes (None: DEFAULT_MAX_LINE) is an empty URL listed in the
+        buffer's ``too_long``.
         """
-        if block_bytes < 1:
-            raise InvalidInputError("block_bytes must be positive")
+        max_line = DEFAULT_MAX_LINE if max_line is None else max_line
+        if block_bytes < 1 or max_line < 0:
+            raise InvalidInputError("block_bytes must be positive and max_line >= 0")
         if isinstance(source, (str, os.PathLike)):
             try:
                 f = open(source, "rb", buffering=0)  # noqa: SIM115 (closed below)
@@ -252,10 +265,13 @@ class _Builder:
         self.ids: _Grow | None = None
         self.bases: _Builder | None = None
         self.strs: list[str] | None = []
+        self.too_long: list[np.ndarray] = []
 
     def append(self, p: URLBuffer) -> None:
         lo, hi = int(p.offsets[0]), int(p.offsets[-1])
         n_before = self.offsets.n - 1
+        if p.too_long is not None:
+            self.too_long.append(p.too_long + n_before)
         self.offsets.append(p.offsets[1:] - lo + self.data.n)
         self.data.append(p.data[lo:hi])
         if self.strs is not None and p.strs is not None:
@@ -277,7 +293,8 @@ class _Builder:
     def result(self) -> URLBuffer:
         bases = self.bases.result() if self.bases is not None else None
         ids = self.ids.result() if self.ids is not None else None
-        return URLBuffer(self.data.result(), self.offsets.result(), bases, ids, self.strs)
+        too_long = np.concatenate(self.too_long) if self.too_long else None
+        return URLBuffer(self.data.result(), self.offsets.result(), bases, ids, self.strs, too_long)
 
 
 def concat(parts: Sequence[URLBuffer]) -> URLBuffer:
@@ -290,24 +307,122 @@ def concat(parts: Sequence[URLBuffer]) -> URLBuffer:
 
 
 def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
-                 chunk_urls: int | None, max_line: int | None = None) -> Iterator[URLBuffer]:
-    pending: list[URLBuffer] = []
-    npending = 0
-    for block in _blocks(f, block_bytes, max_line):
-        ub = _split_block(block, pairs, base)
-        if chunk_urls is None:
-            if len(ub):
-                yield ub
-            continue
-        pending.append(ub)
-        npending += len(ub)
-        while npending >= chunk_urls:  # exactly chunk_urls URLs per yielded buffer
-            whole = concat(pending) if len(pending) > 1 else pending[0]
-            yield whole.slice(0, chunk_urls)
-            rest = whole.slice(chunk_urls, len(whole))
-            pending, npending = ([rest], len(rest)) if len(rest) else ([], 0)
-    if npending:
-        yield concat(pending) if len(pending) > 1 else pending[0]
+                 chunk_urls: int | None, max_line: int) -> Iterator[URLBuffer]:
+    """URLBuffers of the lines of ``f``, split by the kernel (kernels/lines.py) straight
+    into the batch's arrays: ``chunk_urls`` URLs each (the last may be fewer), or
+    with None the lines each block read completes. Reads at most ``block_bytes`` per
+    call (``readinto1`` where the stream has it, so a pipe's lines are handled as
+    they arrive) into one reused buffer; the unfinished last line is carried over.
+    A line over ``max_line`` bytes is never held whole: it becomes an empty URL
+    listed in ``too_long``. Memory: the buffer (block_bytes + max_line) + the batch."""
+    from . import dispatch  # the kernel (numba) only once the input is large
+
+    buf = np.empty(block_bytes + max_line + 3, dtype=np.uint8)
+    readinto = getattr(f, "readinto1", None) or getattr(f, "readinto", None)
+    start = end = skip = total = 0
+    hint = _size_hint(f)  # a regular file's size: a large one takes the kernel at once
+    at_start, final, need_read = True, False, True
+    out = _LineBatch(base)
+    while True:
+        if need_read:
+            buf[: end - start] = buf[start:end]
+            end, start = end - start, 0
+            if readinto is not None:
+                with memoryview(buf) as mv:
+                    got = readinto(mv[end : end + block_bytes]) or 0
+            else:
+                chunk = f.read(block_bytes) or b""
+                got = len(chunk)
+                buf[end : end + got] = np.frombuffer(chunk, dtype=np.uint8)
+            end += got
+            total += got
+            final = got == 0
+        n = end - start
+        split_lines = dispatch.split_lines_for(max(total, hint))
+        limit = out.reserve(n, chunk_urls)
+        consumed, skip = split_lines(buf[start:end], n, final, pairs, max_line, skip, at_start,
+                                     out.gbase_id, limit, *out.arrays())
+        at_start = at_start and consumed == 0
+        start += consumed
+        full = out.counts[0] == chunk_urls
+        if out.counts[0] and (full or chunk_urls is None or final):
+            yield out.result()
+            out = _LineBatch(base)
+        if final and not full:
+            return
+        need_read = not full  # a full batch may leave whole lines in the buffer
+
+
+def _size_hint(f: BinaryIO) -> int:
+    """The size of a regular file behind ``f``, else 0 (pipes, sockets, BytesIO)."""
+    try:
+        st = os.fstat(f.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+class _LineBatch:
+    """The output arrays split_lines appends to, grown as needed (see its contract)."""
+
+    def __init__(self, base: str | None) -> None:
+        gb = b"" if base is None else base.encode("utf-8", "surrogatepass")
+        self.gbase_id = -1 if base is None else 0
+        self.data = np.empty(0, np.uint8)
+        self.bdata = np.frombuffer(gb, dtype=np.uint8).copy()
+        self.offsets = np.zeros(1, np.int64)
+        self.boffsets = np.array([0, len(gb)] if base is not None else [0], dtype=np.int64)
+        self.ids, self.too_long = np.empty(0, np.int64), np.empty(0, np.int64)
+        self.counts = np.array([0, 0, self.gbase_id + 1, len(gb), 0], dtype=np.int64)
+
+    def arrays(self) -> tuple:
+        return (self.data, self.offsets, self.bdata, self.boffsets, self.ids, self.too_long,
+                self.counts)
+
+    def reserve(self, nbytes: int, chunk_urls: int | None) -> int:
+        """Make room for the lines of nbytes more input; return the URL limit to pass.
+        A batch of chunk_urls URLs gets its URL arrays at once (pages are touched only
+        as they fill) and its byte arrays sized from the bytes per URL seen so far."""
+        nu, nd, nb, nbd, _ = self.counts.tolist()
+        limit = nu + nbytes // 2 + 2
+        if chunk_urls is not None:
+            limit = min(limit, chunk_urls)
+        room = limit if chunk_urls is None or chunk_urls > 1 << 24 else chunk_urls
+        guess = 0 if nu == 0 else int(nd / nu * room * 1.1)
+        self.data = _room(self.data, nd + nbytes, guess)
+        self.bdata = _room(self.bdata, nbd + nbytes, guess // 4)
+        self.offsets = _room(self.offsets, limit + 1, room + 1)
+        self.boffsets = _room(self.boffsets, nb + limit - nu + 1, nb + room + 1)
+        self.ids, self.too_long = _room(self.ids, limit, room), _room(self.too_long, limit, room)
+        return limit
+
+    def result(self) -> URLBuffer:
+        """The batch, its arrays shrunk to what is used (they are not shared)."""
+        nu, nd, nb, nbd, nt = self.counts.tolist()
+        ids = _exact(self.ids, nu)
+        bases = None
+        if nb and bool(np.any(ids >= 0)):
+            bases = URLBuffer(_exact(self.bdata, nbd),
+                              _exact(self.boffsets, nb + 1))
+        return URLBuffer(_exact(self.data, nd), _exact(self.offsets, nu + 1),
+                         bases, None if bases is None else ids, None,
+                         _exact(self.too_long, nt) if nt else None)
+
+
+def _room(a: np.ndarray, need: int, guess: int = 0) -> np.ndarray:
+    """``a`` if it holds ``need`` items, else a larger copy (max of need, guess and
+    twice its size; np.empty, so the new tail is not written until used)."""
+    if need <= len(a):
+        return a
+    b = np.empty(max(need, guess, 2 * len(a)), dtype=a.dtype)
+    b[: len(a)] = a
+    return b
+
+
+def _exact(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` shrunk in place to n items. Requires: ``a`` owns its data, no view in use."""
+    a.resize(n, refcheck=False)
+    return a
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -380,61 +495,3 @@ def iter_lines(f: BinaryIO, max_line: int | None = None,
             parts.pop()
         for line in parts:
             yield line[:-1] if line.endswith(b"\r") else line
-
-
-def _gather(block: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Copy the non-overlapping, increasing segments [starts[i], ends[i]) of block
-    into one contiguous array; return (data, int64 offsets of length n+1)."""
-    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(ends - starts, out=offsets[1:])
-    delta = np.zeros(len(block) + 1, dtype=np.int8)
-    delta[starts] += 1
-    delta[ends] -= 1
-    keep = np.cumsum(delta[:-1], dtype=np.int8).view(np.bool_)
-    return block[keep], offsets
-
-
-def _split_block(block: np.ndarray, pairs: bool, base: str | None) -> URLBuffer:
-    """Lines of one block of whole lines (the last may lack its newline)."""
-    is_nl = block == _NL
-    nl = np.flatnonzero(is_nl)
-    n = len(block)
-    ends = nl if (len(nl) and nl[-1] == n - 1) else np.append(nl, n)
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    cr = np.flatnonzero((ends > starts) & (block[np.maximum(ends - 1, 0)] == _CR))
-    ends[cr] -= 1
-    tab_at = None
-    if pairs:
-        tabs = np.flatnonzero(block == _TAB)
-        if len(tabs):
-            j = np.searchsorted(tabs, starts)
-            cand = tabs[np.minimum(j, len(tabs) - 1)]
-            tab_at = np.where((j < len(tabs)) & (cand < ends), cand, -1)
-    nonblank = ends > starts
-    if tab_at is None or not (tab_at >= 0).any():
-        # Common case: drop the line terminators; line i moves left by the
-        # terminator bytes of the lines before it.
-        keep = ~is_nl
-        keep[ends[cr]] = False
-        data = block[keep]
-        removed = np.zeros(len(starts), dtype=np.int64)
-        np.cumsum((starts[1:] - ends[:-1]), out=removed[1:])
-        offsets = np.empty(int(nonblank.sum()) + 1, dtype=np.int64)
-        offsets[:-1] = (starts - removed)[nonblank]
-        offsets[-1] = len(data)
-        bases, ids = _single_base(base, len(offsets) - 1)
-        return URLBuffer(data, offsets, bases, ids)
-    starts, ends, tab_at = starts[nonblank], ends[nonblank], tab_at[nonblank]
-    is_pair = tab_at >= 0
-    data, offsets = _gather(block, np.where(is_pair, tab_at + 1, starts), ends)
-    ids = np.full(len(starts), -1 if base is None else 0, dtype=np.int64)
-    nglobal = 0 if base is None else 1
-    ids[is_pair] = np.arange(nglobal, nglobal + int(is_pair.sum()), dtype=np.int64)
-    bdata, boffs = _gather(block, starts[is_pair], tab_at[is_pair])
-    if base is not None:
-        gb = np.frombuffer(base.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-        bdata = np.concatenate([gb, bdata])
-        boffs = np.concatenate([[0], boffs + len(gb)]).astype(np.int64)
-    return URLBuffer(data, offsets, URLBuffer(bdata, boffs), ids)

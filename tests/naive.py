@@ -33,6 +33,31 @@ def kway_naive(runs) -> np.ndarray:
     """The union of disjoint sorted runs, sorted."""
     out = sorted(int(x) for r in runs for x in r)
     return np.array(out, dtype=np.uint64)
+
+
+def split_lines_naive(text: bytes, pairs: bool, base: bytes | None, max_line: int):
+    """Twin of kernels/lines.py over a whole stream: [(href, base or None, too_long)].
+    A leading UTF-8 BOM is dropped; lines end at b"\\n", one b"\\r" before it goes;
+    blank lines are skipped; a line over max_line bytes is (b"", None, True); with
+    ``pairs`` a line is split at its first TAB into (href, base)."""
+    if text.startswith(b"\xef\xbb\xbf"):
+        text = text[3:]
+    out = []
+    for line in text.split(b"\n"):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line:
+            continue
+        if len(line) > max_line:
+            out.append((b"", None, True))
+        elif pairs and b"\t" in line:
+            b, href = line.split(b"\t", 1)
+            out.append((href, b, False))
+        else:
+            out.append((line, base, False))
+    return out
+
+
 # -- compressed runs: the block codec of seenstore/kernels/codec.py, in plain Python --
 
 def rice_k_naive(keys) -> int:

@@ -27,7 +27,8 @@ def test_tiny_run_subprocess_exit_code_and_json_fields(tmp_path):
     p = subprocess.run(
         [sys.executable, "-c", "from seenstore.cli import main; main()", "bench",
          "--keys", "2e5", "--batch", "5e4", "--json", "--quiet", "--probe-bytes", "8e6",
-         "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+         "--dir", str(tmp_path)], capture_output=True, text=True,
+        timeout=900)  # on a bare clone this is the suite's first compile (2-6 min under load)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["verified"] is True and r["bad_batches"] == []
@@ -47,6 +48,13 @@ def test_tiny_run_subprocess_exit_code_and_json_fields(tmp_path):
     assert res["batch"] == 50_000 and res["disk_free"] > res["disk_needed"] > 8 * r["new"]
     assert res["memory_available"] > 0 and res["peak_rss"] == r["peak_rss_bytes"]
     assert res["disk_used"] == r["disk_bytes"]
+    # the floor's sort is the faster of the two, both timed in the run
+    fl = r["floor"]
+    assert fl["sort_s"] == min(fl["sort_numpy_s"], fl["sort_radix_s"]) > 0
+    assert fl["sort_by"] == ("numpy" if fl["sort_numpy_s"] <= fl["sort_radix_s"] else "radix")
+    assert r["sort"]["sort"] in ("radix", "numpy") and r["params"]["threads"] >= 1
+    assert r["machine"]["cpu"] and set(r["machine"]["numpy_simd"]) == {"baseline", "found",
+                                                                      "not_found"}
 
 
 @pytest.mark.parametrize("extra,match", [
@@ -64,6 +72,19 @@ def test_a_run_too_big_for_this_machine_stops_before_it_starts(tmp_path, extra, 
     assert len(lines) == 1 and lines[0].startswith("seenstore: error: ")
     assert re.search(match, lines[0]), lines[0]
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("sort", ["radix", "numpy"])
+def test_threads_option_and_sort_override_in_text_output(tmp_path, monkeypatch, sort):
+    monkeypatch.setenv("SEENSTORE_SORT", sort)
+    r = CliRunner().invoke(main, ["bench", "--keys", "1e5", "--batch", "5e4", "--quiet",
+                                  "--probe-bytes", "8e6", "--dir", str(tmp_path),
+                                  "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    assert f"sort             {sort} (SEENSTORE_SORT={sort}); threads 1" in r.output
+    assert "machine          " in r.output and "numpy" in r.output
+    bad = CliRunner().invoke(main, ["bench", "--keys", "1e5", "--threads", "0"])
+    assert bad.exit_code == 2
 
 
 def _flip_last(mask):

@@ -14,8 +14,8 @@ import pytest
 import xxhash
 
 from seenstore import manifest, wal
-from seenstore.bloomlayers import LayeredBloom
 from seenstore.bloom import BloomFilter
+from seenstore.bloomlayers import LayeredBloom
 from seenstore.errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputError,
                               NotSupportedError, SeenStoreError)
 from seenstore.stage import DedupStage
@@ -128,8 +128,10 @@ def test_stage_stops_when_a_merge_finds_a_handed_out_key_stored(store_dir):
     with SeenStore.open(store_dir, create=True, sync=False) as s:
         s.add(keys_of(1, 2, 3))
     st = DedupStage.open(store_dir, sync=False)
-    bf = st.store.bloom  # a forged filter that passed every check: answers all absent
-    st.store.bloom = LayeredBloom.for_capacity(bf.capacity, bf.target_fpr)  # empty
+    bf = st.store.bloom.layers[0]  # a forged filter that passed every check: answers all absent
+    st.store.bloom = LayeredBloom([BloomFilter(bf.n_blocks, bf.n_hashes, capacity=bf.capacity,
+                                               target_fpr=bf.target_fpr)],
+                                  st.store.bloom.target_fpr)
     st.offer(keys_of(1, 2, 3))
     with pytest.raises(CorruptionError, match="already stored"):
         st.flush()
@@ -263,7 +265,7 @@ def test_checkpoint_beside_add_never_writes_a_bad_or_stale_bloom(store_dir):
     rng = np.random.default_rng(9)
     batches = [rng.integers(0, 2**64, 100_000, dtype=np.uint64) for _ in range(30)]
     s = SeenStore.open(store_dir, create=True, sync=False, bloom_capacity=4_000_000)
-    s.compact_between_batches = False  # generation = batches committed (no compaction commits)
+    s.compact_between_batches = False  # generation n = the first n batches
     done = threading.Event()
     errors = []
 
@@ -284,7 +286,7 @@ def test_checkpoint_beside_add_never_writes_a_bad_or_stale_bloom(store_dir):
         s.checkpoint()
         s._bloom_dirty = True  # save again next time, as a batch would make it
         if os.path.exists(path):
-            bf, gen = BloomFilter.load(path)  # checksums hold
+            bf, gen = LayeredBloom.load(path)  # checksums hold
             stored = np.concatenate([np.empty(0, np.uint64)] + batches[:gen])
             assert bf.query(stored).all()  # not stale: holds every key of its generation
             checks += 1

@@ -312,7 +312,7 @@ def test_contains_few_and_many_keys_agree_with_a_set(store_dir, rng, bloom):
 def test_a_failed_shard_sort_commits_nothing(store_dir, monkeypatch):
     """The per-shard sort runs on its own thread: its failure reaches the caller,
     no shard is committed, and the store takes the batch again afterwards."""
-    import seenstore.store as store_mod
+    import seenstore.sorting as sorting_mod
 
     with SeenStore.open(store_dir, create=True, sync=False) as s:
         s.add_new(np.array([1, 2**63 + 1], dtype=np.uint64))
@@ -325,8 +325,8 @@ def test_a_failed_shard_sort_commits_nothing(store_dir, monkeypatch):
                 raise MemoryError("sort failed")
             return real(part)
 
-        real = store_mod.unique_inplace
-        monkeypatch.setattr(store_mod, "unique_inplace", failing)
+        real = sorting_mod.sort_unique_keys
+        monkeypatch.setattr(sorting_mod, "sort_unique_keys", failing)
         batch = np.array([5, 2**63 + 5, 2**62 + 5], dtype=np.uint64)
         with pytest.raises(MemoryError):
             s.add_new(batch)
@@ -386,3 +386,34 @@ def test_add_new_copies_its_answer_only_when_few_keys_are_new(store_dir):
         assert few.tolist() == [0, 1] and few.base is None
         many = s.add_new(np.arange(1000, 2000, dtype=np.uint64))
         assert many.tolist() == list(range(1000, 2000)) and many.base is not None
+
+
+@pytest.mark.parametrize("sort", ["radix", "numpy"])
+def test_one_and_two_threads_give_identical_answers_and_runs(tmp_path, rng, monkeypatch, sort):
+    """Shards sorted side by side on two threads (and the whole-batch sort of
+    approximate mode on two threads) answer and store exactly what one thread does."""
+    monkeypatch.setenv("SEENSTORE_SORT", sort)
+    batches = [rng.integers(0, 2**64, 60_000, dtype=np.uint64) for _ in range(3)]
+    batches[1][:20_000] = batches[0][:20_000]  # re-offered keys
+    batches[2][:5] = [0, 2**63, 2**64 - 1, 0, 2**63]
+    got = {}
+    for threads in (1, 2):
+        for mode in ("exact", "approximate"):
+            path = str(tmp_path / f"{mode}-{threads}")
+            with SeenStore.open(path, create=True, sync=False, threads=threads, mode=mode,
+                                shard_bits=1) as s:  # shards of 30k keys: above SMALL_KEYS
+                assert s.threads == threads and s.stats()["threads"] == threads
+                assert s.stats()["sort"]["sort"] == sort
+                answers = [s.add(b) for b in batches] + [s.add_new(batches[2])]
+                keys = np.sort(np.concatenate([r.keys for r in s._all_readers()]))
+            got[threads, mode] = answers, keys
+    for mode in ("exact", "approximate"):
+        (a1, k1), (a2, k2) = got[1, mode], got[2, mode]
+        assert all(np.array_equal(x, y) for x, y in zip(a1, a2))
+        assert np.array_equal(k1, k2)
+        assert np.array_equal(k1, np.unique(np.concatenate(batches)))
+
+
+def test_threads_must_be_positive(store_dir):
+    with pytest.raises(InvalidInputError, match="threads"):
+        SeenStore.open(store_dir, create=True, threads=0)

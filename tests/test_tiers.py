@@ -23,14 +23,19 @@ sorted_unique = st.sets(key, max_size=80).map(lambda s: np.array(sorted(s), dtyp
 @settings(max_examples=200, deadline=None)
 @given(run=sorted_unique, batch=sorted_unique, chunk=st.integers(1, 9))
 def test_sweep_step_matches_twin(run, batch, chunk):
+    assert _sweep_all(sweep_step, run, batch, chunk)[0] == sweep_naive(run, batch).tolist()
+
+
+def _sweep_all(step, run, batch, chunk):
+    """Drive a sweep kernel over ``run`` in chunks, as tiers.sweep does: (found, j)."""
     found = np.zeros(len(batch), np.bool_)
     j, prev, have = 0, np.uint64(0), False
     for lo in range(0, len(run), chunk):
         part = run[lo:lo + chunk].copy()
-        j, prev, have, ok = sweep_step(part, len(part), batch, j, found, prev, have)
+        j, prev, have, ok = step(part, len(part), batch, j, found, prev, have)
         prev = np.uint64(prev)
         assert ok
-    assert found.tolist() == sweep_naive(run, batch).tolist()
+    return found.tolist(), j
 
 
 def test_sweep_step_flags_an_unsorted_run():
@@ -258,13 +263,88 @@ def test_compact_command(tmp_path, rng):
     assert r.exit_code == 3 and r.output.startswith("seenstore: error:")
 
 
-def test_small_batch_asks_the_bloom_filter_before_the_runs(tmp_path, rng):
+def test_small_batch_is_looked_up_not_swept_and_bloom_negatives_too(tmp_path, rng):
     keys = rng.integers(0, 2**64, 50_000, dtype=np.uint64)
     with SeenStore.open(str(tmp_path / "s"), create=True, shard_bits=1, sync=False) as s:
+        s.compact_between_batches = False
         s.add_new(keys)
         small = np.concatenate([keys[:5], rng.integers(0, 2**64, 20, dtype=np.uint64)])
         mask = s.add(small)
         assert mask.tolist() == [False] * 5 + [True] * 20
-        assert s.last_timings["bloom_negative"] >= 15  # certainly new: never looked up
-        assert s.last_timings["bytes_read"] == 0
+        assert s.last_timings["bytes_read"] == 0  # point lookups, no sweep
         assert s.contains(small).all()
+        # a filter that answers every key absent: the runs still decide what is written
+        from seenstore.bloom import BloomFilter
+        from seenstore.bloomlayers import LayeredBloom
+        top = s.bloom.layers[0]
+        s.bloom = LayeredBloom([BloomFilter(top.n_blocks, top.n_hashes, capacity=top.capacity,
+                                            target_fpr=top.target_fpr)], s.bloom.target_fpr)
+        uniq = np.unique(keys[:100])
+        assert not s.add_sorted(uniq).any()  # all stored: nothing written twice
+        assert s.last_timings["bloom_negative"] == 100 and s.last_timings["new"] == 0
+        s.verify()
+
+
+# ------------------------------------------ numpy twins (dispatch.py) = the kernels
+
+@settings(max_examples=100, deadline=None)
+@given(run=sorted_unique, batch=sorted_unique, chunk=st.integers(1, 9))
+def test_sweep_twin_equals_kernel(run, batch, chunk):
+    from seenstore import dispatch as D
+    results = [_sweep_all(step, run, batch, chunk)
+               for step in (D.merge.kernel("sweep_step"), D.merge._twins["sweep_step"][0])]
+    assert results[0] == results[1]
+    bad = np.array([5, 3], np.uint64)
+    assert D.merge._twins["sweep_step"][0](bad, 2, batch, 0, np.zeros(len(batch), np.bool_),
+                                           np.uint64(0), False)[3] is False
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=sorted_unique, owner=st.lists(st.integers(0, 4), min_size=80, max_size=80),
+       row=st.integers(1, 7), out_len=st.integers(1, 9))
+def test_kway_twin_equals_kernel(keys, owner, row, out_len):
+    from seenstore import dispatch as D
+    k = 1 + max(owner)
+    runs = [keys[[o == r for o in owner[:len(keys)]]] for r in range(k)]
+    got = [_kway_with(fn, runs, row, out_len)
+           for fn in (D.merge.kernel("kway_step"), D.merge._twins["kway_step"][0])]
+    assert got[0] == got[1] == (kway_naive(runs).tolist(), True)
+    assert _kway_with(D.merge._twins["kway_step"][0],
+                      [np.array([1, 5], np.uint64), np.array([5], np.uint64)], 2, 3)[1] is False
+
+
+def _kway_with(fn, runs, row, out_len):
+    saved = globals()["kway_step"]
+    globals()["kway_step"] = fn
+    try:
+        return _kway(runs, row, out_len)
+    finally:
+        globals()["kway_step"] = saved
+
+
+@settings(max_examples=100, deadline=None)
+@given(run=sorted_unique, needles=sorted_unique)
+def test_sparse_member_twin_equals_kernel(run, needles):
+    from seenstore import dispatch as D
+    outs = []
+    for fn in (D.merge.kernel("sparse_member"), D.merge._twins["sparse_member"][0]):
+        found = np.zeros(len(needles), np.bool_)
+        fn(run, run[::2].copy(), 2, needles, found)
+        outs.append(found.tolist())
+    assert outs[0] == outs[1] == np.isin(needles, run).tolist()
+
+
+def test_export_reads_every_live_run_in_order(tmp_path, rng):
+    from click.testing import CliRunner
+    from seenstore.cli import main
+    path = str(tmp_path / "s")
+    with SeenStore.open(path, create=True, shard_bits=1, sync=False) as s:
+        s.compact_between_batches = False
+        a, b = (rng.integers(0, 2**64, 3000, dtype=np.uint64) for _ in range(2))
+        s.add(a)
+        s.add(b)
+        assert s.stats()["max_runs_per_shard"] == 2
+    out = str(tmp_path / "keys.bin")
+    r = CliRunner().invoke(main, ["export", "--store", path, "-o", out])
+    assert r.exit_code == 0, r.output
+    assert np.fromfile(out, dtype="<u8").tolist() == np.union1d(a, b).tolist()

@@ -206,7 +206,15 @@ store_option = click.option(
     help="Store directory (default: $SEENSTORE_DIR, else ./seenstore.db).",
 )
 
+threads_option = click.option(
+    "--threads", type=click.IntRange(min=1), default=None, metavar="N",
+    help="Threads for the CPU-heavy stages (shard sorts side by side, the URL kernels "
+         "over chunks; default: the cores this process may use). Answers never depend "
+         "on it.")
+
 # Command families register themselves on `main` when imported.
 from . import store_cmds  # noqa: E402,F401
 from . import url_cmds  # noqa: E402,F401
 from . import bench_cmd  # noqa: E402,F401
+from . import cluster_cmds  # noqa: E402,F401
+from . import integration_cmds  # noqa: E402,F401

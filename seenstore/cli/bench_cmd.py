@@ -14,10 +14,11 @@ import sys
 import tempfile
 import click
 
-from ..benchrun import ANSWERS, STAGES, BenchResult, gib, plan_resources, run_bench
+from ..benchrun import (ANSWERS, STAGES, BenchResult, default_batch_size, gib, plan_resources,
+                        run_bench)
 from ..errors import InvalidInputError
 from ..workload import CrawlStream
-from . import COUNT, Count, fail, main
+from . import COUNT, Count, fail, main, threads_option
 
 
 
@@ -66,15 +67,26 @@ def _print_text(r: dict) -> None:
         echo(f"disk probe {('start', 'end')[min(i, 1)]:5} {_mib(d['nbytes'])}: "
              f"write+fsync {d['write_bps'] / 1e9:.2f} GB/s, cold read {d['read_bps'] / 1e9:.2f} GB/s"
              + (f", O_DIRECT write {direct / 1e9:.2f} GB/s" if direct else ""))
-    echo(f"floor            {fl['total_s']:.2f} s = np.sort {fl['sort_s']:.2f} s "
+    srt = r.get("sort") or {}
+    echo(f"sort             {srt.get('sort', '?')} ({srt.get('source', '')}); threads "
+         f"{p.get('threads')}")
+    echo(f"floor            {fl['total_s']:.2f} s = {fl['sort_by']} sort {fl['sort_s']:.2f} s "
          f"+ sequential I/O of the bytes read and written (compaction included) "
          f"{fl['io_s']:.2f} s")
+    echo(f"                 (the faster sort of the same batches, both timed in this run: "
+         f"np.sort {fl['sort_numpy_s']:.2f} s, radix on {p.get('threads')} threads "
+         f"{fl['sort_radix_s']:.2f} s)")
     echo(f"ratio            store/floor {fl['ratio_store_to_floor']:.2f}x   "
          f"(store+generate)/floor {fl['ratio_store_plus_generate_to_floor']:.2f}x")
     if fl.get("direct_total_s"):
         echo(f"stricter floor   {fl['direct_total_s']:.2f} s with the O_DIRECT write rate: "
              f"store/floor {fl['ratio_store_to_direct_floor']:.2f}x")
     echo(f"JIT warm-up      {r['warmup_s']:.2f} s (not in timings); wall {r['wall_s']:.1f} s")
+    m = r["machine"]
+    simd = m["numpy_simd"]
+    echo(f"machine          {m['cpu']}, {m['cores']} cores; numpy {m['numpy']} SIMD baseline "
+         f"{' '.join(simd['baseline']) or '-'}, found {' '.join(simd['found']) or '-'}, "
+         f"not found {' '.join(simd['not_found']) or '-'}")
 
 
 ROW_STAGES = STAGES + ("compact_wait", "other")
@@ -155,15 +167,22 @@ def write_plot(r: dict, path: str) -> None:
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of ns/key per stage for each batch.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@threads_option
+@click.option("--shards", default=None, metavar="N[,N...]",
+              help="Also run the stream through a ShardedStore on Ray with N shards (several: "
+                   "1,2,4), beside the plain store; needs the [cluster] extra (docs/cluster.md).")
+@click.option("--ray-address", default=None, help="With --shards: the Ray cluster to join.")
 def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, bloom, answer,
-          run_format, as_json, save, plot, quiet):
+          run_format, as_json, save, plot, quiet, threads, shards, ray_address):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
     Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
     inside the batch, with host-skewed top bits. Every answer the store returns is
     checked against the stream's exact expectation (exit 1 if any is wrong). The
-    floor (np.sort of the same batches + sequential read and write of the bytes the
-    merges moved, at the disk bandwidth measured in this run) is printed beside.
+    floor (the faster of np.sort and the radix sort of the same batches, both timed
+    in this run, + sequential read and write of the bytes the merges moved, at the
+    disk bandwidth measured in this run) is printed beside, with the CPU and numpy's
+    SIMD dispatch.
     """
     if plot:
         try:
@@ -179,6 +198,13 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     if bloom_capacity is None:
         bloom_capacity = distinct
     bloom_capacity = bloom_capacity or None
+    if shards is not None:
+        if answer != "new" or not bloom or plot or keep or probe_bytes:
+            raise InvalidInputError("--shards runs add_new with the Bloom filter and no disk "
+                                    "probe: drop --answer mask, --no-bloom, --plot, --keep, "
+                                    "--probe-bytes")
+        stream = CrawlStream(total, batch or default_batch_size(total), reoffer, dup, seed=seed)
+        return _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_json, save)
     own_dir = work_dir is None
     if own_dir:
         work_dir = tempfile.mkdtemp(prefix="seenstore-bench-")
@@ -191,7 +217,7 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
                               bloom_capacity if bloom else None, probe)
         stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
         res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom,
-                   int(run_format))
+                   int(run_format), threads)
     finally:
         if not keep:
             if own_dir:
@@ -225,11 +251,36 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
         fail(f"new-key counts differ from the expectation in batches {r['bad_batches']}", 1)
 
 
+def _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_json, save):
+    """``--shards``: the plain store and ShardedStores on the same stream (cluster/bench.py)."""
+    try:
+        counts = [int(x) for x in shards.replace("/", ",").split(",") if x.strip()]
+    except ValueError:
+        raise InvalidInputError(f"--shards takes N or N,N,...: {shards!r}") from None
+    from ..cluster.bench import format_text, run_cluster_bench
+
+    own_dir = work_dir is None
+    work_dir = tempfile.mkdtemp(prefix="seenstore-bench-") if own_dir else work_dir
+    os.makedirs(work_dir, exist_ok=True)
+    try:
+        r = run_cluster_bench(stream, work_dir, counts, ray_address, bloom_capacity)
+    finally:
+        if own_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    if save:
+        with open(save, "w") as f:
+            json.dump(r, f)
+    click.echo(json.dumps(r) if as_json else "\n".join(format_text(r)))
+    if not r["verified"]:
+        fail("new keys differ from the expectation (see the answers column)", 1)
+
+
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
-         bloom_capacity: int | None, answer: str, bloom: bool, run_format: int) -> BenchResult:
+         bloom_capacity: int | None, answer: str, bloom: bool, run_format: int,
+         threads: int | None) -> BenchResult:
     if quiet:
         return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity, answer=answer,
-                         bloom=bloom, run_format=run_format)
+                         bloom=bloom, run_format=run_format, threads=threads)
     with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
                            show_pos=True, item_show_func=lambda s: s) as bar:
 
@@ -238,4 +289,4 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
             bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
         return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer, bloom,
-                         run_format)
+                         run_format, threads)

@@ -13,7 +13,7 @@ import click
 from ..batch import read_batch_file
 from ..errors import InvalidInputError, SeenStoreError, StoreIOError, StoreNotFoundError
 from ..store import SeenStore
-from . import COUNT, SIZE, default_store_dir, json_to_stderr, main, store_option
+from . import COUNT, SIZE, default_store_dir, json_to_stderr, main, store_option, threads_option
 from .deliver import Output
 
 wait_option = click.option(
@@ -77,8 +77,9 @@ def _wait(value: float):
                    "(exact mode; no Bloom filter in memory). Default: the whole batch "
                    "in memory.")
 @wait_option
+@threads_option
 def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacity, memory,
-          wait):
+          wait, threads):
     """Admit the keys of BATCH (raw little-endian uint64 fingerprints, any order,
     repeats allowed) into the store as one atomic batch.
 
@@ -89,12 +90,13 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacit
     if new_out == "-":
         json_to_stderr()
     if memory is not None:
-        return _merge_spilled(batch, store_dir, new_out, as_json, create, mode, memory, wait)
+        return _merge_spilled(batch, store_dir, new_out, as_json, create, mode, memory, wait,
+                              threads)
     t0 = time.perf_counter()
     keys = read_batch_file(batch)
     t_read = time.perf_counter() - t0
     with _open(store_dir, create=create, wait=_wait(wait), mode=mode, bloom=bloom,
-               bloom_capacity=bloom_capacity or None) as store:
+               bloom_capacity=bloom_capacity or None, threads=threads) as store:
         # Opened and checked before the commit: an unwritable --new-out commits nothing.
         out = Output(new_out, store.path, 8, "keys").open() if new_out is not None else None
         try:
@@ -148,12 +150,13 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacit
                 f"expected FPR now {_pct(bloom_stats['expected_fpr'])}", out_err, what)
 
 
-def _merge_spilled(batch, store_dir, new_out, as_json, create, mode, memory, wait):
+def _merge_spilled(batch, store_dir, new_out, as_json, create, mode, memory, wait, threads):
     """``merge --memory``: SeenStore.add_new_file, new keys sorted ascending."""
     if mode != "exact":
         raise InvalidInputError("--memory merges in exact mode only")
     t0 = time.perf_counter()
-    with _open(store_dir, create=create, wait=_wait(wait), bloom=False) as store:
+    with _open(store_dir, create=create, wait=_wait(wait), bloom=False,
+               threads=threads) as store:
         store.compact_between_batches = False  # compaction's buffers are not budgeted
         out = Output(new_out, store.path, 8, "keys").open() if new_out is not None else None
         try:
@@ -271,6 +274,7 @@ def stats(store_dir, as_json):
         ("formats", f"run {s['run_format']}, manifest {s['manifest_format']}"
                     + (" (upgraded by the next write or `seenstore upgrade`)"
                        if s["upgrade_pending"] else "")),
+        ("sort", f"{s['sort']['sort']} ({s['sort']['source']}); {s['threads']} threads"),
         ("batches", f"{s['counters']['batches']:,} committed"),
         ("approximate", f"{s['counters']['approx_answered']:,} keys answered seen by the "
                         f"Bloom filter alone"),
@@ -341,8 +345,6 @@ def upgrade(store_dir, as_json, wait):
         click.echo(f"upgraded: manifest format {r['from']} -> {r['to']}")
     else:
         click.echo(f"nothing to do: manifest format {r['to']} is current")
-
-
 
 
 @main.command()

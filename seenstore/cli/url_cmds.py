@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import itertools
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 
 import click
 
-from ..fastpath import iter_batches, line_cap, scalar_one
+from ..fastpath import line_cap, normalise_buffer, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
+from ..parallel import check_threads, keep_freed_memory, prefetch
 from ..policy import load_policy
-from ..urlbuffer import iter_lines
-from . import default_store_dir, main, store_option
+from ..urlbuffer import URLBuffer, iter_lines
+from . import default_store_dir, fail, main, store_option, threads_option
 from .deliver import Output
 
 DEFAULT_BATCH_LINES = 1_000_000
@@ -50,6 +52,55 @@ def _normalise_pairs(lines, base, policy, max_length) -> NormalisedBatch:
         return scalar_one(href, own, policy, max_length, usable)
 
     return NormalisedBatch.of(one(line) for line in lines)
+
+
+def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_length: int,
+             batch_lines: int, pairs: bool, threads: int | None,
+             seconds: dict[str, float] | None = None) -> tuple[int, int]:
+    """``seenstore add``'s fast path: admit the URLs of ``stream`` into ``store`` and
+    send the new canonical URLs to ``out`` (``out.check()`` before each commit,
+    ``out.send(bytes)`` after it: deliver.Output), one batch of ``batch_lines`` at a
+    time; add rejection counts to ``counts``; return (URLs read, new). With more
+    than one thread, the next batch is read (by the line kernel) while this one is
+    processed. With ``seconds``, add the time of each stage to it: read (waiting for
+    the next URL buffer), kernel, scalar, merge (normalise_buffer's), store, write."""
+    t = seconds if seconds is not None else {}
+    threads = check_threads(threads)
+    read = new = 0
+    batches = URLBuffer.iter_file(stream, pairs=pairs, base=base, chunk_urls=batch_lines,
+                                  max_line=line_cap(max_length, pairs))
+    if threads > 1:
+        batches = prefetch(batches)
+    while True:
+        t0 = time.perf_counter()
+        ub = next(batches, None)
+        t1 = time.perf_counter()
+        t["read"] = t.get("read", 0.0) + t1 - t0
+        if ub is None:
+            return read, new
+        fb = normalise_buffer(ub, policy, store.layout, max_length, threads)
+        for k, v in fb.seconds.items():
+            t[k] = t.get(k, 0.0) + v
+        read += fb.n
+        new += admit_batch(fb, store, out, counts, t)
+
+
+def admit_batch(fb, store, out, counts: dict[str, int], seconds: dict[str, float]) -> int:
+    """Admit one FastBatch's keys (``out.check()`` before the commit, the new canonical
+    URLs sent after it), count its rejections into ``counts`` and the store and write
+    times into ``seconds``; return how many were new."""
+    for reason, n in fb.reason_counts().items():
+        counts[reason] = counts.get(reason, 0) + n
+    if not len(fb.keys):
+        return 0
+    out.check()
+    t2 = time.perf_counter()
+    mask = store.add(fb.keys)
+    t3 = time.perf_counter()
+    out.send(fb.lines(mask))
+    seconds["store"] = seconds.get("store", 0.0) + t3 - t2
+    seconds["write"] = seconds.get("write", 0.0) + time.perf_counter() - t3
+    return int(mask.sum())
 
 
 def _lines(stream, cap: int) -> Iterator[bytes]:
@@ -86,12 +137,12 @@ def _summary(command: str, counts: dict[str, int], extra: str = "") -> None:
         click.echo(f"seenstore {command}: {extra}{rej}", err=True)
 
 
-def _per_line(command: str, urls, base, policy_file, max_length, render) -> None:
+def _per_line(command: str, urls, base, policy_file, max_length, threads, render) -> None:
     check_base(base)
     policy = load_policy(policy_file)
     counts: dict[str, int] = {}
     for chunk in _chunks(_inputs(urls, max_length), _CHUNK):
-        batch = normalise_many(chunk, base, policy, max_length)
+        batch = normalise_many(chunk, base, policy, max_length, threads=threads)
         out = [""] * len(chunk)
         for i, reason in batch.rejected:
             out[i] = f"# rejected: {reason.value}"
@@ -107,14 +158,15 @@ def _per_line(command: str, urls, base, policy_file, max_length, render) -> None
 @base_option
 @policy_option
 @max_length_option
-def normalise_cmd(urls, base, policy_file, max_length):
+@threads_option
+def normalise_cmd(urls, base, policy_file, max_length, threads):
     """Print the canonical form of each URL (arguments, or stdin lines with none or '-').
 
     One output line per input line: the canonical URL, or '# rejected: REASON'
     (encoding, too-long, control-char, unparsable, scheme). Rejection counts go
     to stderr. The canonical form is the one the store fingerprints.
     """
-    _per_line("normalise", urls, base, policy_file, max_length, lambda u: u)
+    _per_line("normalise", urls, base, policy_file, max_length, threads, lambda u: u)
 
 
 @main.command("fingerprint")
@@ -125,7 +177,8 @@ def normalise_cmd(urls, base, policy_file, max_length):
 @click.option("--host-bits", type=click.IntRange(0, 32), default=DEFAULT_LAYOUT.host_bits,
               show_default=True, help="H: key bits taken from the host hash.")
 @click.option("--with-url", is_flag=True, help="Print 'KEY<TAB>CANONICAL-URL'.")
-def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
+@threads_option
+def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url, threads):
     """Print the 64-bit key (16 hex digits) of each URL after normalising it.
 
     One output line per input line, or '# rejected: REASON'. The key is
@@ -134,12 +187,12 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
     layout = Layout(host_bits=host_bits)
 
     def render(canonical: list[str]) -> list[str]:
-        keys = fingerprint_many(canonical, layout).tolist()
+        keys = fingerprint_many(canonical, layout, threads).tolist()
         if with_url:
             return [f"{k:016x}\t{u}" for k, u in zip(keys, canonical)]
         return [f"{k:016x}" for k in keys]
 
-    _per_line("fingerprint", urls, base, policy_file, max_length, render)
+    _per_line("fingerprint", urls, base, policy_file, max_length, threads, render)
 
 
 @main.command("add")
@@ -158,7 +211,18 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url):
                    "batch fast path (docs/fastpath.md); same output, slower.")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
-def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait):
+@click.argument("more", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--warc", is_flag=True,
+              help="SOURCE and MORE are WARC files (plain or gzipped): admit the outlinks of "
+                   "their HTML responses (see 'seenstore links'; docs/integrations.md).")
+@click.option("--parquet", is_flag=True,
+              help="SOURCE is a Parquet file: admit the URLs of its --column.")
+@click.option("--column", default="url", show_default=True, help="--parquet: the URL column.")
+@click.option("--base-column", default=None, metavar="NAME",
+              help="--parquet: a column holding each URL's base (null: none).")
+@threads_option
+def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait,
+            more, warc, parquet, column, base_column, threads):
     """Admit the URLs of SOURCE (a file, or '-' for stdin) and print the new ones.
 
     Each URL is normalised and fingerprinted, and the store admits the keys; only
@@ -170,14 +234,20 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     another policy is refused.
     """
     from ..store import SeenStore
+    from .integration_cmds import input_batches
 
+    if more and not warc:
+        fail("more than one SOURCE needs --warc", 2)
+    if (warc or parquet) and (scalar or pairs):
+        fail("--scalar/--pairs do not go with --warc/--parquet", 2)
     check_base(base)
     policy = load_policy(policy_file)
     counts: dict[str, int] = {}
     read = new = 0
     with (nullcontext(sys.stdin.buffer) if source == "-" else open(source, "rb")) as stream, \
             SeenStore.open(store_dir or default_store_dir(), create=True,
-                           policy_id=policy.identity, wait=None if wait < 0 else wait) as store:
+                           policy_id=policy.identity, wait=None if wait < 0 else wait,
+                           threads=threads) as store:
         layout = store.layout
         # stdout is checked before every commit (a reader gone: stop, commit nothing
         # more); new URLs of a committed batch that cannot be written are saved in a
@@ -201,15 +271,18 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
                 new += len(fresh)
                 out.send("".join(u + "\n" for u in fresh).encode("utf-8", "surrogateescape"))
         else:  # the batch fast path: same results (tests/test_fastpath_agreement.py)
-            for fb in iter_batches(stream, base=base, policy=policy, layout=layout,
-                                   max_length=max_length, batch_lines=batch_lines, pairs=pairs):
-                read += fb.n
-                for reason, n in fb.reason_counts().items():
-                    counts[reason] = counts.get(reason, 0) + n
-                if len(fb.keys):
-                    out.check()
-                    mask = store.add(fb.keys)
-                    new += int(mask.sum())
-                    out.send(fb.lines(mask))
+            if warc or parquet:
+                seconds: dict[str, float] = {}
+                for fb in input_batches((source, *more), warc=warc, parquet=parquet,
+                                        column=column, base_column=base_column,
+                                        batch_lines=batch_lines, policy=policy, layout=layout,
+                                        max_length=max_length, base=base):
+                    read += fb.n
+                    new += admit_batch(fb, store, out, counts, seconds)
+            else:
+                keep_freed_memory()
+                read, new = add_fast(stream, store, out, counts, base=base, policy=policy,
+                                     max_length=max_length, batch_lines=batch_lines,
+                                     pairs=pairs, threads=threads)
     rejected = sum(counts.values())
     _summary("add", counts, f"read {read}, new {new}, seen {read - new - rejected}, ")

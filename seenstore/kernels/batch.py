@@ -168,8 +168,8 @@ def partition_top_bits(keys, bits, out, starts):
 
     Requires: 0 <= bits <= 16; len(out) >= len(keys); ``starts`` int64 of length
     2**bits + 1. Leaves ``starts[g]`` = index in ``out`` of group g's first key,
-    ``starts[-1]`` = len(keys). The store then sorts the groups (its shards) one by
-    one on a thread of its own while the sorted ones merge, so the sorting overlaps
+    ``starts[-1]`` = len(keys). The store then sorts the groups (its shards) on
+    threads of their own while the sorted ones merge, so the sorting overlaps
     their disk I/O."""
     n = keys.shape[0]
     n_groups = 1 << bits

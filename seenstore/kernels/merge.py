@@ -103,7 +103,8 @@ def sweep_step(old, n_old, batch, j, found, prev, have_prev):
     return j, prev, have_prev, ok
 
 
-from .status import KWAY_BAD, KWAY_DONE, KWAY_FULL  # noqa: E402  (re-exported)
+KWAY_FULL, KWAY_DONE, KWAY_BAD = -1, -2, -3  # = kernels/status.py (no import: numba's
+# cache only notices edits in this file)
 
 
 @njit(cache=True, nogil=True)

@@ -1,0 +1,367 @@
+"""Integration and inspection commands: ``links`` (WARC outlinks), ``check`` (seen?
+without admitting), ``export`` (stored keys as raw or Parquet), ``dump-run`` (a run
+file's header and first keys); and ``input_batches``, the WARC/Parquet input of
+``seenstore add --warc/--parquet``. docs/integrations.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+
+import click
+import numpy as np
+
+from ..errors import InvalidInputError
+from ..layout import Layout
+from . import default_store_dir, fail, main, store_option
+
+_KEY_CHUNK = 1 << 20  # keys per write when streaming keys out
+
+
+def _fail_usage(message: str):
+    fail(message, 2)  # a one-line usage error, exit 2
+
+
+# ------------------------------------------------------------------------- links
+@main.command("links")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--no-flag", is_flag=True,
+              help="Print exactly two columns (nofollow links too, unmarked): the "
+                   "'BASE<TAB>HREF' input of 'seenstore add --pairs'.")
+@click.option("--follow-only", is_flag=True, help="Leave out nofollow links.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per link ({base, href, nofollow}), then none on stdout "
+                   "for the summary (it goes to stderr as JSON).")
+def links_cmd(files, no_flag, follow_only, as_json):
+    """Print the outlinks of every HTML response record of FILES (WARC, plain or
+    gzipped) as 'BASE<TAB>HREF' lines, with a third column 'nofollow' for links
+    marked rel=nofollow (or on a page with meta robots nofollow).
+
+    BASE is the record's target URI resolved with the page's <base href>; links
+    come from a/area/link href and iframe src. Non-HTML records are skipped;
+    truncated and damaged records are counted, reading goes on, and the counts
+    are printed on stderr.
+    """
+    from ..integrations.warc import WarcReport, iter_links
+
+    report = WarcReport()
+    out = sys.stdout
+    buf: list[str] = []
+    for link in iter_links(files, report):
+        if follow_only and link.nofollow:
+            continue
+        if as_json:
+            buf.append(json.dumps(link._asdict()))
+        elif link.nofollow and not no_flag:
+            buf.append(f"{link.base}\t{link.href}\tnofollow")
+        else:
+            buf.append(f"{link.base}\t{link.href}")
+        if len(buf) >= 65536:
+            out.write("\n".join(buf) + "\n")
+            buf = []
+    if buf:
+        out.write("\n".join(buf) + "\n")
+    out.flush()
+    _report_warc(report, as_json)
+
+
+def _report_warc(report, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report.to_dict()), err=True)
+        return
+    click.echo(f"seenstore: {report.summary()}", err=True)
+    for p in report.problems:
+        click.echo(f"seenstore: warning: {p}", err=True)
+
+
+# ------------------------------------------------------------- add --warc/--parquet
+def input_batches(sources, *, warc: bool, parquet: bool, column: str, base_column,
+                  batch_lines: int, policy, layout, max_length, base=None) -> Iterator:
+    """FastBatches of the links of WARC files (``warc``) or of a Parquet column
+    (``parquet``; ``base`` for rows without a base column), for ``seenstore add``.
+    Reports the WARC counts on stderr at the end."""
+    from ..fastpath import normalise_buffer
+
+    if warc and parquet:
+        _fail_usage("--warc and --parquet do not go together")
+    if warc and base is not None:
+        _fail_usage("--base does not go with --warc (each link has its page's base)")
+    if parquet and len(sources) != 1:
+        _fail_usage("--parquet takes one FILE")
+    if "-" in sources:
+        _fail_usage("--warc/--parquet read files, not stdin ('-')")
+    if warc:
+        from ..integrations.warc import WarcReport, iter_link_buffers
+
+        report = WarcReport()
+        buffers = iter_link_buffers(sources, report, chunk_urls=batch_lines)
+    else:
+        from ..integrations.arrow import iter_parquet_buffers
+
+        report = None
+        buffers = iter_parquet_buffers(sources[0], column, base_column, batch_rows=batch_lines,
+                                       base=base)
+    for ub in buffers:
+        yield normalise_buffer(ub, policy, layout, max_length)
+    if report is not None:
+        _report_warc(report, False)
+
+
+# ------------------------------------------------------------------------- check
+@main.command("check")
+@click.argument("urls", nargs=-1)
+@store_option
+@click.option("--keys", "keys_file", type=click.Path(dir_okay=False, allow_dash=True),
+              default=None, metavar="FILE",
+              help="Check raw fingerprints instead: FILE of little-endian uint64 keys "
+                   "(the format of 'seenstore merge'), '-' for stdin.")
+@click.option("--base", default=None, metavar="URL", help="Resolve relative URLs against URL.")
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", help="The store's policy TOML (default: safe rules, 'safe-v1').")
+@click.option("--seen-only", is_flag=True, help="Print only the items already seen.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per item ({input, canonical, key, seen} or {input, "
+                   "rejected}); the summary on stderr as JSON.")
+def check_cmd(urls, store_dir, keys_file, base, policy_file, seen_only, as_json):
+    """Say which URLS (arguments, or stdin lines with none or '-') are already in
+    the store, without changing it.
+
+    Prints 'seen<TAB>CANONICAL' or 'new<TAB>CANONICAL' per input ('rejected<TAB>INPUT
+    <TAB>REASON' for a URL without a canonical form) and a count on stderr. Opens
+    the store read-only, so it runs beside a writer. Exit code 0 either way.
+    """
+    from ..store import SeenStore
+
+    counts = {"seen": 0, "new": 0, "rejected": 0}
+    if keys_file is not None:
+        if urls:
+            _fail_usage("give URLS or --keys FILE, not both")
+        with SeenStore.open(store_dir or default_store_dir(), readonly=True) as store:
+            for keys in _key_chunks(keys_file):
+                seen = store.contains(keys)
+                _emit_keys(keys, seen, counts, seen_only, as_json)
+    else:
+        _check_urls(urls, store_dir, base, policy_file, counts, seen_only, as_json)
+    if as_json:
+        click.echo(json.dumps(counts), err=True)
+    else:
+        click.echo(f"seenstore check: {counts['seen']} seen, {counts['new']} new, "
+                   f"{counts['rejected']} rejected", err=True)
+
+
+def _key_chunks(path: str) -> Iterator[np.ndarray]:
+    """The keys of a raw uint64 file (or stdin), a chunk at a time."""
+    f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    try:
+        while data := f.read(8 * _KEY_CHUNK):
+            while len(data) % 8:
+                more = f.read(8 - len(data) % 8)
+                if not more:
+                    raise InvalidInputError(
+                        f"{path}: length is not a multiple of 8 (raw uint64 keys)")
+                data += more
+            yield np.frombuffer(data, dtype="<u8").astype(np.uint64)
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def _emit_keys(keys, seen, counts, seen_only, as_json) -> None:
+    lines = []
+    for k, s in zip(keys.tolist(), seen.tolist()):
+        counts["seen" if s else "new"] += 1
+        if seen_only and not s:
+            continue
+        lines.append(json.dumps({"key": f"{k:016x}", "seen": s}) if as_json
+                     else f"{'seen' if s else 'new'}\t{k:016x}")
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _check_urls(urls, store_dir, base, policy_file, counts, seen_only, as_json) -> None:
+    from ..fastpath import normalise_urls
+    from ..normalise import DEFAULT_MAX_LENGTH, check_base
+    from ..policy import load_policy
+    from ..store import SeenStore
+    from .url_cmds import _chunks, _inputs
+
+    check_base(base)
+    policy = load_policy(policy_file)
+    with SeenStore.open(store_dir or default_store_dir(), readonly=True,
+                        policy_id=policy.identity) as store:
+        for chunk in _chunks(_inputs(urls, DEFAULT_MAX_LENGTH), 65536):
+            fb = normalise_urls(chunk, base, policy, store.layout)
+            seen = store.contains(fb.keys).tolist()
+            out: list[str] = [""] * len(chunk)
+            for i, reason in fb.rejected:
+                counts["rejected"] += 1
+                raw = chunk[i] if isinstance(chunk[i], str) else chunk[i].decode(
+                    "utf-8", "backslashreplace")
+                out[i] = (json.dumps({"input": raw, "rejected": reason.value}) if as_json
+                          else f"rejected\t{raw}\t{reason.value}")
+            for i, url, key, s in zip(fb.positions.tolist(), fb.urls, fb.keys.tolist(), seen):
+                counts["seen" if s else "new"] += 1
+                raw = chunk[i] if isinstance(chunk[i], str) else chunk[i].decode(
+                    "utf-8", "backslashreplace")
+                out[i] = (json.dumps({"input": raw, "canonical": url, "key": f"{key:016x}",
+                                      "seen": s}) if as_json
+                          else f"{'seen' if s else 'new'}\t{url}")
+            if seen_only:
+                seen_at = set(np.asarray(fb.positions)[np.asarray(seen, dtype=bool)].tolist())
+                out = [line for i, line in enumerate(out) if i in seen_at]
+            if out:
+                sys.stdout.write("\n".join(out) + "\n")
+
+
+# ------------------------------------------------------------------------ export
+def host_range(host: str, layout: Layout) -> tuple[int, int]:
+    """[lo, hi) of the keys whose top ``layout.host_bits`` bits are ``host``'s hash
+    (hosts whose hashes share those bits share the range)."""
+    from ..fingerprint import fingerprint
+    from ..normalise import normalise
+
+    if layout.host_bits == 0:
+        raise InvalidInputError("this store's layout has no host bits (H = 0): "
+                                "--host cannot select a range")
+    try:
+        canonical = normalise(f"http://{host}/")
+    except InvalidInputError:
+        raise InvalidInputError(f"--host {host!r} is not a host name") from None
+    if canonical.split("/", 3)[3] or "@" in host:
+        raise InvalidInputError(f"--host {host!r} is not a host name")
+    lo = fingerprint(canonical, layout) >> layout.url_bits << layout.url_bits
+    return lo, lo + (1 << layout.url_bits)
+
+
+def iter_stored_keys(store, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarray]:
+    """The store's keys in [lo, hi), ascending, in chunks (views of the runs' maps)."""
+    from ..store import _first_last
+    from ..tiers import compressed, merged_chunks
+
+    runs = store._runs  # the live runs by shard (read-only maps); store.py has no iterator yet
+    for shard in sorted(runs):
+        live = [r for r in runs[shard]
+                if r.count and _first_last(r)[1] >= lo and _first_last(r)[0] < hi]
+        if len(live) > 1 or (live and compressed(live[0])):
+            # tiered runs: the shard's union in order (k-way merge), which also
+            # decodes compressed runs block by block
+            for chunk in merged_chunks(live, out_keys=_KEY_CHUNK):
+                part = chunk[(chunk >= np.uint64(lo)) & (chunk <= np.uint64(hi - 1))]
+                if len(part):
+                    yield part.copy()
+            continue
+        if not live:
+            continue
+        keys = live[0].keys
+        a = int(np.searchsorted(keys, np.uint64(lo))) if lo else 0
+        b = int(np.searchsorted(keys, np.uint64(hi - 1), side="right")) if hi < 1 << 64 \
+            else len(keys)
+        for s in range(a, b, _KEY_CHUNK):
+            yield keys[s: min(b, s + _KEY_CHUNK)]
+
+
+@main.command("export")
+@store_option
+@click.option("--format", "fmt", type=click.Choice(["raw", "parquet"]), default="raw",
+              show_default=True,
+              help="raw: little-endian uint64 keys (the 'merge' batch format); parquet: "
+                   "one uint64 column 'key'.")
+@click.option("--host", default=None, metavar="HOST",
+              help="Only the keys of HOST's range (its host-hash bits; hosts sharing "
+                   "them share the range).")
+@click.option("-o", "--output", default="-", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Output file ('-': stdout).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary on stderr as JSON.")
+def export_cmd(store_dir, fmt, host, output, as_json):
+    """Stream the stored keys, ascending (all, or one host's range), without
+    loading them into memory. Opens the store read-only."""
+    from ..store import SeenStore
+
+    if output == "-" and sys.stdout.isatty():
+        _fail_usage("refusing to write binary keys to a terminal; use -o FILE or a pipe")
+    n = 0
+    with SeenStore.open(store_dir or default_store_dir(), readonly=True) as store:
+        lo, hi = host_range(host, store.layout) if host else (0, 1 << 64)
+        chunks = iter_stored_keys(store, lo, hi)
+        if fmt == "raw":
+            f = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
+            try:
+                for c in chunks:
+                    f.write(np.ascontiguousarray(c, dtype="<u8").tobytes())
+                    n += len(c)
+                f.flush()
+            finally:
+                if f is not sys.stdout.buffer:
+                    f.close()
+        else:
+            n = _write_parquet(chunks, output)
+    summary = {"keys": n, "format": fmt, "host": host,
+               "range": [f"{lo:016x}", f"{hi - 1:016x}"]}
+    if as_json:
+        click.echo(json.dumps(summary), err=True)
+    else:
+        click.echo(f"seenstore export: {n} keys ({fmt})" + (f", host range "
+                   f"{summary['range'][0]}..{summary['range'][1]}" if host else ""), err=True)
+
+
+def _write_parquet(chunks, output: str) -> int:
+    from ..integrations.arrow import _pa
+
+    pa = _pa()
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([pa.field("key", pa.uint64())])
+    sink = pa.output_stream(sys.stdout.buffer) if output == "-" else output
+    n = 0
+    with pq.ParquetWriter(sink, schema) as w:
+        for c in chunks:
+            w.write_table(pa.table({"key": pa.array(np.asarray(c, dtype=np.uint64))}))
+            n += len(c)
+        if not n:
+            w.write_table(schema.empty_table())
+    return n
+
+
+# ---------------------------------------------------------------------- dump-run
+@main.command("dump-run")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-n", "--keys", "n_keys", type=click.IntRange(min=0), default=10,
+              show_default=True, help="How many keys to show from the start.")
+@click.option("--verify", is_flag=True, help="Also check the body checksum and order.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def dump_run_cmd(file, n_keys, verify, as_json):
+    """Show a run file's header (format version, key count, layout, shard, policy
+    digest, body checksum) and its first keys. The header is checked; a foreign or
+    damaged file is refused (exit 4)."""
+    from ..errors import StoreNotFoundError
+    from ..runreader import RunReader
+
+    if not os.path.isfile(file):
+        raise StoreNotFoundError(f"no such file: {file}")
+    reader = RunReader(file)
+    try:
+        h = reader.header
+        if verify:
+            reader.verify()
+        first = [f"{k:016x}" for k in reader.keys[:n_keys].tolist()]
+    finally:
+        reader.close()
+    doc = {"file": file, "format": f"{h.major}.{h.minor}", "count": h.count,
+           "host_bits": h.host_bits, "shard_bits": h.shard_bits, "shard": h.shard,
+           "policy_digest": h.policy_digest.hex(), "body_checksum": f"{h.body_checksum:016x}",
+           "verified": verify, "first_keys": first}
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    for k, v in doc.items():
+        if k != "first_keys":
+            click.echo(f"{k:>14}: {v}")
+    for k in first:
+        click.echo(k)
+
+
+__all__ = ["links_cmd", "check_cmd", "export_cmd", "dump_run_cmd", "input_batches",
+           "host_range", "iter_stored_keys"]

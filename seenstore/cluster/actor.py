@@ -1,0 +1,265 @@
+"""ShardActor: one shard of a ShardedStore, the single writer of one directory.
+
+A plain class; ``sharded.py`` runs it as a Ray actor (restarts enabled, a few
+threads so Bloom queries and ``contains`` run beside a merge). The directory holds
+``SHARD`` (which key range: the keys whose top ``shard_bits`` bits equal ``index``),
+``store/`` (a SeenStore, used through its public calls only) and ``answers/`` (the
+answer log that makes batches exactly-once, answers.py). Every admission answers
+with the sorted new keys; the client derives masks from them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import xxhash
+
+from .. import manifest, store as store_module
+from ..batch import prepare
+from ..errors import (CorruptionError, InvalidInputError, MismatchError, SeenStoreError,
+                      StoreNotFoundError)
+from ..layout import Layout
+from ..store import MAX_SHARD_BITS, SeenStore
+from .answers import AnswerLog
+from .files import read_sealed, write_sealed
+
+SHARD_NAME = "SHARD"
+SHARD_FORMAT = "seenstore-shard"
+STORE_DIR = "store"
+INNER_BITS = 4  # each shard's store splits its range into 16 runs, as a plain store does
+
+
+def inner_shard_bits(cluster_bits: int) -> int:
+    """shard_bits of a shard's store: its own range in 2^4 runs (top bits shared)."""
+    return min(cluster_bits + INNER_BITS, MAX_SHARD_BITS)
+
+
+def digest(keys: np.ndarray) -> str:
+    return xxhash.xxh3_64_hexdigest(np.ascontiguousarray(keys).view(np.uint8))
+
+
+class ShardActor:
+    """Requires: at most one live actor per directory (the store's lock enforces it)."""
+
+    def __init__(self, directory: str, index: int, shard_bits: int, store_kwargs: dict):
+        self.dir = os.path.abspath(directory)
+        self.index = index
+        self.shard_bits = shard_bits
+        self.kw = dict(store_kwargs)
+        self.store: SeenStore | None = None
+        self.log: AnswerLog | None = None
+        self._lock = threading.Lock()  # one admission at a time (the answer log's rule)
+        self._fault = ""
+        self._admit_s = 0.0  # time inside the store's add_new / add_sorted, since start
+        self._error: SeenStoreError | None = None
+        if os.path.exists(os.path.join(self.dir, SHARD_NAME)):
+            try:  # a restart: reopen (the store's commit gives pre- or post-state)
+                self._open()
+            except SeenStoreError as e:  # raised by every call, not by the constructor
+                self._error = e
+
+    # ---------------------------------------------------------------- opening
+    def create(self, layout: dict, policy_id: str) -> dict:
+        """Create this shard's directory and store, or accept an identical existing one."""
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            if self.store is None:
+                path = os.path.join(self.dir, SHARD_NAME)
+                if not os.path.exists(path):
+                    SeenStore.open(os.path.join(self.dir, STORE_DIR), create=True,
+                                   layout=Layout.from_dict(layout), policy_id=policy_id,
+                                   shard_bits=inner_shard_bits(self.shard_bits),
+                                   bloom=False, sync=self.kw.get("sync", True)).close()
+                    write_sealed(path, SHARD_FORMAT,
+                                 {"index": self.index, "shard_bits": self.shard_bits},
+                                 self.kw.get("sync", True))
+                self._open()
+            return self.info()
+
+    def _open(self) -> None:
+        try:
+            ident = read_sealed(os.path.join(self.dir, SHARD_NAME), SHARD_FORMAT)
+        except FileNotFoundError:
+            raise StoreNotFoundError(f"{self.dir}: no shard here") from None
+        if (ident["index"], ident["shard_bits"]) != (self.index, self.shard_bits):
+            raise MismatchError(
+                f"{self.dir}: holds shard {ident['index']} of {1 << ident['shard_bits']}, "
+                f"not shard {self.index} of {1 << self.shard_bits}")
+        store = SeenStore.open(os.path.join(self.dir, STORE_DIR), **self.kw)
+        try:
+            log = AnswerLog(self.dir, sync=store.sync)
+            log.resolve_all(store)  # before anything else commits
+        except BaseException:
+            store.close(save_bloom=False)  # the lock goes with it
+            raise
+        self.store, self.log = store, log
+
+    def _need(self) -> SeenStore:
+        if self._error is not None:
+            raise self._error
+        if self.store is None:
+            raise StoreNotFoundError(f"{self.dir}: shard {self.index} was never created "
+                                     "(or its directory is gone)")
+        return self.store
+
+    def info(self) -> dict:
+        st = self._need()
+        return {"index": self.index, "dir": self.dir, "node_ip": _node_ip(),
+                "pid": os.getpid(), "layout": st.layout.to_dict(),
+                "policy_id": st.policy_id, "generation": st.generation}
+
+    # --------------------------------------------------------------- batches
+    def admit(self, batch_id: str, keys: np.ndarray, sorted_unique: bool = False) -> np.ndarray:
+        """Admit ``keys`` (this shard's part of batch ``batch_id``); return the keys new
+        to the store, sorted, each once. A retried ``batch_id`` gets the answer of its
+        first run (until ``ack``). ``sorted_unique``: keys are sorted and unique."""
+        with self._lock:
+            st = self._need()
+            log = self.log
+            dg = digest(keys)
+            e = log.find(batch_id)
+            if e is not None:
+                if e.meta["digest"] != dg:
+                    raise InvalidInputError(f"batch id {batch_id!r} was used for other keys")
+                log.resolve(e, st)  # pending: the latest entry, nothing committed after it
+                if e.state == "committed":
+                    return log.recompute(e, keys if sorted_unique else prepare(keys))
+                log.forget([batch_id])  # void: nothing committed, a fresh batch
+            e = log.begin(batch_id, dg, st)
+            self._crash_if("after-pending")
+            t0 = time.perf_counter()
+            try:
+                if sorted_unique:
+                    new = keys[st.add_sorted(keys)]
+                else:
+                    new = st.add_new(keys)
+            except BaseException:
+                log.resolve(e, st)  # void (or committed if the failure came after it)
+                raise
+            self._admit_s += time.perf_counter() - t0
+            self._crash_if("after-commit")
+            return new
+
+    def ack(self, batch_ids: list) -> None:
+        """The client has read these batches' answers: drop their entries and snapshots."""
+        with self._lock:
+            if self.log is not None:
+                self.log.forget(batch_ids)
+
+    def contains(self, keys: np.ndarray) -> np.ndarray:
+        """The admitted keys among ``keys``: sorted, unique."""
+        uniq = prepare(keys)
+        return uniq[self._need().contains(uniq)]
+
+    def maybe_contains(self, keys: np.ndarray) -> np.ndarray:
+        """Mask over ``keys``: False where certainly never admitted (the Bloom filter;
+        the runs when the store keeps none)."""
+        st = self._need()
+        bf = st.bloom
+        return bf.query(keys) if bf is not None else st.contains(keys)
+
+    def stats(self) -> dict:
+        s = self._need().stats()
+        s["shard_index"] = self.index
+        s["node_ip"] = _node_ip()
+        s["pid"] = os.getpid()
+        s["answer_log_entries"] = len(self.log.entries)
+        s["admit_s"] = self._admit_s
+        return s
+
+    def verify(self) -> dict:
+        with self._lock:
+            st = self._need()
+            v = st.verify()
+            inner = st.shard_bits - self.shard_bits  # the store's runs inside this range
+            if self.shard_bits and inner >= 0:
+                # every key within this shard's range of top bits (MANIFEST, docs/format.md)
+                for r in manifest.read(st.path).get("runs", []):
+                    if r.get("count") and r["shard"] >> inner != self.index:
+                        raise CorruptionError(f"{self.dir}: run {r['file']} holds keys "
+                                              f"outside shard {self.index}'s range")
+            v["shard_index"] = self.index
+            return v
+
+    def close(self, save_bloom: bool = True) -> None:
+        with self._lock:
+            if self.log is not None:
+                self.log.close()
+            if self.store is not None:
+                self.store.close(save_bloom=save_bloom)
+            self.store = None
+
+    def split_into(self, children: list[str], chunk_keys: int) -> dict:
+        """Write this shard's keys into two new shard directories ``children`` (shards
+        2i and 2i+1 of twice as many), from its runs in ascending order; this shard is
+        not modified. Leftovers at ``children`` are replaced. Raises CorruptionError if
+        the children's counts do not add up to this shard's."""
+        from .grow import iter_sorted_keys
+
+        with self._lock:
+            st = self._need()
+            bits = self.shard_bits + 1
+            kids = []
+            for j, d in enumerate(children):
+                shutil.rmtree(d, ignore_errors=True)
+                kid = ShardActor(d, 2 * self.index + j, bits, dict(self.kw, bloom=False))
+                kid.create(st.layout.to_dict(), st.policy_id)
+                kids.append(kid)
+            mid = np.uint64(2 * self.index + 1) << np.uint64(64 - bits)
+            try:
+                for chunk in iter_sorted_keys(st, chunk_keys):
+                    cut = int(np.searchsorted(chunk, mid))
+                    for kid, part in ((kids[0], chunk[:cut]), (kids[1], chunk[cut:])):
+                        if len(part):
+                            kid.store.add_sorted(part)
+                counts = [len(k.store) for k in kids]
+            finally:
+                for kid in kids:
+                    kid.close()
+            if sum(counts) != len(st):
+                raise CorruptionError(f"{self.dir}: split wrote {sum(counts)} keys of "
+                                      f"{len(st)}")
+            return {"parent": len(st), "children": counts}
+
+    def warm_up(self) -> float:
+        """Load every kernel the store runs in this process (a throwaway store in this
+        directory, removed after), as ``seenstore bench`` does before timing."""
+        from ..benchrun import warm_up
+
+        work = os.path.join(self.dir, "warm-up")
+        os.makedirs(work, exist_ok=True)
+        try:
+            return warm_up(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    # ------------------------------------------------------------- test seam
+    def arm_fault(self, point: str) -> None:
+        """Tests only: SIGKILL this process at ``point`` of the next batch: one of the
+        answer log's steps ("after-pending", "after-commit") or a
+        store commit step ("before-manifest", "after-manifest"). A restart disarms."""
+        self._fault = point
+        store_module._FAULT = point  # read by the store's own commit seam
+
+    def _crash_if(self, point: str) -> None:
+        if self._fault == point:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # outside Ray (direct use in tests)
+        return socket.gethostbyname(socket.gethostname())

@@ -1,0 +1,449 @@
+"""ShardedStore: a SeenStore's calls over N shard actors on a Ray cluster.
+
+The key space is cut into N = 2^b ranges by the top b key bits; shard i (a
+ShardActor, actor.py) owns the keys whose top bits equal i, in its own directory
+on its node's disk. A batch is partitioned on the caller's side (one counting and
+one scatter pass, no Python loop per key), each part is put once into Ray's object
+store (the actor reads it without a copy), the shards merge in parallel, and the
+answers (each shard's sorted new keys) are reassembled in the caller's order.
+Every batch carries an id: a retry after a timeout or an actor restart gets the
+answer of the first run (answers.py). See docs/cluster.md.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import numpy as np
+
+from ..batch import as_keys
+from ..errors import (InvalidInputError, MismatchError, NotAStoreError, SeenStoreError,
+                      StoreIOError, StoreNotFoundError)
+from ..kernels.batch import mark_first_new, mark_members, partition_top_bits
+from ..layout import DEFAULT_LAYOUT, Layout
+from ..sorting import default_threads
+from ..store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
+from .actor import ShardActor
+from .files import read_sealed, write_sealed
+
+CLUSTER_NAME = "CLUSTER"
+CLUSTER_FORMAT = "seenstore-cluster"
+MAX_CLUSTER_BITS = 8
+DEFAULT_RESTARTS = 4
+DEFAULT_RETRIES = 8
+
+
+def shard_dir_name(index: int, n: int) -> str:
+    return f"shard-{index:04d}-of-{n:04d}"
+
+
+def cluster_bits(n) -> int:
+    """log2 of a shard count; InvalidInputError unless a power of 2 in 1..256."""
+    if not isinstance(n, (int, np.integer)) or n < 1 or n & (n - 1) or n > 1 << MAX_CLUSTER_BITS:
+        raise InvalidInputError(f"shards must be a power of 2 from 1 to "
+                                f"{1 << MAX_CLUSTER_BITS}, got {n!r}")
+    return int(n).bit_length() - 1
+
+
+def read_cluster(root: str) -> dict:
+    """The CLUSTER document of ``root`` (StoreNotFoundError when there is none)."""
+    try:
+        return read_sealed(os.path.join(root, CLUSTER_NAME), CLUSTER_FORMAT)
+    except FileNotFoundError:
+        if os.path.isdir(root):
+            raise NotAStoreError(f"{root}: not a seenstore cluster (no {CLUSTER_NAME})") from None
+        raise StoreNotFoundError(f"{root}: no cluster here (create one with create=True)") from None
+
+
+def write_cluster(root: str, doc: dict, sync: bool = True) -> None:
+    write_sealed(os.path.join(root, CLUSTER_NAME), CLUSTER_FORMAT, doc, sync)
+
+
+def ensure_ray(address: str | None):
+    """Import Ray and connect (``address``) or start a local instance when none is up."""
+    try:
+        import ray
+    except ImportError:
+        raise InvalidInputError("the cluster needs Ray: pip install 'seenstore[cluster]'") from None
+    if not ray.is_initialized():
+        # No address: a local instance on the loopback address only (Ray's default
+        # would bind the machine's own address); an address joins that cluster.
+        local = {"address": "local", "_node_ip_address": "127.0.0.1"} if address is None else {}
+        ray.init(**({"address": address} | local), include_dashboard=False,
+                 logging_level="WARNING", log_to_driver=False)
+    return ray
+
+
+def _node_id(ray, ip: str | None) -> str | None:
+    for n in ray.nodes():
+        if n.get("Alive") and n.get("NodeManagerAddress") == ip:
+            return n["NodeID"]
+    return None
+
+
+class _BloomProxy:
+    """What DedupStage asks of ``store.bloom``: ``query(keys)`` -> maybe-seen mask."""
+
+    def __init__(self, sharded: "ShardedStore"):
+        self._s = sharded
+
+    def query(self, keys: np.ndarray) -> np.ndarray:
+        return self._s.maybe_contains(keys)
+
+
+class ShardedStore:
+    """Open with ``ShardedStore.open``. One client (the writer) at a time; its calls
+    are not for two threads at once, except Bloom queries beside an admission."""
+
+    def __init__(self, ray, actors: list, dirs: list, root: str | None, doc: dict,
+                 options: dict, store_kwargs: dict, wal_dir: str | None):
+        self._ray = ray
+        self.actors = actors
+        self.dirs = dirs
+        self.root = root
+        self.shard_bits = cluster_bits(len(actors))
+        self.layout = Layout.from_dict(doc["layout"])
+        self.policy_id = doc["policy_id"]
+        self.path = wal_dir or root  # where a DedupStage on top keeps its write-ahead log
+        self.sync = store_kwargs.get("sync", True)
+        self.bloom = _BloomProxy(self) if store_kwargs.get("bloom", True) else None
+        # threads of this process's own sorts (a DedupStage on top sorts its buffers)
+        self.threads = store_kwargs.get("threads") or default_threads()
+        self._options = options
+        self._store_kwargs = store_kwargs
+        self.retries = options.pop("retries")
+        self._owner = True  # this client started the actors (and may start them anew)
+        self.last_timings: dict = {}
+        self.counters = {"batches": 0, "retries": 0, "revived": 0,
+                         "object_store_bytes_in": 0, "object_store_bytes_out": 0}
+
+    def __getstate__(self) -> dict:
+        """A copy for Ray tasks (``dedup``): the same actors, no Ray module, and it
+        never starts actors of its own (the opening client owns them)."""
+        return dict(self.__dict__, _ray=None, _owner=False)
+
+    def __setstate__(self, state: dict) -> None:
+        import ray
+
+        self.__dict__.update(state, _ray=ray)
+
+    # ---------------------------------------------------------------- opening
+    @classmethod
+    def open(cls, paths_or_uri, shards: int | None = None, create: bool = False,
+             ray_address: str | None = None, *, layout: Layout | None = None,
+             policy_id: str | None = None, bloom: bool = True,
+             bloom_fpr: float = DEFAULT_BLOOM_FPR, bloom_capacity: int | None = None,
+             sync: bool = True, wait: float | None = 0.0, max_restarts: int = DEFAULT_RESTARTS,
+             retries: int = DEFAULT_RETRIES, wal_dir: str | None = None,
+             pin_nodes: bool = True) -> "ShardedStore":
+        """Open (``create=True``: create) a sharded store and start its shard actors.
+
+        ``paths_or_uri``: a cluster root directory (str; it holds ``CLUSTER``, which
+        names the shard directories, by default ``ROOT/shard-IIII-of-NNNN``), or a
+        list of shard directories, one per shard in key order (no CLUSTER; cannot be
+        split). ``shards``: N, a power of 2 (needed to create; checked otherwise).
+        ``ray_address``: the Ray cluster to join (default: the one this process is
+        connected to, else a new local one). ``bloom_capacity`` is for the whole
+        store (each shard gets 1/N); other options as ``SeenStore.open``.
+        ``max_restarts``: restarts Ray gives each actor; ``retries``: how often a
+        call is resent (same batch id) before StoreIOError. ``pin_nodes``: start
+        each shard on the node CLUSTER recorded for it (its directory is there);
+        False places them anew and records the new nodes (directories on shared
+        storage, or moved by hand: docs/cluster.md). Raises what
+        ``SeenStore.open`` raises, plus InvalidInputError."""
+        ray = ensure_ray(ray_address)
+        root = None
+        if isinstance(paths_or_uri, (str, os.PathLike)):
+            root = os.path.abspath(os.fspath(paths_or_uri))
+            doc = cls._cluster_doc(root, shards, create, layout, policy_id, sync)
+            dirs = [s["dir"] for s in doc["shards"]]
+            if not pin_nodes:
+                doc["shards"] = [dict(s, node_ip=None) for s in doc["shards"]]
+        else:
+            dirs = [os.path.abspath(os.fspath(p)) for p in paths_or_uri]
+            if shards is not None and shards != len(dirs):
+                raise MismatchError(f"{len(dirs)} shard directories given for shards={shards}")
+            cluster_bits(len(dirs))
+            doc = {"layout": (layout or DEFAULT_LAYOUT).to_dict(),
+                   "policy_id": policy_id or DEFAULT_POLICY_ID,
+                   "shards": [{"dir": d, "node_ip": None} for d in dirs]}
+        n = len(dirs)
+        kw = {"bloom": bloom, "bloom_fpr": bloom_fpr, "sync": sync, "wait": wait,
+              "bloom_capacity": -(-bloom_capacity // n) if bloom_capacity else None}
+        options = {"max_restarts": max_restarts, "max_task_retries": max_restarts,
+                   "max_concurrency": 4, "num_cpus": 0, "retries": retries}
+        st = cls(ray, [None] * n, dirs, root, doc, options, kw, wal_dir)
+        try:
+            for i in range(n):
+                st.actors[i] = st._start(i, doc["shards"][i].get("node_ip"))
+            if create:
+                infos = st._call(range(n), lambda i: st.actors[i].create.remote(
+                    doc["layout"], doc["policy_id"]))
+            else:
+                infos = st._call(range(n), lambda i: st.actors[i].info.remote())
+            for i, info in infos.items():
+                st._check_info(i, info, layout, policy_id)
+            if root is not None and any(doc["shards"][i].get("node_ip") != infos[i]["node_ip"]
+                                        for i in range(n)):
+                for i in range(n):  # remember each shard's node: its directory is there
+                    doc["shards"][i]["node_ip"] = infos[i]["node_ip"]
+                write_cluster(root, doc, sync)
+        except BaseException:
+            st._kill_all()
+            raise
+        return st
+
+    @staticmethod
+    def _cluster_doc(root, shards, create, layout, policy_id, sync) -> dict:
+        if os.path.exists(os.path.join(root, CLUSTER_NAME)) or not create:
+            doc = read_cluster(root)
+            if shards is not None and shards != len(doc["shards"]):
+                raise MismatchError(f"{root}: cluster has {len(doc['shards'])} shards, "
+                                    f"not {shards}")
+            return doc
+        if shards is None:
+            raise InvalidInputError("creating a cluster needs shards=N")
+        n = 1 << cluster_bits(shards)
+        if os.path.isdir(root) and os.listdir(root):
+            raise NotAStoreError(f"{root}: directory is not empty and holds no cluster")
+        try:
+            os.makedirs(root, exist_ok=True)
+        except OSError as e:
+            raise StoreIOError(f"{root}: cannot create: {e.strerror}") from e
+        doc = {"layout": (layout or DEFAULT_LAYOUT).to_dict(),
+               "policy_id": policy_id or DEFAULT_POLICY_ID, "epoch": 0,
+               "shards": [{"dir": os.path.join(root, shard_dir_name(i, n)), "node_ip": None}
+                          for i in range(n)]}
+        write_cluster(root, doc, sync)
+        return doc
+
+    def _check_info(self, i: int, info: dict, layout, policy_id) -> None:
+        if layout is not None and Layout.from_dict(info["layout"]) != layout:
+            raise MismatchError(f"{info['dir']}: shard uses another fingerprint layout")
+        if policy_id is not None and info["policy_id"] != policy_id:
+            raise MismatchError(f"{info['dir']}: shard uses policy {info['policy_id']!r}")
+        if info["layout"] != self.layout.to_dict() or info["policy_id"] != self.policy_id:
+            raise MismatchError(f"{info['dir']}: shard {i}'s layout or policy differs "
+                                "from the cluster's")
+
+    def _start(self, i: int, node_ip: str | None):
+        """A new actor for shard i: on the node its directory was placed on, else spread."""
+        ray = self._ray
+        opts = {k: v for k, v in self._options.items()}
+        if node_ip is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            node = _node_id(ray, node_ip)
+            if node is None:
+                raise StoreIOError(f"{self.dirs[i]}: shard {i}'s node {node_ip} is not in the "
+                                   "Ray cluster (start it, or see docs/cluster.md: moving a shard)")
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        else:
+            opts["scheduling_strategy"] = "SPREAD"
+        return ray.remote(ShardActor).options(**opts).remote(
+            self.dirs[i], i, self.shard_bits, self._store_kwargs)
+
+    # ------------------------------------------------------------ remote calls
+    def _call(self, shards, submit) -> dict:
+        """Run ``submit(i)`` (returns an ObjectRef) for every shard and gather the
+        results; an actor that died or is restarting gets the same call again (the
+        batch id inside makes it exactly-once); a dead actor is started anew on its
+        directory. Errors raised by a shard come back as themselves."""
+        from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayTaskError
+
+        refs = {i: submit(i) for i in shards}
+        out, tries = {}, {}
+        while refs:
+            for i in list(refs):
+                try:
+                    out[i] = self._ray.get(refs[i])
+                except RayTaskError as e:
+                    if isinstance(e.cause, SeenStoreError):
+                        raise e.cause from None
+                    raise
+                except (RayActorError, GetTimeoutError) as e:
+                    tries[i] = tries.get(i, 0) + 1
+                    self.counters["retries"] += 1
+                    if tries[i] > self.retries:
+                        raise StoreIOError(f"shard {i} ({self.dirs[i]}) unavailable after "
+                                           f"{self.retries} retries: {type(e).__name__}") from e
+                    time.sleep(min(0.05 * 2 ** tries[i], 2.0))
+                    if isinstance(e, ActorDiedError) and self._owner:
+                        self._revive(i)
+                    refs[i] = submit(i)
+                    continue
+                del refs[i]
+        return out
+
+    def _revive(self, i: int) -> None:
+        """Start shard i again in a new process (its restarts were used up or it was
+        killed for good): the store reopens and the answer log resolves the batch."""
+        try:
+            self._ray.kill(self.actors[i], no_restart=True)
+        except Exception:
+            pass
+        ip = None
+        if self.root is not None:
+            ip = read_cluster(self.root)["shards"][i].get("node_ip")
+        self.actors[i] = self._start(i, ip)
+        self.counters["revived"] += 1
+
+    def _parts(self, keys: np.ndarray, sorted_unique: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(keys grouped by shard, start of each shard's group + the end)."""
+        b = self.shard_bits
+        if b == 0:
+            return keys, np.array([0, len(keys)], dtype=np.int64)
+        if sorted_unique:
+            starts = np.arange(1 << b, dtype=np.uint64) << np.uint64(64 - b)
+            return keys, np.append(np.searchsorted(keys, starts), len(keys)).astype(np.int64)
+        part = np.empty(len(keys), dtype=np.uint64)
+        bounds = np.empty((1 << b) + 1, dtype=np.int64)
+        partition_top_bits(keys, b, part, bounds)
+        return part, bounds
+
+    def _admit(self, keys: np.ndarray, batch_id: str | None, sorted_unique: bool):
+        """Send each shard its part of the batch; return (grouped keys, bounds, the
+        answer of every shard that got keys: sorted new keys)."""
+        bid = batch_id or uuid.uuid4().hex
+        t0 = time.perf_counter()
+        part, bounds = self._parts(keys, sorted_unique)
+        t1 = time.perf_counter()
+        jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
+        refs = {i: self._ray.put(part[bounds[i]:bounds[i + 1]]) for i in jobs}
+        t2 = time.perf_counter()
+        answers = self._call(jobs, lambda i: self.actors[i].admit.remote(
+            bid, refs[i], sorted_unique))
+        t3 = time.perf_counter()
+        for i in jobs:  # read: the shard may drop the batch's entry (not waited for)
+            self.actors[i].ack.remote([bid])
+        n_out = sum(a.nbytes for a in answers.values())
+        self.counters["batches"] += 1
+        self.counters["object_store_bytes_in"] += 8 * len(keys)
+        self.counters["object_store_bytes_out"] += n_out
+        self.last_timings = {"batch_id": bid, "partition_s": t1 - t0, "put_s": t2 - t1,
+                             "shards_s": t3 - t2, "offered": len(keys),
+                             "object_store_bytes": 8 * len(keys) + n_out,
+                             "shard_keys": {i: int(bounds[i + 1] - bounds[i]) for i in jobs}}
+        return part, bounds, answers
+
+    def _new_sorted(self, answers: dict) -> np.ndarray:
+        parts = [answers[i] for i in sorted(answers)]  # shards ascend: so do their keys
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
+
+    # ------------------------------------------------------------------ calls
+    def add(self, keys, *, batch_id: str | None = None) -> np.ndarray:
+        """``SeenStore.add`` over the shards: a mask aligned with ``keys``, True exactly
+        where the key was never admitted before and this is its first occurrence.
+        ``batch_id``: give the id of a call that raised to retry it exactly once
+        (default: a new id; the id used is in ``last_timings["batch_id"]``)."""
+        keys = as_keys(keys)
+        _, _, answers = self._admit(keys, batch_id, False)
+        t = time.perf_counter()
+        mask = mark_first_new(keys, self._new_sorted(answers))
+        self.last_timings["align_s"] = time.perf_counter() - t
+        return mask
+
+    def add_new(self, keys, *, batch_id: str | None = None) -> np.ndarray:
+        """``SeenStore.add_new`` over the shards: the new keys, sorted, each once."""
+        keys = as_keys(keys)
+        _, _, answers = self._admit(keys, batch_id, False)
+        return self._new_sorted(answers)
+
+    def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0,
+                   batch_id: str | None = None) -> np.ndarray:
+        """``SeenStore.add_sorted`` (DedupStage's call): mask of the new keys among
+        sorted unique ``uniq``. ``approx_answered`` is not recorded by shards."""
+        uniq = as_keys(uniq)
+        mask = np.zeros(len(uniq), dtype=np.bool_)
+        part, bounds, answers = self._admit(uniq, batch_id, True)
+        for i, new in answers.items():
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            mask[lo + np.searchsorted(part[lo:hi], new)] = True
+        return mask
+
+    def contains(self, keys) -> np.ndarray:
+        """Mask over ``keys``: True where the key has been admitted. Reads only."""
+        keys = as_keys(keys)
+        part, bounds = self._parts(keys, False)
+        jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
+        refs = {i: self._ray.put(part[bounds[i]:bounds[i + 1]]) for i in jobs}
+        found = self._call(jobs, lambda i: self.actors[i].contains.remote(refs[i]))
+        return mark_members(keys, self._new_sorted(found))
+
+    def maybe_contains(self, keys) -> np.ndarray:
+        """Mask over ``keys``: False where certainly never admitted (each shard's Bloom
+        filter). What a DedupStage on top asks as ``store.bloom.query``."""
+        keys = as_keys(keys)
+        b = self.shard_bits
+        if b == 0 or len(keys) == 0:
+            order = None
+            part, bounds = keys, np.array([0, len(keys)], dtype=np.int64)
+            if b:
+                bounds = np.zeros((1 << b) + 1, dtype=np.int64)
+        else:
+            sid = keys >> np.uint64(64 - b)
+            order = np.argsort(sid, kind="stable")
+            part = keys[order]
+            bounds = np.searchsorted(sid[order], np.arange((1 << b) + 1, dtype=np.uint64))
+        jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
+        res = self._call(jobs, lambda i: self.actors[i].maybe_contains.remote(
+            part[bounds[i]:bounds[i + 1]]))
+        out = np.zeros(len(keys), dtype=np.bool_)
+        for i in jobs:
+            out[bounds[i]:bounds[i + 1]] = res[i]
+        if order is not None:
+            out[order] = out.copy()
+        return out
+
+    def __len__(self) -> int:
+        return sum(s["keys"] for s in self.shard_stats())
+
+    def shard_stats(self) -> list[dict]:
+        res = self._call(range(len(self.actors)), lambda i: self.actors[i].stats.remote())
+        return [res[i] for i in range(len(self.actors))]
+
+    def stats(self) -> dict:
+        """Totals over the shards, each shard's own ``stats``, and the client's counters."""
+        per = self.shard_stats()
+        keys = sum(s["keys"] for s in per)
+        disk = sum(s["bytes_on_disk"] for s in per)
+        return {"root": self.root, "shards": len(per), "shard_bits": self.shard_bits,
+                "keys": keys, "bytes_on_disk": disk,
+                "bytes_per_key": disk / keys if keys else None,
+                "layout": self.layout.describe(), "policy_id": self.policy_id,
+                "largest_shard_keys": max(s["keys"] for s in per),
+                "client": dict(self.counters), "per_shard": per}
+
+    def verify(self) -> dict:
+        """Every shard's full check (runs, checksums, its key range). Raises
+        CorruptionError on the first fault."""
+        res = self._call(range(len(self.actors)), lambda i: self.actors[i].verify.remote())
+        return {"keys": sum(r["keys"] for r in res.values()), "shards": len(res),
+                "per_shard": [res[i] for i in range(len(res))]}
+
+    def close(self, save_bloom: bool = True) -> None:
+        """Close every shard's store (saving Bloom filters) and stop the actors."""
+        if not self.actors or not self._owner:
+            return
+        try:
+            self._call(range(len(self.actors)),
+                       lambda i: self.actors[i].close.remote(save_bloom))
+        finally:
+            self._kill_all()
+
+    def _kill_all(self) -> None:
+        for a in self.actors:
+            if a is not None:
+                try:
+                    self._ray.kill(a, no_restart=True)
+                except Exception:
+                    pass
+        self.actors = []
+
+    def __enter__(self) -> "ShardedStore":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(save_bloom=exc_type is None)

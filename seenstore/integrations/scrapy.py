@@ -1,0 +1,174 @@
+"""A Scrapy dupefilter backed by a seenstore store (``DUPEFILTER_CLASS``).
+
+``SeenStoreDupeFilter`` follows Scrapy's dupefilter interface (``from_crawler``,
+``request_seen``, ``open``, ``close(reason)``, ``log``) and answers every
+``request_seen`` at once: keys admitted since the last commit sit in an exact
+in-memory set; anything else is a ``SeenStore.contains`` lookup (a Bloom negative
+costs no disk read). New keys are committed to the store every
+``SEENSTORE_FLUSH_KEYS`` keys and on ``close``, so a crawl paused and resumed with
+the same ``JOBDIR`` never re-fetches what it already scheduled.
+
+What makes two requests the same: a GET without a body is its canonical URL
+(seenstore's normalise + fingerprint, so ``HTTP://Host:80/./a#x`` and
+``http://host/a`` are one page); any other request (a method other than GET, a
+body, or a URL seenstore rejects) is Scrapy's own request fingerprint (method,
+canonical URL, body), kept in a second store so the two key spaces never mix.
+``dont_filter`` is Scrapy's scheduler's business: it never calls the filter then.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from ..normalise import Rejection, try_normalise
+from ..policy import load_policy
+from ..store import SeenStore
+
+DEFAULT_FLUSH_KEYS = 1000
+NONGET_SUFFIX = ".requests"  # the non-GET set: a sibling store "<SEENSTORE_DIR>.requests"
+
+
+class LiveSet:
+    """A writable store plus the keys admitted since its last commit.
+
+    ``seen(key)`` answers at once and claims the key if it was new; ``commit()``
+    makes every claimed key durable (one store batch)."""
+
+    def __init__(self, path: str, policy_id: str | None, mode: str, flush_keys: int):
+        self.store = SeenStore.open(path, create=True, policy_id=policy_id, mode=mode)
+        self.approximate = mode == "approximate"
+        self.flush_keys = max(1, flush_keys)
+        self.pending: set[int] = set()
+
+    def seen(self, key: int) -> bool:
+        if key in self.pending:
+            return True
+        one = np.array([key], dtype=np.uint64)
+        if self.approximate and self.store.bloom is not None:
+            if self.store.bloom.query(one)[0]:  # a Bloom positive counts as seen
+                return True
+        elif self.store.contains(one)[0]:
+            return True
+        self.pending.add(key)
+        if len(self.pending) >= self.flush_keys:
+            self.commit()
+        return False
+
+    def commit(self) -> None:
+        if self.pending:
+            self.store.add(np.fromiter(self.pending, dtype=np.uint64, count=len(self.pending)))
+            self.pending.clear()
+
+    def close(self) -> None:
+        try:
+            self.commit()
+        finally:
+            self.store.close()
+
+
+class SeenStoreDupeFilter:
+    """Scrapy settings: ``SEENSTORE_DIR`` (default ``JOBDIR/seenstore`` when JOBDIR
+    is set, else a temporary store removed on close, like Scrapy's in-memory
+    filter), ``SEENSTORE_POLICY`` (a policy TOML file, default the safe rules),
+    ``SEENSTORE_MODE`` ("exact" or "approximate"), ``SEENSTORE_FLUSH_KEYS``
+    (commit every this many new keys, default 1000), ``DUPEFILTER_DEBUG``."""
+
+    def __init__(self, path: str | None = None, debug: bool = False, *, policy_file=None,
+                 mode: str = "exact", flush_keys: int = DEFAULT_FLUSH_KEYS,
+                 fingerprinter=None) -> None:
+        from scrapy.utils.request import RequestFingerprinter
+
+        self._tmp = None
+        if path is None:
+            self._tmp = tempfile.mkdtemp(prefix="seenstore-scrapy-")
+            path = os.path.join(self._tmp, "seenstore")
+        self.path = path
+        self.debug = debug
+        self.logdupes = True
+        self.logger = logging.getLogger(__name__)
+        self.fingerprinter = fingerprinter or RequestFingerprinter()
+        self.policy = load_policy(policy_file)
+        self.mode = mode
+        self.flush_keys = flush_keys
+        self.layout = None
+        self._get: LiveSet | None = None
+        self._other: LiveSet | None = None
+        self._open()
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        s = crawler.settings
+        path = s.get("SEENSTORE_DIR")
+        if not path and s.get("JOBDIR"):
+            from scrapy.utils.job import job_dir
+
+            path = os.path.join(job_dir(s), "seenstore")
+        return cls(path, s.getbool("DUPEFILTER_DEBUG"), policy_file=s.get("SEENSTORE_POLICY"),
+                   mode=s.get("SEENSTORE_MODE", "exact"),
+                   flush_keys=s.getint("SEENSTORE_FLUSH_KEYS", DEFAULT_FLUSH_KEYS),
+                   fingerprinter=getattr(crawler, "request_fingerprinter", None))
+
+    def _open(self) -> None:
+        self._get = LiveSet(self.path, self.policy.identity, self.mode, self.flush_keys)
+        self.layout = self._get.store.layout
+
+    # ------------------------------------------------------------ the interface
+    def open(self) -> None:
+        """Scrapy calls this when the spider opens (the store is open already)."""
+
+    def request_seen(self, request) -> bool:
+        """True when an equivalent request was seen before (and so is dropped);
+        otherwise remember it and return False."""
+        key = self._get_key(request)
+        if key is not None:
+            return self._get.seen(key)
+        if self._other is None:
+            self._other = LiveSet(self.path + NONGET_SUFFIX, None, self.mode, self.flush_keys)
+        fp = self.fingerprinter.fingerprint(request)
+        return self._other.seen(int.from_bytes(fp[:8], "little"))
+
+    def _get_key(self, request) -> int | None:
+        """The seenstore key of a body-less GET with a canonical URL, else None."""
+        if request.method != "GET" or request.body:
+            return None
+        url = try_normalise(request.url, None, self.policy)
+        if isinstance(url, Rejection):
+            return None
+        from ..fingerprint import fingerprint
+
+        return fingerprint(url, self.layout)
+
+    def close(self, reason: str) -> None:
+        """Commit every key claimed and close the stores (removing a temporary one)."""
+        try:
+            for live in (self._get, self._other):
+                if live is not None:
+                    live.close()
+        finally:
+            self._get = self._other = None
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def log(self, request, spider) -> None:
+        """Log a filtered request as Scrapy's RFPDupeFilter does, and count it in
+        the ``dupefilter/filtered`` stat."""
+        from scrapy.utils.request import referer_str
+
+        if self.debug:
+            msg = "Filtered duplicate request: %(request)s (referer: %(referer)s)"
+            args = {"request": request, "referer": referer_str(request)}
+            self.logger.debug(msg, args, extra={"spider": spider})
+        elif self.logdupes:
+            msg = ("Filtered duplicate request: %(request)s - no more duplicates will be shown"
+                   " (see DUPEFILTER_DEBUG to show all duplicates)")
+            self.logger.debug(msg, {"request": request}, extra={"spider": spider})
+            self.logdupes = False
+        spider.crawler.stats.inc_value("dupefilter/filtered")
+
+
+__all__ = ["SeenStoreDupeFilter", "LiveSet"]

@@ -1,0 +1,5 @@
+"""``DUPEFILTER_CLASS = "seenstore.scrapy.SeenStoreDupeFilter"`` (integrations/scrapy.py)."""
+
+from .integrations.scrapy import SeenStoreDupeFilter
+
+__all__ = ["SeenStoreDupeFilter"]

@@ -1,0 +1,333 @@
+"""Sorting batches and shards of uint64 keys: which sort, and on how many threads.
+
+``sort_keys(a)`` sorts in place, ``sort_unique_keys(a)`` also moves the unique keys
+to the front and returns their count, ``sorted_unique(keys)`` returns a new sorted
+unique array. Each uses numpy's ``np.sort`` or the radix sort of
+``kernels/sort.py``, whichever ``choice()`` says is faster on this machine:
+
+* ``SEENSTORE_SORT=radix|numpy`` in the environment decides (tests, benchmarks);
+* otherwise the first sort of at least ``SMALL_KEYS`` keys times both on the same
+  2**20 uniform and 2**20 host-skewed keys (after compiling the kernel; ``measure``)
+  and keeps the faster; the verdict is
+  cached in ``$XDG_CACHE_HOME/seenstore/sort-choice.json`` (default ~/.cache) under
+  the CPU model and the numpy version, so it is measured once per machine.
+
+Arrays below ``SMALL_KEYS`` always use ``np.sort``: no JIT for a small input. The
+radix sort needs a scratch array as large as the one sorted (the store sorts shard
+by shard, so its scratch is a shard's). ``threads=2`` sorts one array on two
+threads (the MSD pass split in halves, then each half of the buckets on its own
+thread; the kernels release the GIL); ``sort_shards`` sorts a store's shards on
+``threads`` threads at once. Results never depend on the thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import dispatch
+
+SMALL_KEYS = 1 << 14
+ENV = "SEENSTORE_SORT"
+CHOICES = ("radix", "numpy")
+PROBE_KEYS = 1 << 21
+PROBE_VERSION = 3  # part of the cache key: a changed probe or kernel is measured again
+# kernel tunables (bench/bench_sort.py measured them; docs/architecture.md)
+BUCKET_KEYS = 32768
+WIDTH = 8
+EXTRA = 3
+
+_lock = threading.Lock()
+_choice: dict = {}  # {"sort": ..., "source": ..., "numpy_ns": ..., "radix_ns": ...}
+
+
+def default_threads() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def cpu_model() -> str:
+    """The CPU's model name with its family/model numbers (``/proc/cpuinfo``), e.g.
+    ``AMD EPYC (family 25 model 1)``; ``platform.processor()`` elsewhere."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                k, _, v = line.partition(":")
+                fields[k.strip()] = v.strip()
+    except OSError:
+        pass
+    name = fields.get("model name")
+    if not name:
+        import platform
+        return platform.processor() or platform.machine() or "unknown"
+    if "cpu family" in fields:
+        name += f" (family {fields['cpu family']} model {fields.get('model', '?')})"
+    return name
+
+
+def numpy_simd() -> dict:
+    """numpy's SIMD dispatch (as ``np.show_runtime()`` prints it): the baseline, and
+    which dispatch targets this CPU has (found) or lacks (not_found)."""
+    try:
+        from numpy._core import _multiarray_umath as mu
+    except ImportError:  # numpy 1.x
+        from numpy.core import _multiarray_umath as mu
+    feats = mu.__cpu_features__
+    return {"baseline": list(mu.__cpu_baseline__),
+            "found": [t for t in mu.__cpu_dispatch__ if feats.get(t)],
+            "not_found": [t for t in mu.__cpu_dispatch__ if not feats.get(t)]}
+
+
+def machine() -> dict:
+    """The machine facts a sort figure needs beside it: CPU, cores, numpy and its SIMD."""
+    return {"cpu": cpu_model(), "cores": default_threads(), "numpy": np.__version__,
+            "numpy_simd": numpy_simd()}
+
+
+def machine_summary() -> str:
+    """``machine()`` on one line, for bench/RESULTS.md and bench_sort.py."""
+    m = machine()
+    simd = m["numpy_simd"]
+    return (f"{m['cpu']}, {m['cores']} cores; numpy {m['numpy']} SIMD baseline "
+            f"{' '.join(simd['baseline']) or '-'}, dispatch found {' '.join(simd['found']) or '-'}, "
+            f"not found {' '.join(simd['not_found']) or '-'}")
+
+
+def warm_up() -> None:
+    """Compile (or load) the radix kernels, one- and two-thread paths, and decide the
+    sort, so that neither lands in a timed batch."""
+    a = np.random.default_rng(1).integers(0, 2**64, 2 * SMALL_KEYS, dtype=np.uint64)
+    for threads in (1, 2):
+        for unique in (False, True):
+            _sort(a.copy(), unique, threads, "radix")
+    choice()
+
+
+def _cache_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "seenstore", "sort-choice.json")
+
+
+def _machine_key() -> str:
+    return f"{cpu_model()} | numpy {np.__version__} | probe {PROBE_VERSION}"
+
+
+def probe_keys(n: int, skewed: bool, seed: int = 12345) -> np.ndarray:
+    """``n`` random keys; ``skewed``: the top 20 bits a Zipf(1) host over 2**20 buckets,
+    the low 44 random (the store's keys: a crawl's hosts; the radix sort's hard case)."""
+    rng = np.random.default_rng(seed)
+    if not skewed:
+        return rng.integers(0, 2**64, n, dtype=np.uint64)
+    buckets = rng.permutation(2**20).astype(np.uint64)
+    ranks = np.minimum(np.floor((2**20 + 1.0) ** rng.random(n)).astype(np.int64) - 1, 2**20 - 1)
+    return (buckets[ranks] << np.uint64(44)) | rng.integers(0, 2**44, n, np.uint64)
+
+
+def measure(n: int = PROBE_KEYS, repeats: int = 3) -> dict:
+    """CPU ns/key of np.sort and of the radix sort (one thread): for each, the best of
+    ``repeats`` on ``n / 2`` uniform keys plus the best on ``n / 2`` host-skewed keys,
+    the kernel compiled first (not timed)."""
+    from .kernels.sort import radix_sort
+    buf = np.empty(n // 2, np.uint64)
+    radix_sort(np.arange(1000, dtype=np.uint64), buf, BUCKET_KEYS, WIDTH, EXTRA)  # compile
+    total = {"numpy": 0.0, "radix": 0.0}
+    for skewed in (False, True):
+        keys = probe_keys(n // 2, skewed)
+        best = {"numpy": float("inf"), "radix": float("inf")}
+        for _ in range(repeats):
+            for name in CHOICES:
+                a = keys.copy()
+                t = time.thread_time()  # CPU time: a shared machine's descheduling is not counted
+                if name == "numpy":
+                    a.sort()
+                else:
+                    radix_sort(a, buf, BUCKET_KEYS, WIDTH, EXTRA)
+                best[name] = min(best[name], time.thread_time() - t)
+        for name in CHOICES:
+            total[name] += best[name]
+    return {"numpy_ns": total["numpy"] / n * 1e9, "radix_ns": total["radix"] / n * 1e9}
+
+
+def choice() -> str:
+    """"radix" or "numpy": the sort used for arrays of ``SMALL_KEYS`` keys or more."""
+    env = os.environ.get(ENV, "").strip().lower()
+    if env in CHOICES:
+        return env
+    return _decide()["sort"]
+
+
+def describe(measure: bool = True) -> dict:
+    """What ``stats()`` and ``seenstore bench`` report: the sort chosen and why.
+    ``measure=False``: never run the measurement; before it ran (and with no cached
+    verdict), report ``"sort": "undecided"``."""
+    env = os.environ.get(ENV, "").strip().lower()
+    if env in CHOICES:
+        return {"sort": env, "source": f"{ENV}={env}"}
+    if not measure and not _choice and _cached() is None:
+        return {"sort": "undecided", "source": f"measured at the first sort of >= {SMALL_KEYS} keys"}
+    return dict(_decide())
+
+
+def _cached() -> dict | None:
+    """This machine's verdict in the cache file, or None."""
+    try:
+        with open(_cache_path()) as f:
+            saved = json.load(f).get(_machine_key())
+        return saved if saved and saved.get("sort") in CHOICES else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _decide() -> dict:
+    with _lock:
+        if _choice:
+            return _choice
+        key, path = _machine_key(), _cache_path()
+        saved = _cached()
+        if saved is not None:
+            _choice.update(saved, source=f"cached in {path}")
+            return _choice
+        m = measure()
+        verdict = {"sort": "radix" if m["radix_ns"] < m["numpy_ns"] else "numpy",
+                   "numpy_ns": round(m["numpy_ns"], 2), "radix_ns": round(m["radix_ns"], 2)}
+        _choice.update(verdict, source="measured in this process")
+        _save(path, key, verdict)
+        return _choice
+
+
+def _save(path: str, key: str, verdict: dict) -> None:
+    """Add the verdict to the cache file (a temp file renamed over it); a cache that
+    cannot be written only means the next process measures again."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+            if not isinstance(doc, dict):
+                doc = {}
+        except (OSError, ValueError):
+            doc = {}
+        doc[key] = verdict
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _reset() -> None:
+    """Forget the in-process verdict (tests)."""
+    with _lock:
+        _choice.clear()
+
+
+# ------------------------------------------------------------------ sorting
+def sort_keys(a: np.ndarray, threads: int = 1, *, method: str | None = None) -> None:
+    """Sort uint64 ``a`` in place. ``method``: "radix"/"numpy" (default: ``choice()``)."""
+    _sort(a, False, threads, method)
+
+
+def sort_unique_keys(a: np.ndarray, threads: int = 1, *, method: str | None = None) -> int:
+    """Sort uint64 ``a`` in place, move its unique keys to the front; return their
+    count (``a[count:]`` is left unspecified)."""
+    return _sort(a, True, threads, method)
+
+
+def sorted_unique(keys: np.ndarray, threads: int = 1) -> np.ndarray:
+    """Sorted unique keys of uint64 ``keys`` (not modified): a view of the front of
+    one sorted copy."""
+    s = keys.copy()
+    return s[: sort_unique_keys(s, threads)]
+
+
+def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None) -> int:
+    n = len(a)
+    if method is None:
+        # below dispatch.SMALL nothing may compile (a first run's small input)
+        method = "numpy" if n < max(SMALL_KEYS, dispatch.SMALL) else choice()
+    if method == "numpy":
+        a.sort()
+        return dispatch.batch.unique_inplace(a) if unique else n
+    from .kernels.sort import radix_sort, sort_unique
+    buf = np.empty(n, np.uint64)
+    if threads >= 2 and n >= 2 * SMALL_KEYS:
+        return _radix_two(a, buf, unique)
+    if unique:
+        return sort_unique(a, buf, BUCKET_KEYS, WIDTH, EXTRA)
+    radix_sort(a, buf, BUCKET_KEYS, WIDTH, EXTRA)
+    return n
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _two() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="seenstore-sort")
+        return _pool
+
+
+def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
+    """The radix sort on two threads: each thread finds the varying bits of, counts
+    and scatters one half of ``a``; then each sorts the buckets of one half of the keys."""
+    from .kernels import sort as ks
+    n = len(a)
+    h = n // 2
+    pool = _two()
+    halves = ((0, h), (h, n))
+    vary = 0
+    for v in pool.map(lambda r: ks.varying_bits(a, r[0], r[1]), halves):
+        vary |= int(v)
+    vary |= int(a[0] ^ a[h])
+    if vary == 0:
+        return 1 if unique else n
+    shift, bits = ks.msd_plan(np.uint64(vary), n, BUCKET_KEYS)
+    c0, c1 = pool.map(lambda r: ks.msd_histogram(a, r[0], r[1], shift, bits), halves)
+    starts = np.zeros(len(c0) + 1, np.int64)
+    np.cumsum((c0 + c1).astype(np.int64), out=starts[1:])
+    fill0 = starts[:-1].astype(np.uint64)
+    fill1 = fill0 + c0
+    list(pool.map(lambda r: ks.msd_scatter(a, r[0], r[1], buf, r[2], shift, bits),
+                  ((0, h, fill0), (h, n, fill1))))
+    nb = len(c0)
+    mid = min(max(int(np.searchsorted(starts, h)), 1), nb)  # buckets [0, mid) and [mid, nb)
+    lo1 = int(starts[mid])
+    f0 = pool.submit(ks.sort_buckets, buf, a, starts, 0, mid, BUCKET_KEYS, WIDTH, EXTRA, unique, 0)
+    f1 = pool.submit(ks.sort_buckets, buf, a, starts, mid, nb, BUCKET_KEYS, WIDTH, EXTRA, unique,
+                     lo1)
+    w0, w1 = f0.result(), f1.result()
+    if not unique:
+        return n
+    m1 = w1 - lo1
+    if lo1 > w0:  # buckets hold distinct keys: the halves only need packing together
+        a[w0:w0 + m1] = a[lo1:w1]
+    return w0 + m1
+
+
+def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int):
+    """Sort and deduplicate each shard ``keys[bounds[s]:bounds[s+1]]`` in place, on
+    ``threads`` threads, in the order given; return ``(executor, futures)``, the
+    future of shard s giving ``(end of its unique keys, seconds)``. The caller shuts
+    the executor down. Each shard is sorted on one thread: shards sort side by side."""
+    def one(shard: int):
+        lo, hi = int(bounds[shard]), int(bounds[shard + 1])
+        t = time.perf_counter()
+        m = sort_unique_keys(keys[lo:hi])
+        return lo + m, time.perf_counter() - t
+
+    ex = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="seenstore-shard-sort")
+    return ex, {s: ex.submit(one, s) for s in shards}

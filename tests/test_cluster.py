@@ -1,0 +1,260 @@
+"""ShardedStore on a local Ray cluster started here (127.0.0.1, 2 CPUs): the same
+answers as one SeenStore for 1, 2, 4 and 8 shards; exactly-once batches through
+actor kills (ray.kill, SIGKILL at random moments and at every step of the answer
+protocol); a shard started anew in another process loses nothing; split N -> 2N;
+a DedupStage and Ray Data on top; the CLI."""
+
+import os
+import random
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+from click.testing import CliRunner
+from conftest import EDGE_KEYS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seenstore.cli import main
+from seenstore.cluster import ShardedStore, dedup, dedup_stage, split
+from seenstore.cluster.sharded import read_cluster
+from seenstore.errors import InvalidInputError, MismatchError
+from seenstore.store import SeenStore
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, address="local", logging_level="WARNING",
+             log_to_driver=False, _node_ip_address="127.0.0.1")
+    yield
+    ray.shutdown()
+
+
+def spread_keys(rng, n, pool=None):
+    """Keys over the whole top-bit range, with repeats."""
+    k = rng.integers(0, 2**64, n, dtype=np.uint64)
+    if pool is not None and len(pool) and n:
+        idx = rng.integers(0, n, n // 3)
+        k[idx] = rng.choice(pool, len(idx))
+    return k
+
+
+class Twin:
+    """A plain SeenStore and sharded ones fed the same calls."""
+
+    def __init__(self, tmp, shard_counts):
+        self.plain = SeenStore.open(str(tmp / "plain"), create=True, sync=False)
+        self.sharded = [ShardedStore.open(str(tmp / f"c{n}"), shards=n, create=True,
+                                          sync=False) for n in shard_counts]
+
+    def close(self):
+        self.plain.close()
+        for s in self.sharded:
+            s.close()
+
+
+# ------------------------------------------------------------------ oracle
+key_st = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1),
+                   st.integers(0, 15).map(lambda t: (t << 60) | 5))
+op_st = st.tuples(st.sampled_from(["add", "add_new", "contains"]),
+                  st.lists(key_st, max_size=40))
+
+
+@pytest.fixture(scope="module")
+def twins(cluster, tmp_path_factory):
+    t = Twin(tmp_path_factory.mktemp("oracle"), [1, 2, 4, 8])
+    yield t
+    t.close()
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(op_st, min_size=1, max_size=6))
+def test_same_answers_as_one_store(twins, ops):
+    """Every call on 1, 2, 4 and 8 shards answers what the single store answers (the
+    stores carry their state from one example to the next: still equal by induction)."""
+    for op, keys in ops:
+        k = np.array(keys, dtype=np.uint64)
+        want = getattr(twins.plain, op)(k)
+        for s in twins.sharded:
+            got = getattr(s, op)(k)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (op, len(s.actors))
+    for s in twins.sharded:
+        assert len(s) == len(twins.plain)
+
+
+def test_sorted_and_bloom_calls_match(twins):
+    rng = np.random.default_rng(3)
+    k = np.unique(spread_keys(rng, 3000))
+    want = twins.plain.add_sorted(k.copy())
+    for s in twins.sharded:
+        assert np.array_equal(s.add_sorted(k), want)
+    assert twins.sharded[3].maybe_contains(k[:200]).all()  # admitted: never "certainly new"
+    assert twins.sharded[3].verify()["keys"] == len(twins.sharded[3])
+
+
+# --------------------------------------------------------- exactly once
+def test_batch_id_retry_returns_first_answer(twins):
+    """A batch delivered twice (the reply lost) gets its first answer until the client
+    acknowledges it; an id reused for other keys is refused."""
+    k = spread_keys(np.random.default_rng(5), 5000)  # random 64-bit keys: none stored yet
+    shard = twins.sharded[0].actors[0]
+    first = ray.get(shard.admit.remote("b-1", k))
+    again = ray.get(shard.admit.remote("b-1", k))  # a fresh batch would find none new
+    assert len(first) == len(np.unique(k)) and np.array_equal(first, again)
+    with pytest.raises(InvalidInputError, match="other keys"):
+        try:
+            ray.get(shard.admit.remote("b-1", k[:10]))
+        except ray.exceptions.RayTaskError as e:
+            raise e.cause from None
+    ray.get(shard.ack.remote(["b-1"]))
+    assert len(ray.get(shard.admit.remote("b-1", k))) == 0  # acknowledged: a fresh batch
+    twins.plain.add(k)  # keep the twins equal
+    for s in twins.sharded[1:]:
+        s.add(k)
+
+
+FAULTS = ["after-pending", "before-manifest", "after-manifest", "after-commit"]
+
+
+def test_kill_at_every_protocol_step(twins):
+    """SIGKILL of one shard's worker at each step of a batch: Ray restarts the actor,
+    the client resends the same batch id, the answers equal a single store's."""
+    rng = np.random.default_rng(7)
+    s, plain = twins.sharded[1], twins.plain
+    pool = np.empty(0, dtype=np.uint64)
+    for i, point in enumerate(FAULTS):
+        k = spread_keys(rng, 4000, pool)
+        pool = np.concatenate([pool, k[:500]])
+        victim = s.actors[i % 2]
+        ray.get(victim.arm_fault.remote(point))
+        pid = ray.get(victim.pid.remote())
+        assert np.array_equal(s.add(k), plain.add(k)), point
+        assert ray.get(victim.pid.remote()) != pid, f"{point}: the worker was not killed"
+    assert s.verify()["keys"] == len(plain)
+    assert s.contains(pool).all()
+
+
+def _kill_later(fn, delay):
+    t = threading.Timer(delay, fn)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("how", ["ray.kill", "sigkill"])
+def test_kill_at_random_moments(twins, how):
+    """The worker of a shard killed at a random moment of a batch (ray.kill with
+    restart, or SIGKILL of its pid): the same answers as one store, and it verifies."""
+    rnd = random.Random(how)
+    rng = np.random.default_rng(11)
+    s, plain = twins.sharded[1], twins.plain
+    pool = np.empty(0, dtype=np.uint64)
+    for _ in range(2):
+        k = spread_keys(rng, 200_000, pool)
+        pool = np.concatenate([pool, k[:1000]])
+        victim = s.actors[rnd.randrange(2)]
+        if how == "ray.kill":
+            timer = _kill_later(lambda: ray.kill(victim, no_restart=False), rnd.uniform(0, 0.3))
+        else:
+            pid = ray.get(victim.pid.remote())
+            timer = _kill_later(lambda: os.kill(pid, signal.SIGKILL), rnd.uniform(0, 0.3))
+        got = s.add(k)
+        timer.join()
+        assert np.array_equal(got, plain.add(k))
+    assert s.verify()["keys"] == len(plain)
+    assert s.contains(pool).all()
+
+
+def test_dead_shard_started_in_new_process_loses_nothing(twins):
+    """A shard whose actor is gone for good (its node died) is started anew in another
+    process on the same directory: the batch in flight gets its answer, nothing is lost;
+    then the whole cluster reopens in new processes."""
+    rng = np.random.default_rng(13)
+    s, plain = twins.sharded[1], twins.plain
+    k = spread_keys(rng, 20_000)
+    assert np.array_equal(s.add(k), plain.add(k))
+    old = ray.get(s.actors[1].pid.remote())
+    ray.kill(s.actors[1], no_restart=True)  # gone for good: the client starts it anew
+    k2 = spread_keys(rng, 20_000, k)
+    assert np.array_equal(s.add(k2), plain.add(k2))
+    assert ray.get(s.actors[1].pid.remote()) != old and s.counters["revived"] >= 1
+    s.close()
+    twins.sharded[1] = s = ShardedStore.open(s.root)  # new processes, same directories
+    assert len(s) == len(plain) and s.contains(np.concatenate([k, k2])).all()
+    k3 = spread_keys(rng, 1000, k2)
+    assert np.array_equal(s.add(k3), plain.add(k3))
+
+
+# ------------------------------------------------------------------ split
+def test_split_interrupted_then_done_keeps_every_key(cluster, tmp_path):
+    """Children written but CLUSTER not replaced (a crash): the old cluster is intact.
+    The split run again replaces the leftovers, doubles the shards, keeps every key and
+    removes the old directories; the answers go on equal to a single store's."""
+    rng = np.random.default_rng(17)
+    plain = SeenStore.open(str(tmp_path / "plain"), create=True, sync=False)
+    root = str(tmp_path / "c")
+    with ShardedStore.open(root, shards=1, create=True, sync=False) as s:
+        k = spread_keys(rng, 20_000)
+        s.add(k), plain.add(k)
+        ray.get(s.actors[0].split_into.remote(
+            [str(tmp_path / "c" / "shard-0000-of-0002"), str(tmp_path / "junk")], 1024))
+    with ShardedStore.open(root) as s:
+        assert len(s.actors) == 1 and s.contains(k).all()
+    old_dirs = [d["dir"] for d in read_cluster(root)["shards"]]
+    res = split(root, chunk_keys=4096, sync=False)  # several chunks per child
+    assert res["shards_after"] == 2 and res["keys"] == len(plain)
+    assert not any(os.path.exists(d) for d in old_dirs)
+    with ShardedStore.open(root, shards=2) as s:
+        assert s.verify()["keys"] == len(plain) and s.contains(k).all()
+        k2 = spread_keys(rng, 5000, k)
+        assert np.array_equal(s.add(k2), plain.add(k2))
+    with pytest.raises(MismatchError):
+        ShardedStore.open(root, shards=4)
+    plain.close()
+
+
+# ------------------------------------------------------------ stage, data
+def test_dedup_stage_on_sharded_store(twins):
+    """(Uses the 4-shard twin last: it no longer matches the plain store afterwards.)"""
+    urls = [f"https://h{i % 7}.example/p/{i % 50}" for i in range(300)]
+    s = twins.sharded[2]
+    stage = dedup_stage(s, budget_bytes=8 * 64, wal_sync="never")
+    got = [u for _, u in stage.offer(urls[:150])]
+    got += [u for _, u in stage.offer(urls[150:])]
+    got += [u for _, u in stage.flush()]
+    assert sorted(got) == sorted(set(urls)) and len(got) == len(set(urls))
+    assert len(stage.offer(urls).keys) == 0 and len(stage.flush().keys) == 0
+    stage.close()
+
+
+def test_ray_data_dedup(twins):
+    """(Uses the 8-shard twin last: it no longer matches the plain store afterwards.)"""
+    import ray.data
+
+    urls = [f"https://site{i % 5}.example/a/{i % 40}" for i in range(200)] + ["mailto:x@y"]
+    s = twins.sharded[3]
+    ds = ray.data.from_items([{"url": u, "n": i} for i, u in enumerate(urls)])
+    rows = dedup(ds, column="url", store=s, batch_size=64).take_all()
+    assert sorted(r["url"] for r in rows) == sorted(set(urls) - {"mailto:x@y"})
+    assert dedup(ds, column="url", store=s).count() == 0
+
+
+# -------------------------------------------------------------------- CLI
+def test_cli_cluster_commands_and_bench(cluster, tmp_path):
+    root = str(tmp_path / "c")
+    r = CliRunner()
+    out = r.invoke(main, ["cluster", "create", root, "--shards", "1"])
+    assert out.exit_code == 0, out.output
+    out = r.invoke(main, ["cluster", "split", root])
+    assert out.exit_code == 0 and "1 -> 2 shards" in out.output, out.output
+    out = r.invoke(main, ["cluster", "stats", root, "--json"])
+    assert out.exit_code == 0 and '"shards": 2' in out.output, out.output
+    out = r.invoke(main, ["cluster", "split", str(tmp_path / "none")])
+    assert out.exit_code == 3 and out.output.startswith("seenstore: error:"), out.output
+    out = r.invoke(main, ["bench", "--keys", "3e4", "--batch", "1e4", "--shards", "1",
+                          "--quiet", "--dir", str(tmp_path / "b")])
+    assert out.exit_code == 0 and "VERIFIED" in out.output, out.output

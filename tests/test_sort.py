@@ -1,0 +1,173 @@
+"""The radix sort kernels and the sort dispatcher against np.sort / np.unique."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+from conftest import EDGE_KEYS
+from seenstore import sorting
+from seenstore.kernels.sort import lsd_sort, radix_sort, sort_unique
+
+key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.integers(0, 300))
+# bucket_keys 1 and 4 force the MSD pass on tiny inputs; extra 0 makes the insertion
+# finish run out of budget (the full-LSD fallback); 32768 is the default
+tunables = st.tuples(st.sampled_from([1, 4, 64, 32768]), st.sampled_from([4, 8, 11]),
+                     st.sampled_from([0, 1, 3]))
+
+
+def shaped(draw_keys, shape):
+    a = np.array(draw_keys, dtype=np.uint64)
+    if shape == "sorted":
+        a.sort()
+    elif shape == "reverse":
+        a = np.sort(a)[::-1].copy()
+    elif shape == "equal" and len(a):
+        a[:] = a[0]
+    return a
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(key, max_size=400), shape=st.sampled_from(["any", "sorted", "reverse", "equal"]),
+       t=tunables)
+@example(keys=[], shape="any", t=(1, 8, 0))
+@example(keys=[2**64 - 1], shape="any", t=(1, 8, 0))
+@example(keys=[2**64 - 1, 0], shape="any", t=(1, 8, 0))
+@example(keys=EDGE_KEYS * 20, shape="any", t=(4, 8, 0))
+def test_radix_sort_and_sort_unique_match_numpy(keys, shape, t):
+    a = shaped(keys, shape)
+    buf = np.empty(len(a), np.uint64)
+    got = a.copy()
+    radix_sort(got, buf, *t)
+    assert np.array_equal(got, np.sort(a))
+    got = a.copy()
+    m = sort_unique(got, buf, *t)
+    assert np.array_equal(got[:m], np.unique(a))
+    got = a.copy()
+    lsd_sort(got, buf, t[1])
+    assert np.array_equal(got, np.sort(a))
+
+
+@settings(max_examples=100, deadline=None)
+@given(hosts=st.lists(st.integers(0, 2**20 - 1), min_size=1, max_size=4),
+       n=st.integers(0, 3000), seed=st.integers(0, 2**32 - 1), t=tunables)
+def test_host_skewed_keys(hosts, n, seed, t):
+    """Few distinct top 20 bits (a crawl's hosts): MSD buckets of very unequal sizes,
+    constant digits inside a host."""
+    r = np.random.default_rng(seed)
+    h = np.array(hosts, dtype=np.uint64)[r.integers(0, len(hosts), n)]
+    low = r.integers(0, 2**44, n, dtype=np.uint64) & np.uint64(r.choice([2**44 - 1, 0xFFF, 0xF000F]))
+    a = (h << np.uint64(44)) | low
+    buf = np.empty(n, np.uint64)
+    got = a.copy()
+    radix_sort(got, buf, *t)
+    assert np.array_equal(got, np.sort(a))
+    got = a.copy()
+    assert np.array_equal(got[:sort_unique(got, buf, *t)], np.unique(a))
+
+
+def test_adversarial_bucket_falls_back_to_full_lsd(rng):
+    """Keys equal in their top bits and different only in the lowest: the insertion
+    finish would be quadratic; the budget sends it to the full LSD sort."""
+    a = (np.uint64(7) << np.uint64(60)) | rng.integers(0, 2**8, 50_000).astype(np.uint64)
+    a[::3] |= np.uint64(1) << np.uint64(59)
+    got = a.copy()
+    radix_sort(got, np.empty(len(a), np.uint64))
+    assert np.array_equal(got, np.sort(a))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 1000, 70_000, 300_001])
+@pytest.mark.parametrize("unique", [False, True])
+def test_two_threads_identical_to_one(n, unique, rng, monkeypatch):
+    monkeypatch.setattr(sorting, "BUCKET_KEYS", 256)  # many buckets even at small n
+    a = rng.integers(0, 2**64, n, dtype=np.uint64)
+    a[: n // 3] = a[n // 3: 2 * (n // 3)]  # repeats, across both halves
+    if n > 10:
+        a[5] = 0
+        a[6] = np.uint64(2**64 - 1)
+    one, two = a.copy(), a.copy()
+    m1 = sorting._sort(one, unique, 1, "radix")
+    m2 = sorting._radix_two(two, np.empty(n, np.uint64), unique) if n >= 2 else m1
+    if n >= 2:
+        assert m1 == m2
+        assert np.array_equal(one[:m1], two[:m2])
+    want = np.unique(a) if unique else np.sort(a)
+    assert np.array_equal(one[:m1], want)
+
+
+def test_two_threads_all_equal_and_skewed(rng):
+    for a in (np.full(100_000, 2**63, np.uint64),
+              (np.uint64(0xABCDE) << np.uint64(44)) | rng.integers(0, 2**10, 100_000).astype(np.uint64)):
+        for unique in (False, True):
+            one, two = a.copy(), a.copy()
+            m1 = sorting._sort(one, unique, 1, "radix")
+            m2 = sorting._sort(two, unique, 2, "radix")
+            assert m1 == m2 and np.array_equal(one[:m1], two[:m2])
+            assert np.array_equal(one[:m1], np.unique(a) if unique else np.sort(a))
+
+
+def test_dispatch_env_override_and_small_arrays(monkeypatch, rng):
+    monkeypatch.setenv(sorting.ENV, "numpy")
+    assert sorting.choice() == "numpy" and sorting.describe()["sort"] == "numpy"
+    monkeypatch.setenv(sorting.ENV, "radix")
+    assert sorting.choice() == "radix"
+    assert sorting.describe() == {"sort": "radix", "source": "SEENSTORE_SORT=radix"}
+    called = []
+    monkeypatch.setattr("seenstore.kernels.sort.sort_unique",
+                        lambda *a: called.append(1) or 0)  # would break the answer
+    small = rng.integers(0, 50, sorting.SMALL_KEYS - 1).astype(np.uint64)
+    assert np.array_equal(sorting.sorted_unique(small), np.unique(small))
+    assert not called  # small arrays never reach the kernel
+
+
+def test_dispatch_measures_once_and_caches(monkeypatch, tmp_path):
+    monkeypatch.delenv(sorting.ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    sorting._reset()
+    calls = []
+    monkeypatch.setattr(sorting, "measure",
+                        lambda: calls.append(1) or {"numpy_ns": 30.0, "radix_ns": 10.0})
+    try:
+        assert sorting.choice() == "radix"
+        assert sorting.describe()["source"] == "measured in this process"
+        assert sorting.choice() == "radix" and len(calls) == 1
+        path = tmp_path / "seenstore" / "sort-choice.json"
+        doc = json.loads(path.read_text())
+        assert doc[sorting._machine_key()]["sort"] == "radix"
+        sorting._reset()  # a new process: reads the cache, measures nothing
+        assert sorting.choice() == "radix" and len(calls) == 1
+        assert sorting.describe()["source"].startswith("cached in")
+        path.write_text("{not json")  # a broken cache is measured again and replaced
+        sorting._reset()
+        monkeypatch.setattr(sorting, "measure", lambda: {"numpy_ns": 5.0, "radix_ns": 10.0})
+        assert sorting.choice() == "numpy"
+        assert json.loads(path.read_text())[sorting._machine_key()]["sort"] == "numpy"
+    finally:
+        sorting._reset()
+
+
+def test_machine_description():
+    assert sorting.cpu_model()
+    simd = sorting.numpy_simd()
+    assert set(simd) == {"baseline", "found", "not_found"}
+    assert sorting.default_threads() >= 1
+
+
+@pytest.mark.parametrize("method", ["radix", "numpy"])
+def test_sort_shards_on_threads(method, rng, monkeypatch):
+    monkeypatch.setenv(sorting.ENV, method)
+    keys = rng.integers(0, 2**64, 200_000, dtype=np.uint64)
+    keys[:50_000] = keys[100_000:150_000]
+    results = []
+    for threads in (1, 2):
+        part = keys.copy()
+        bounds = np.array([0, 1000, 1000, 120_000, 200_000], dtype=np.int64)
+        ex, futs = sorting.sort_shards(part, bounds, [0, 2, 3], threads)
+        ends = {s: f.result()[0] for s, f in futs.items()}
+        ex.shutdown()
+        got = [part[bounds[s]:ends[s]].copy() for s in (0, 2, 3)]
+        for s, g in zip((0, 2, 3), got):
+            assert np.array_equal(g, np.unique(keys[bounds[s]:bounds[s + 1]]))
+        results.append(got)
+    assert all(np.array_equal(x, y) for x, y in zip(*results))
