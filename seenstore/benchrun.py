@@ -21,7 +21,7 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 
 from . import sorting
-from .errors import InvalidInputError
+from .errors import DiskFullError, InvalidInputError, StoreIOError
 from .workload import CrawlStream
 
 STAGES = ("generate", "sort", "bloom", "merge", "commit", "align")
@@ -43,16 +43,76 @@ def parse_count(text: str) -> int:
     return int(d)
 
 
-def default_batch_size(total_keys: int, share: float = 0.25) -> int:
-    """Batch size for ``share`` of the available memory, in [1e5, 1e8] and <= total_keys,
-    then evened out so that all batches of the run have (nearly) the same size."""
-    avail = _available_memory()
+def default_batch_size(total_keys: int, share: float = 0.25, memory: int | None = None) -> int:
+    """Batch size for ``share`` of ``memory`` (default: the memory available now), in
+    [1e5, 1e8] and <= total_keys, then evened out so that all batches of the run have
+    (nearly) the same size."""
+    avail = _available_memory() if memory is None else memory
     b = int(avail * share / BYTES_PER_OFFERED_KEY)
     b = max(100_000, min(100_000_000, b))
     b = int(float(f"{b:.1g}"))  # one significant digit: 93,752,123 -> 90,000,000
     b = max(1, min(b, total_keys))
     n_batches = -(-total_keys // b)
     return -(-total_keys // n_batches)  # equal batches: no small, costly remainder
+
+
+# On-disk bytes per stored key the plan assumes: raw runs (8 B) with a quarter more for
+# what compaction holds twice while it merges and the runs of the last batch not yet
+# merged; the Bloom file's bytes per key come from its sizing.
+PLAN_RUN_BYTES_PER_KEY = 10
+
+
+@dataclass
+class ResourcePlan:
+    """What ``seenstore bench`` found and needs, decided before it starts."""
+
+    memory_available: int
+    memory_total: int
+    disk_free: int
+    batch: int
+    bloom_bytes: int
+    disk_needed: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_dir: str,
+                   bloom_capacity: int | None, probe_bytes: int) -> ResourcePlan:
+    """Choose the batch size from the memory found (after the Bloom filter's share)
+    and check the free disk of ``work_dir`` against the run's needs: the store's runs
+    (PLAN_RUN_BYTES_PER_KEY per distinct key), the saved Bloom filter and the disk
+    probe file. Raises DiskFullError (exit 6) naming what is needed when the disk is
+    short, StoreIOError when the Bloom filter alone would not leave memory for batches."""
+    from .bloom import size_for
+
+    avail = _available_memory()
+    total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    bloom_bytes = 0
+    if bloom_capacity:
+        n_blocks, _ = size_for(bloom_capacity, 1e-3)
+        bloom_bytes = 64 * n_blocks
+    room = avail - bloom_bytes
+    if batch is None:
+        if room < 4 * 100_000 * BYTES_PER_OFFERED_KEY:
+            raise StoreIOError(
+                f"the Bloom filter for {bloom_capacity:,} keys needs {gib(bloom_bytes)} of the "
+                f"{gib(avail)} of memory available, leaving too little for batches; "
+                "use --no-bloom or a smaller --bloom-capacity")
+        batch = default_batch_size(total_keys, memory=room)
+    need = PLAN_RUN_BYTES_PER_KEY * distinct_keys + bloom_bytes + probe_bytes
+    free = shutil.disk_usage(work_dir).free
+    if free < need:
+        raise DiskFullError(
+            f"{work_dir}: bench --keys {total_keys:,} needs about {gib(need)} of free disk "
+            f"({gib(PLAN_RUN_BYTES_PER_KEY * distinct_keys)} of runs for {distinct_keys:,} "
+            f"distinct keys, {gib(bloom_bytes)} Bloom file, {gib(probe_bytes)} disk probe), "
+            f"only {gib(free)} is free")
+    return ResourcePlan(avail, total_mem, free, batch, bloom_bytes, need)
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
 
 
 def _available_memory() -> int:
@@ -278,7 +338,7 @@ def _floor_sorts(keys: np.ndarray, threads: int) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def warm_up(directory: str) -> float:
+def warm_up(directory: str, run_format: int = 1) -> float:
     """Compile/load every kernel the store runs, on a throwaway store in ``directory``,
     so JIT time stays out of timings; returns the seconds it took.
 
@@ -291,7 +351,8 @@ def warm_up(directory: str) -> float:
     t0 = time.perf_counter()
     sorting.warm_up()
     try:
-        with SeenStore.open(path, create=True, bloom_capacity=2_000_000) as st:
+        with SeenStore.open(path, create=True, bloom_capacity=2_000_000,
+                            run_format=run_format) as st:
             for i, b in enumerate(CrawlStream(4 * REGION_MIN_KEYS, 2 * REGION_MIN_KEYS,
                                               0.5, 0.1, seed=99)):
                 st.add(b.keys) if i % 2 else st.add_new(b.keys)
@@ -309,6 +370,7 @@ def run_bench(
     bloom_capacity: int | None = None,
     answer: str = "new",
     bloom: bool = True,
+    run_format: int = 1,
     threads: int | None = None,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
@@ -333,15 +395,17 @@ def run_bench(
         "dup": stream.dup, "seed": stream.seed, "host_bits": stream.host_bits,
         "n_hosts": stream.n_hosts, "dir": work, "probe_bytes": probe_bytes,
         "bloom_capacity": bloom_capacity if bloom else None, "answer": answer, "bloom": bloom,
+        "run_format": run_format,
         "threads": threads or sorting.default_threads(),
     })
     if answer not in ANSWERS:
         raise InvalidInputError(f"answer must be one of {ANSWERS}, got {answer!r}")
     t_start = time.perf_counter()
-    res.warmup_s = warm_up(work)
+    res.warmup_s = warm_up(work, run_format)
     res.disk.append(disk_bandwidth(work, probe_bytes))
     with SeenStore.open(store_path, create=True, bloom=bloom,
-                        bloom_capacity=bloom_capacity, threads=threads) as store:
+                        bloom_capacity=bloom_capacity, run_format=run_format,
+                        threads=threads) as store:
         for plan in stream.plan():
             t0 = time.perf_counter()
             batch = stream.batch(*plan)

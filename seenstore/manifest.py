@@ -26,7 +26,9 @@ TMP_NAME = "MANIFEST.tmp"
 FORMAT = "seenstore-manifest"
 MAJOR = 2
 MINOR = 0
-OLDEST_MAJOR = 1  # format 1.x (seenstore before tiered runs) is read and upgraded
+OLDEST_MAJOR = 1  # format 1 (seenstore before tiered runs) is read and upgraded
+# 1.1 added "store_id" (a store's random identity; the Bloom file is bound to it);
+# format 2 has it from the start, and upgrading a 1.0 manifest gives it one.
 # Counters of a format 2 manifest (a format 1 one has only batches and new).
 NEW_COUNTERS = {"batches": 0, "new": 0, "bytes_written": 0, "compactions": 0,
                 "bytes_compacted": 0}

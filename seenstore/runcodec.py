@@ -145,7 +145,11 @@ class CompressedRunWriter:
         self.count = 0
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         self._fd = os.open(path, flags, 0o644)
-        self._write_all(b"\0" * HEADER_SIZE)
+        try:
+            self._write_all(b"\0" * HEADER_SIZE)
+        except BaseException:  # the caller never gets a writer to abort: remove it here
+            self.abort()
+            raise
 
     def _write_all(self, data) -> None:
         view = memoryview(data).cast("B")
@@ -356,6 +360,31 @@ class CompressedRunReader:
         if st != K.OK:
             raise CorruptionError(f"{self.name}: block {bad}: {_STATUS[st]}")
         return found
+
+    def last_key(self) -> int:
+        """The run's last key: its last block read, checked and decoded. Requires a
+        non-empty run."""
+        b = self.header.n_blocks - 1
+        a, e = self._block_range(b, b + 1)
+        words = np.array(self._words[a:e], dtype=np.uint64)
+        self._check_sums(words, self._offsets[b:b + 1] - a, e - a, b)
+        buf = np.empty(self.header.block_keys, np.uint64)
+        used, n, nb, st, bad = K.decode_blocks(words, e - a, buf, np.uint64(0), False)
+        if st != K.OK or nb != 1 or not n:
+            raise CorruptionError(f"{self.name}: block {b}: {_STATUS.get(st, 'damaged')}")
+        return int(buf[n - 1])
+
+    @property
+    def keys(self) -> np.ndarray:
+        """Every key, decoded into memory (8 B/key): for tests and small runs; the
+        store's paths use ``chunks`` and ``lookup``."""
+        out = np.empty(self.count, np.uint64)
+        buf = np.empty(max(BUF_KEYS, self.header.block_keys), np.uint64)
+        at = 0
+        for n in self.chunks(buf):
+            out[at:at + n] = buf[:n]
+            at += n
+        return out
 
     def verify(self, chunk_keys: int = BUF_KEYS) -> None:
         """Full check: every block's checksum and decoding, order across blocks, the

@@ -26,7 +26,6 @@ import numpy as np
 
 from . import manifest, wal as walmod
 from .batch import as_keys, prepare
-from . import tiers
 from .bloom import Binding
 from .bloomlayers import LayeredBloom
 from .errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputError,
@@ -35,6 +34,7 @@ from .errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputEr
 from .layout import DEFAULT_LAYOUT, Layout
 from .lock import NAME as LOCK_NAME, WriterLock
 from .dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
+from . import spill, tiers
 from .merge import DEFAULT_CHUNK_KEYS, MergeBuffers
 from .runformat import (HEADER_SIZE, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, aligned_empty,
                         policy_digest, whole_blocks)
@@ -94,9 +94,14 @@ class SeenStore:
     """Open with ``SeenStore.open``. Not for use by two threads at once for writes
     (an internal lock serialises ``add``); ``contains`` may run beside ``add``."""
 
-    def __init__(self, path: str, doc: dict, lock: WriterLock | None, mode: str = "exact"):
+    def __init__(self, path: str, doc: dict, lock: WriterLock | None, mode: str = "exact",
+                 run_format: int = tiers.DEFAULT_RUN_FORMAT):
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
+        if run_format not in tiers.RUN_FORMATS:
+            raise InvalidInputError(f"run_format must be one of {tiers.RUN_FORMATS}, "
+                                    f"got {run_format!r}")
+        self.run_format = run_format  # what new runs (batches, compaction) are written as
         self.path = path
         self.mode = mode
         self.bloom: LayeredBloom | None = None
@@ -136,6 +141,7 @@ class SeenStore:
              shard_bits: int | None = None, wait: float | None = 0.0,
              mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
              bloom_capacity: int | None = None, sync: bool = True,
+             run_format: int = tiers.DEFAULT_RUN_FORMAT,
              threads: int | None = None) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
 
@@ -155,9 +161,12 @@ class SeenStore:
         naming it. Raises StoreNotFoundError, NotAStoreError, LockedError,
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
-        power loss (for tests and throwaway stores). ``threads``: shards sorted at
-        once and threads of a whole-batch sort (default: the cores this process may
-        use); answers never depend on it."""
+        power loss (for tests and throwaway stores). ``run_format``: how this writer
+        writes new runs, 1 raw keys (8 B/key, the default) or 2 compressed; runs of
+        both formats are always read, and compaction rewrites the runs it merges in
+        ``run_format``. ``threads``: shards sorted at once and threads of a
+        whole-batch sort (default: the cores this process may use); answers never
+        depend on it."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
         path = os.path.abspath(path)
@@ -172,7 +181,8 @@ class SeenStore:
             if readonly:
                 raise StoreNotFoundError(f"{path}: no store here to open read-only")
             stray = [n for n in (os.listdir(path) if os.path.isdir(path) else [])
-                     if not (_RUN_RE.match(n) or _TMP_RE.match(n) or n == LOCK_NAME)]
+                     if not (_RUN_RE.match(n) or _TMP_RE.match(n) or n == LOCK_NAME
+                             or spill.SPILL_RE.match(n))]
             if stray:
                 raise NotAStoreError(
                     f"{path}: directory is not empty and holds no store ({stray[0]!r} ...)")
@@ -192,7 +202,7 @@ class SeenStore:
                 cls._create(path, layout or DEFAULT_LAYOUT, policy_id or DEFAULT_POLICY_ID,
                             DEFAULT_SHARD_BITS if shard_bits is None else shard_bits, sync)
             doc = manifest.read(path)
-            store = cls(path, doc, lock, mode)
+            store = cls(path, doc, lock, mode, run_format)
             store.sync = sync
             store.threads = threads or store.threads
             store._check_identity(layout, policy_id, shard_bits)
@@ -228,14 +238,14 @@ class SeenStore:
                     self._doc = doc  # counters may have changed, runs have not
                 return
             try:
-                readers = self._readers_for(doc)
+                runs = self._readers_for(doc, {})
             except SeenStoreError:
                 if (attempt == SNAPSHOT_RETRIES - 1
                         or manifest.read(self.path)["generation"] == doc["generation"]):
                     raise  # the runs of the current generation are damaged
                 continue
             with self._view_lock:
-                self._doc, self._runs = doc, readers
+                self._doc, self._runs = doc, runs
             return
 
     def _snapshot(self) -> tuple[dict, dict]:
@@ -274,7 +284,9 @@ class SeenStore:
 
     def _remove_leftovers(self) -> None:
         """Delete files of an interrupted merge, compaction or upgrade: runs the
-        manifest does not name, temporary manifests and Bloom files."""
+        manifest does not name, temporary manifests and Bloom files, the spill
+        folders of a batch bigger than memory (``add_new_file``)."""
+        spill.remove_leftovers(self.path)
         live = {r["file"] for r in self._doc["runs"]}
         for name in os.listdir(self.path):
             if (_RUN_RE.match(name) and name not in live) or _TMP_RE.match(name):
@@ -292,7 +304,7 @@ class SeenStore:
         for r in doc["runs"]:
             reader = (have or {}).get(r["file"])
             if reader is None:
-                reader = RunReader(os.path.join(self.path, r["file"]))
+                reader = tiers.open_reader(os.path.join(self.path, r["file"]))
             h = reader.header
             if (h.count != r["count"] or f"{h.body_checksum:016x}" != r["checksum"]
                     or h.shard != r["shard"] or h.policy_digest != pd
@@ -302,8 +314,10 @@ class SeenStore:
             runs.setdefault(r["shard"], []).append(reader)
         return runs
 
-    def _all_readers(self) -> list:
-        return [r for shard in sorted(self._runs) for r in self._runs[shard]]
+    def _all_readers(self, runs: dict | None = None) -> list:
+        """Every live run (of ``runs``, default the store's), shard by shard, oldest first."""
+        runs = self._runs if runs is None else runs
+        return [r for shard in sorted(runs) for r in runs[shard]]
 
     def _binding(self) -> Binding:
         """What a Bloom filter of this store's current runs records (docs/bloom.md)."""
@@ -319,9 +333,8 @@ class SeenStore:
             n = reader.count
             if not n:
                 continue
-            m = min(n, max(2, BLOOM_SAMPLE_KEYS * n // total))
-            sample = np.ascontiguousarray(reader.keys[np.linspace(0, n - 1, m).astype(np.int64)])
-            if not bf.query(sample.astype(np.uint64, copy=False)).all():
+            sample = tiers.sample_keys(reader, max(2, BLOOM_SAMPLE_KEYS * n // total))
+            if not bf.query(sample).all():
                 return True
         return False
 
@@ -355,7 +368,8 @@ class SeenStore:
     def _rebuild_bloom(self, capacity: int, fpr: float) -> None:
         bf = LayeredBloom.for_capacity(int(capacity), fpr)
         # Large reads: each insert call sweeps the whole filter region by region.
-        buf = aligned_empty(min(REBUILD_CHUNK_KEYS, whole_blocks(8 * max(1, len(self))) // 8))
+        buf = aligned_empty(max([min(REBUILD_CHUNK_KEYS, whole_blocks(8 * max(1, len(self))) // 8)]
+                                + [tiers.min_buffer_keys(r) for r in self._all_readers()]))
         for reader in self._all_readers():  # every live run
             for n in reader.chunks(buf):
                 bf.add(buf[:n])
@@ -472,6 +486,31 @@ class SeenStore:
         keys = as_keys(keys)
         new = self._admit(keys, progress)
         return new.copy() if 4 * len(new) < len(keys) else new
+
+    def add_new_file(self, path: str, memory: int, new_out: str | None = None) -> dict:
+        """Admit the keys of batch file ``path`` (raw little-endian uint64, any order,
+        repeats allowed, any size the disk holds) using about ``memory`` bytes at most,
+        as one atomic batch (DRUM-style, spill.py): the keys are spilled by shard to
+        bucket files in a ``spill.tmp.<pid>`` folder of the store, then each shard's
+        bucket is sorted slice by slice, checked against that shard's live runs and its
+        new keys written as its one new run; one manifest commit covers all shards.
+        The disk needs about the batch's size for the buckets, plus the new runs.
+
+        ``new_out``: a file path that gets the new keys (raw uint64), sorted within
+        each shard, shards in order (so: sorted ascending); written before the
+        commit in the spill folder and moved there after it. Returns figures:
+        offered, unique, new, slices, bytes_spilled, bytes_read, bytes_written, and
+        seconds by stage. The Bloom filter, when the store keeps one, is fed the new
+        keys (its own memory is not part of ``memory``: open with ``bloom=False``
+        to stay within it; the saved filter is then rebuilt by a later open)."""
+        self._check_writable()
+        with self._mutex:
+            waited = self._join_compactor()
+            figures = spill.admit_file(self, path, memory, _fault, new_out)
+            timings = self._new_timings(figures["offered"])
+            timings.update({k: v for k, v in figures.items() if k in timings or k.endswith("_s")})
+            self._record_compaction(waited)
+            return figures
 
     def _admit(self, keys: np.ndarray, progress) -> np.ndarray:
         """Sort, check, write and commit ``keys``; return the new keys, sorted, each once.
@@ -690,7 +729,7 @@ class SeenStore:
                 self._commit_counters(timings["approx_answered"])
             return []
         pd = policy_digest(self.policy_id)
-        writers: dict[int, RunWriter] = {}
+        writers: dict = {}
         runs = self._runs  # the live runs this batch is checked against
         t0 = time.perf_counter()
         finished = [0]
@@ -716,18 +755,19 @@ class SeenStore:
             try:
                 read = tiers.check_runs(runs.get(shard, []), part, found, bufs.old)
                 header = sparse = None
+                nbytes = 0
                 if not found.all():
-                    w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
-                                  self.layout.host_bits, self.shard_bits, shard, pd,
-                                  buf=bufs.write)
+                    w = tiers.new_writer(os.path.join(self.path, run_name(shard, gen)),
+                                         self.layout.host_bits, self.shard_bits, shard, pd,
+                                         self.run_format, buf=bufs.write)
                     writers[shard] = w
                     w.write(part[~found])  # only the new keys
                     # fsync here, in the shard's thread: the fsyncs of several shards
                     # overlap each other and the checks still running
-                    header, sparse = w.finish(sync=self.sync), w.sparse_index()
+                    header, sparse, nbytes = tiers.finish(w, self.sync)
             finally:
                 self._buffer_pool.append(bufs)  # list.append/pop are atomic
-            return shard, header, sparse, (lo, hi - lo, ~found), sort_s, read
+            return shard, header, sparse, (lo, hi - lo, ~found), sort_s, read, nbytes
 
         sorter, sorted_parts = None, {}
         try:
@@ -744,9 +784,9 @@ class SeenStore:
             t1 = time.perf_counter()
             timings["merge_s"] = t1 - t0
             timings["shard_sort_s"] = sum(d[4] for d in done)
-            added = [(s, h, sp) for s, h, sp, _, _, _ in done if h is not None]
+            added = [(s, h, sp) for s, h, sp, _, _, _, _ in done if h is not None]
             timings["bytes_read"] = sum(d[5] for d in done)
-            timings["bytes_written"] = sum(h.count * 8 + HEADER_SIZE for _, h, _ in added)
+            timings["bytes_written"] = sum(d[6] for d in done)
             segs = [d[3] for d in done]
             n_new = sum(int(mask.sum()) for _, _, mask in segs)
             if added:
@@ -833,7 +873,7 @@ class SeenStore:
         have = {r.name: r for r in self._all_readers()}
         for shard, _, sparse in added:
             name = run_name(shard, gen)
-            have[name] = RunReader(os.path.join(self.path, name), sparse)
+            have[name] = tiers.open_reader(os.path.join(self.path, name), sparse)
         runs = self._readers_for(doc, have)
         with self._view_lock:  # readers on other threads see the old pair or the new one
             self._doc, self._runs = doc, runs
@@ -916,19 +956,18 @@ class SeenStore:
         files = [e["file"] for e in entries]
         readers = [r for r in self._runs.get(shard, []) if r.name in files]
         count = sum(r.count for r in readers)
-        added, w = [], None
+        added, w, written = [], None, 0
         try:
             if count:
-                w = RunWriter(os.path.join(self.path, run_name(shard, gen)),
-                              self.layout.host_bits, self.shard_bits, shard,
-                              policy_digest(self.policy_id))
+                w = tiers.new_writer(os.path.join(self.path, run_name(shard, gen)),
+                                     self.layout.host_bits, self.shard_bits, shard,
+                                     policy_digest(self.policy_id), self.run_format)
                 for chunk in tiers.merged_chunks(readers):
                     w.write(chunk)
                     _fault("compact-write")
-                header = w.finish(sync=self.sync)
+                header, sparse, written = tiers.finish(w, self.sync)
                 _fault("compact-written")
-                added = [(shard, header, w.sparse_index())]
-            written = sum(8 * h.count + HEADER_SIZE for _, h, _ in added)
+                added = [(shard, header, sparse)]
             self._commit(gen, added, files,
                          {"compactions": 1, "bytes_compacted": written}, step="compact-")
             return written
@@ -1027,7 +1066,9 @@ class SeenStore:
             "pending_compaction": self.pending_compaction(doc),
             "policy_id": doc["policy_id"],
             "generation": doc["generation"],
-            "run_format": f"{RUN_MAJOR}.{RUN_MINOR}",
+            # what this writer writes new runs as, and the formats of the live runs
+            "run_format": "2.0" if self.run_format == 2 else f"{RUN_MAJOR}.{RUN_MINOR}",
+            "run_formats": _count_formats(self._all_readers(runs)),
             "manifest_format": f"{doc.get('major', manifest.MAJOR)}.{doc.get('minor', 0)}",
             "upgrade_pending": doc.get("major", manifest.MAJOR) < manifest.MAJOR,
             # batches: every add/merge call of at least one key that committed
@@ -1085,8 +1126,8 @@ class SeenStore:
                     pass
             for reader in readers:
                 if reader.count and sb:
-                    run = reader.keys
-                    lo, hi = int(run[0]) >> (64 - sb), int(run[-1]) >> (64 - sb)
+                    first, last = _first_last(reader)
+                    lo, hi = first >> (64 - sb), last >> (64 - sb)
                     if lo != shard or hi != shard:
                         raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
         segments = 0
@@ -1136,6 +1177,23 @@ def _size(path: str, missing=0):
         return os.path.getsize(path)
     except OSError:
         return missing
+
+
+def _count_formats(readers: list) -> dict:
+    out: dict = {}
+    for r in readers:
+        v = f"{r.header.major}.{r.header.minor}" if tiers.compressed(r) else \
+            f"{RUN_MAJOR}.{RUN_MINOR}"
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _first_last(reader) -> tuple[int, int]:
+    """The first and last key of a non-empty run (of a compressed run: its last
+    block decoded, through its checked lookup path)."""
+    if not tiers.compressed(reader):
+        return int(reader.keys[0]), int(reader.keys[-1])
+    return int(reader._first[0]), int(reader.last_key())
 
 
 def _member(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:

@@ -20,8 +20,74 @@ import numpy as np
 from .dispatch import merge as _kernels  # numpy twins below dispatch.SMALL items
 from .errors import CorruptionError
 from .kernels.status import KWAY_BAD, KWAY_DONE
-from .runformat import ALIGN, HEADER_SIZE, SPARSE_STRIDE, aligned_empty
+from .runformat import ALIGN, HEADER_SIZE, MAGIC, SPARSE_STRIDE, aligned_empty
 from .runreader import RunReader
+from .runwriter import RunWriter
+
+RUN_FORMATS = (1, 2)  # 1: raw keys (runformat.py), 2: compressed (runcodec.py)
+DEFAULT_RUN_FORMAT = 1  # 2 once measured not slower (docs/architecture.md)
+
+
+# -- the two run formats behind one contract (docs/format.md) ---------------------
+def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: bytes,
+               run_format: int, buf: np.ndarray | None = None):
+    """A writer of a new run in ``run_format`` (1 raw, 2 compressed); ``buf``: the
+    raw writer's block buffer (the compressed one keeps its own)."""
+    if run_format == 1:
+        return RunWriter(path, host_bits, shard_bits, shard, pdigest, buf=buf)
+    from .runcodec import CompressedRunWriter  # imports numba: only for compressed runs
+
+    return CompressedRunWriter(path, host_bits, shard_bits, shard, pdigest)
+
+
+def finish(writer, sync: bool):
+    """(header, sparse index or None, file bytes) of a finished writer."""
+    h = writer.finish(sync=sync)
+    if not isinstance(writer, RunWriter):
+        return h, None, h.file_size
+    return h, writer.sparse_index(), HEADER_SIZE + 8 * h.count
+
+
+def open_reader(path: str, sparse: np.ndarray | None = None):
+    """A reader of either format (a raw run given its writer's sparse index). The
+    codec (and numba with it) is imported only when a compressed run is there, so a
+    store of raw runs opens without the JIT (dispatch.py)."""
+    if sparse is None:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(10)
+        except OSError:
+            head = b""  # RunReader reports the missing or unreadable file
+        if head[:8] == MAGIC and head[8:10] == (2).to_bytes(2, "little"):
+            from .runcodec import open_run
+
+            return open_run(path)
+    return RunReader(path, sparse)
+
+
+def compressed(reader) -> bool:
+    return not isinstance(reader, RunReader)
+
+
+def run_bytes(reader) -> int:
+    """Bytes of the run's file (what a sweep reads)."""
+    return reader.header.file_size if compressed(reader) else HEADER_SIZE + 8 * reader.count
+
+
+def min_buffer_keys(reader) -> int:
+    """The smallest buffer ``reader.chunks`` takes (a compressed run: one block)."""
+    return reader.header.block_keys if compressed(reader) else 1
+
+
+def sample_keys(reader, m: int) -> np.ndarray:
+    """Up to ``m`` stored keys spread over the run (first, last and evenly between):
+    of a compressed run the first keys of its blocks (no block decoded)."""
+    keys = reader._first if compressed(reader) else reader.keys
+    n = len(keys)
+    if not n:
+        return np.empty(0, np.uint64)
+    return np.ascontiguousarray(keys[np.linspace(0, n - 1, min(n, m)).astype(np.int64)],
+                                dtype=np.uint64)
 
 kway_step, sparse_member, sweep_step = (_kernels.kway_step, _kernels.sparse_member,
                                         _kernels.sweep_step)
@@ -38,12 +104,15 @@ MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows togeth
 
 def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
     """Set ``found`` where sorted unique ``needles`` are in the run (point lookups):
+    a compressed run decodes only the blocks the needles fall in; a raw run goes
     through its sparse index and one page each when it has one (runs this process
     wrote), else by a binary search in its memory map (log2 N page touches per key,
     the top levels cached) rather than reading the whole run to build the index."""
     if not (reader.count and len(needles)):
         return
-    if reader.has_sparse:
+    if compressed(reader):
+        found |= reader.lookup(needles)
+    elif reader.has_sparse:
         sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
     else:
         keys = reader.keys
@@ -54,13 +123,15 @@ def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
 def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
     """Set ``found`` where sorted unique ``batch`` keys are in the run, reading it once
     sequentially through ``buf`` (checksum and order checked). Returns bytes read."""
+    if len(buf) < min_buffer_keys(reader):
+        buf = aligned_empty(min_buffer_keys(reader))
     j, prev, have = 0, np.uint64(0), False
     for n in reader.chunks(buf):
-        j, prev, have, ok = sweep_step(buf, n, batch, j, found, prev, have)
+        j, prev, have, ok = _kernels.sweep_step(buf, n, batch, j, found, prev, have)
         prev = np.uint64(prev)  # numba hands uint64 back as a Python int
         if not ok:
             raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
-    return HEADER_SIZE + 8 * reader.count
+    return run_bytes(reader)
 
 
 def check_runs(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndarray,
@@ -95,7 +166,8 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
     k = len(readers)
     if k == 0:
         return
-    row = max(ALIGN // 8, (buffer_bytes // 8 // k) // (ALIGN // 8) * (ALIGN // 8))
+    row = max(ALIGN // 8, (buffer_bytes // 8 // k) // (ALIGN // 8) * (ALIGN // 8),
+              max((min_buffer_keys(r) for r in readers), default=0))
     bufs = aligned_empty(k * row).reshape(k, row)
     pos = np.zeros(k, np.int64)
     fill = np.zeros(k, np.int64)
@@ -118,7 +190,7 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
     out = np.empty(out_keys, np.uint64)
     prev, have = np.uint64(0), False
     while True:
-        n, status, prev, have = kway_step(bufs, pos, fill, last, out, prev, have)
+        n, status, prev, have = _kernels.kway_step(bufs, pos, fill, last, out, prev, have)
         prev = np.uint64(prev)
         if n:
             yield out[:n]

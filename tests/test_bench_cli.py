@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -43,6 +44,10 @@ def test_tiny_run_subprocess_exit_code_and_json_fields(tmp_path):
     assert len(r["disk_probe"]) == 2 and all(d["write_bps"] > 0 for d in r["disk_probe"])
     assert r["floor"]["total_s"] > 0 and r["floor"]["ratio_store_to_floor"] > 0
     assert not os.path.exists(tmp_path / "bench-store")  # removed without --keep
+    res = r["resources"]  # what bench found and needed, decided before it started
+    assert res["batch"] == 50_000 and res["disk_free"] > res["disk_needed"] > 8 * r["new"]
+    assert res["memory_available"] > 0 and res["peak_rss"] == r["peak_rss_bytes"]
+    assert res["disk_used"] == r["disk_bytes"]
     # the floor's sort is the faster of the two, both timed in the run
     fl = r["floor"]
     assert fl["sort_s"] == min(fl["sort_numpy_s"], fl["sort_radix_s"]) > 0
@@ -50,6 +55,23 @@ def test_tiny_run_subprocess_exit_code_and_json_fields(tmp_path):
     assert r["sort"]["sort"] in ("radix", "numpy") and r["params"]["threads"] >= 1
     assert r["machine"]["cpu"] and set(r["machine"]["numpy_simd"]) == {"baseline", "found",
                                                                       "not_found"}
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--no-bloom"], "needs about .* of free disk .* only .* is free"),
+    ([], "Bloom filter for .* keys needs .* use --no-bloom"),
+])
+def test_a_run_too_big_for_this_machine_stops_before_it_starts(tmp_path, extra, match):
+    """1e13 keys: more disk (and Bloom memory) than any test machine has: one line, exit 6,
+    nothing written."""
+    p = subprocess.run(
+        [sys.executable, "-m", "seenstore.cli", "bench", "--keys", "1e13", "--quiet",
+         "--dir", str(tmp_path)] + extra, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 6, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("seenstore: error: ")
+    assert re.search(match, lines[0]), lines[0]
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("sort", ["radix", "numpy"])

@@ -146,6 +146,31 @@ def test_sigkill_at_named_commit_steps(world, point, want):
     assert {n for n in os.listdir(target) if n.endswith(".run")} == live
 
 
+# ----------------------------------------- a batch bigger than memory: spill kill points
+# merge --memory 16M: chunks of 419,430 keys (1.2e6 keys: 3 spill writes), slices of
+# 524,288 keys (each of the 4 shards' ~300,000 keys is one slice)
+SPILL_POINTS = [("spill-write@1", "pre"), ("spill-write@3", "pre"), ("spill-sorted@1", "pre"),
+                ("spill-sorted@4", "pre"), ("before-manifest", "pre"), ("after-manifest", "post")]
+
+
+@pytest.mark.parametrize("point,want", SPILL_POINTS)
+def test_sigkill_inside_a_spilled_merge(world, point, want):
+    d, pristine, batch, pre, post = world
+    target = fresh_copy(world, f"spill-{point}")
+    p = spawn(["merge", batch, "--store", target, "--no-create", "--json", "--memory", "16M"],
+              {"SEENSTORE_FAULT": point})
+    p.stdin.write(b"go\n")
+    p.stdin.flush()
+    assert p.wait(60) == -signal.SIGKILL
+    assert any(n.startswith("spill.tmp.") for n in os.listdir(target))  # killed mid-batch
+    assert np.array_equal(stored(target), pre if want == "pre" else post)
+    with SeenStore.open(target) as s:  # a writer's open removes runs and the spill folder
+        live = {r["file"] for r in s._doc["runs"]}
+    left = set(os.listdir(target))
+    assert {n for n in left if n.endswith(".run")} == live
+    assert not any(n.startswith("spill.tmp.") for n in left)
+
+
 # ------------------------------------------------- compaction and upgrade kill points
 
 def run_killable(args, env=None):

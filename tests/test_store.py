@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 from conftest import EDGE_KEYS
 from naive import add_naive
-from seenstore import runwriter
+from seenstore import runcodec, runwriter
 from seenstore.errors import (DiskFullError, InvalidInputError, LockedError, MismatchError,
                               NotAStoreError, StoreNotFoundError, CorruptionError)
 from seenstore.layout import Layout
@@ -124,15 +124,18 @@ def test_leftovers_of_interrupted_merge_removed_on_open(store_dir):
         s.verify()
 
 
-def test_disk_full_mid_merge_leaves_store_unchanged(store_dir, monkeypatch, rng):
+@pytest.mark.parametrize("run_format,writer,method", [
+    (1, runwriter.RunWriter, "write"), (2, runcodec.CompressedRunWriter, "_write_all")])
+def test_disk_full_mid_merge_leaves_store_unchanged(store_dir, monkeypatch, rng, run_format,
+                                                     writer, method):
     keys = rng.integers(0, 2**64, 5000, dtype=np.uint64)
-    with SeenStore.open(store_dir, create=True) as s:
+    with SeenStore.open(store_dir, create=True, run_format=run_format) as s:
         s.add(keys)
         s.chunk_keys = 64
         s._join_retire()  # the replaced empty runs are deleted in the background
         before = sorted(os.listdir(store_dir))
         calls = {"n": 0}
-        real = runwriter.RunWriter.write
+        real = getattr(writer, method)
 
         def failing(self, k):
             calls["n"] += 1
@@ -140,7 +143,7 @@ def test_disk_full_mid_merge_leaves_store_unchanged(store_dir, monkeypatch, rng)
                 raise OSError(errno.ENOSPC, "No space left on device")
             return real(self, k)
 
-        monkeypatch.setattr(runwriter.RunWriter, "write", failing)
+        monkeypatch.setattr(writer, method, failing)
         with pytest.raises(DiskFullError, match="nothing was committed"):
             s.add(rng.integers(0, 2**64, 5000, dtype=np.uint64))
         monkeypatch.undo()

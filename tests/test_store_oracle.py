@@ -25,19 +25,21 @@ batch = st.lists(key, max_size=40)
 
 class StoreOracle(RuleBasedStateMachine):
     @initialize(shard_bits=st.sampled_from([0, 1, 2]), from_v1=st.booleans(),
-                bloom=st.booleans())
-    def open_store(self, shard_bits, from_v1, bloom):
+                bloom=st.booleans(), run_format=st.sampled_from([1, 2]))
+    def open_store(self, shard_bits, from_v1, bloom, run_format):
         self.dir = tempfile.mkdtemp(prefix="oracle-")
         self.path = os.path.join(self.dir, "s")
         self.bloom = bloom
         if from_v1:
             shutil.copytree(os.path.join(FIXTURES, "v1-store"), self.path)
             self.seen = set(V1_KEYS["stored"])
-            self.store = SeenStore.open(self.path, sync=False, bloom=bloom)
+            self.store = SeenStore.open(self.path, sync=False, bloom=bloom,
+                                        run_format=run_format)
         else:
             self.seen = set()
             self.store = SeenStore.open(self.path, create=True, shard_bits=shard_bits,
-                                        sync=False, bloom=bloom, bloom_capacity=64)
+                                        sync=False, bloom=bloom, bloom_capacity=64,
+                                        run_format=run_format)
 
     @rule(keys=batch)
     def add(self, keys):
@@ -68,10 +70,13 @@ class StoreOracle(RuleBasedStateMachine):
         if full:
             assert self.store.stats()["max_runs_per_shard"] <= 1
 
-    @rule(save_bloom=st.booleans())
-    def reopen(self, save_bloom):
+    @rule(save_bloom=st.booleans(), run_format=st.sampled_from([1, 2]))
+    def reopen(self, save_bloom, run_format):
+        """Reopened to write runs in either format: a store of both (compaction
+        rewrites the runs it merges in the new writer's format)."""
         self.store.close(save_bloom=save_bloom)
-        self.store = SeenStore.open(self.path, sync=False, bloom=self.bloom)
+        self.store = SeenStore.open(self.path, sync=False, bloom=self.bloom,
+                                    run_format=run_format)
 
     @rule()
     def upgrade(self):

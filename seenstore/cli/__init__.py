@@ -172,6 +172,31 @@ class Count(click.ParamType):
 
 COUNT = Count()
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class Size(click.ParamType):
+    """A size in bytes: 4G, 64M, 512K, 1.5G or a plain number (binary units; an
+    optional trailing B or iB). Anything else is a usage error (exit 2)."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
+        unit = text[-1:] if text[-1:] in _UNITS and text[-1:] else ""
+        try:
+            n = int(float(text[: len(text) - len(unit)]) * _UNITS[unit])
+        except ValueError:
+            self.fail(f"not a size (like 4G, 64M): {value!r}", param, ctx)
+        if n <= 0:
+            self.fail(f"must be positive, got {value}", param, ctx)
+        return n
+
+
+SIZE = Size()
+
 
 store_option = click.option(
     "--store",

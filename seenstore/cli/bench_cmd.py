@@ -14,7 +14,8 @@ import sys
 import tempfile
 import click
 
-from ..benchrun import ANSWERS, STAGES, BenchResult, default_batch_size, run_bench
+from ..benchrun import (ANSWERS, STAGES, BenchResult, default_batch_size, gib, plan_resources,
+                        run_bench)
 from ..errors import InvalidInputError
 from ..workload import CrawlStream
 from . import COUNT, Count, fail, main, threads_option
@@ -157,6 +158,9 @@ def write_plot(r: dict, path: str) -> None:
               help="What each batch asks the store for: 'new' = the sorted new keys "
                    "(SeenStore.add_new, what the peers return); 'mask' = a mask aligned with "
                    "the offered keys (SeenStore.add; one more pass, shown as 'align').")
+@click.option("--run-format", type=click.Choice(["1", "2"]), default="1", show_default=True,
+              help="Runs written as 2 (compressed, ~5 B/key) or 1 (raw 8 B/key keys), for "
+                   "comparing the two.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON object to FILE.")
@@ -169,7 +173,7 @@ def write_plot(r: dict, path: str) -> None:
                    "1,2,4), beside the plain store; needs the [cluster] extra (docs/cluster.md).")
 @click.option("--ray-address", default=None, help="With --shards: the Ray cluster to join.")
 def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, bloom, answer,
-          as_json, save, plot, quiet, threads, shards, ray_address):
+          run_format, as_json, save, plot, quiet, threads, shards, ray_address):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
     Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
@@ -186,17 +190,20 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
         except ImportError:
             raise InvalidInputError(
                 "--plot needs matplotlib: pip install 'seenstore[bench]'") from None
-    batch = batch or default_batch_size(total)
-    stream = CrawlStream(total, batch, reoffer, dup, seed=seed)
     probe = probe_bytes or min(1 << 30, max(64 << 20, 8 * total))
+    # the stream's distinct keys do not depend on the batch size much: size with one
+    # batch of 1e8 (or all) to plan, then build the stream with the chosen batch
+    distinct = CrawlStream(total, batch or min(total, 100_000_000), reoffer, dup,
+                           seed=seed).expected_total_new
     if bloom_capacity is None:
-        bloom_capacity = stream.expected_total_new
+        bloom_capacity = distinct
     bloom_capacity = bloom_capacity or None
     if shards is not None:
         if answer != "new" or not bloom or plot or keep or probe_bytes:
             raise InvalidInputError("--shards runs add_new with the Bloom filter and no disk "
                                     "probe: drop --answer mask, --no-bloom, --plot, --keep, "
                                     "--probe-bytes")
+        stream = CrawlStream(total, batch or default_batch_size(total), reoffer, dup, seed=seed)
         return _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_json, save)
     own_dir = work_dir is None
     if own_dir:
@@ -206,7 +213,11 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     store_path = os.path.join(work_dir, "bench-store")
     created = not os.path.exists(store_path)
     try:
-        res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom, threads)
+        plan = plan_resources(total, distinct, batch, work_dir,
+                              bloom_capacity if bloom else None, probe)
+        stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
+        res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom,
+                   int(run_format), threads)
     finally:
         if not keep:
             if own_dir:
@@ -215,6 +226,8 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
                 shutil.rmtree(store_path, ignore_errors=True)
     r = res.to_dict()
     r["params"]["kept_store"] = store_path if keep else None
+    r["resources"] = {**plan.to_dict(), "disk_used": r.get("disk_bytes"),
+                      "peak_rss": r.get("peak_rss_bytes")}
     if save:
         with open(save, "w") as f:
             json.dump(r, f)
@@ -223,6 +236,11 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     else:
         _print_batches(r["batches"])
         _print_text(r)
+        res_ = r["resources"]
+        click.echo(f"resources       batch {res_['batch']:,} keys from "
+                   f"{gib(res_['memory_available'])} memory available; disk needed about "
+                   f"{gib(res_['disk_needed'])} of {gib(res_['disk_free'])} free, used "
+                   f"{gib(res_['disk_used'] or 0)}; peak RSS {gib(res_['peak_rss'] or 0)}")
         if keep:
             click.echo(f"store kept at   {store_path}")
     if plot:
@@ -258,10 +276,11 @@ def _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_jso
 
 
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
-         bloom_capacity: int | None, answer: str, bloom: bool, threads: int | None) -> BenchResult:
+         bloom_capacity: int | None, answer: str, bloom: bool, run_format: int,
+         threads: int | None) -> BenchResult:
     if quiet:
         return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity, answer=answer,
-                         bloom=bloom, threads=threads)
+                         bloom=bloom, run_format=run_format, threads=threads)
     with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
                            show_pos=True, item_show_func=lambda s: s) as bar:
 
@@ -270,4 +289,4 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
             bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
         return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer, bloom,
-                         threads)
+                         run_format, threads)

@@ -238,12 +238,16 @@ def host_range(host: str, layout: Layout) -> tuple[int, int]:
 
 def iter_stored_keys(store, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarray]:
     """The store's keys in [lo, hi), ascending, in chunks (views of the runs' maps)."""
+    from ..store import _first_last
+    from ..tiers import compressed, merged_chunks
+
     runs = store._runs  # the live runs by shard (read-only maps); store.py has no iterator yet
     for shard in sorted(runs):
         live = [r for r in runs[shard]
-                if r.count and int(r.keys[-1]) >= lo and int(r.keys[0]) < hi]
-        if len(live) > 1:  # tiered runs: the shard's union in order (k-way merge)
-            from ..tiers import merged_chunks
+                if r.count and _first_last(r)[1] >= lo and _first_last(r)[0] < hi]
+        if len(live) > 1 or (live and compressed(live[0])):
+            # tiered runs: the shard's union in order (k-way merge), which also
+            # decodes compressed runs block by block
             for chunk in merged_chunks(live, out_keys=_KEY_CHUNK):
                 part = chunk[(chunk >= np.uint64(lo)) & (chunk <= np.uint64(hi - 1))]
                 if len(part):

@@ -11,9 +11,9 @@ import time
 import click
 
 from ..batch import read_batch_file
-from ..errors import StoreIOError, StoreNotFoundError
+from ..errors import InvalidInputError, SeenStoreError, StoreIOError, StoreNotFoundError
 from ..store import SeenStore
-from . import COUNT, default_store_dir, json_to_stderr, main, store_option, threads_option
+from . import COUNT, SIZE, default_store_dir, json_to_stderr, main, store_option, threads_option
 from .deliver import Output
 
 wait_option = click.option(
@@ -57,8 +57,8 @@ def _wait(value: float):
 @click.argument("batch", type=click.Path(dir_okay=True, allow_dash=False))
 @store_option
 @click.option("--new-out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the new keys (raw little-endian uint64, input order) to FILE, "
-                   "or '-' for stdout.")
+              help="Write the new keys (raw little-endian uint64, input order; with "
+                   "--memory sorted ascending) to FILE, or '-' for stdout.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--create/--no-create", default=True, show_default=True,
               help="Create the store if it does not exist.")
@@ -71,10 +71,15 @@ def _wait(value: float):
 @click.option("--bloom-capacity", type=COUNT, default=None,
               help="Keys the Bloom filter is sized for when it is (re)built (1e9 style; "
                    "default: the store's, twice its keys and at least 2^20).")
+@click.option("--memory", type=SIZE, default=None,
+              help="Memory budget (4G, 64M): a batch of any size is spilled by shard to "
+                   "bucket files in the store and merged shard by shard within it "
+                   "(exact mode; no Bloom filter in memory). Default: the whole batch "
+                   "in memory.")
 @wait_option
 @threads_option
-def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacity, wait,
-          threads):
+def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacity, memory,
+          wait, threads):
     """Admit the keys of BATCH (raw little-endian uint64 fingerprints, any order,
     repeats allowed) into the store as one atomic batch.
 
@@ -84,6 +89,9 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacit
     """
     if new_out == "-":
         json_to_stderr()
+    if memory is not None:
+        return _merge_spilled(batch, store_dir, new_out, as_json, create, mode, memory, wait,
+                              threads)
     t0 = time.perf_counter()
     keys = read_batch_file(batch)
     t_read = time.perf_counter() - t0
@@ -140,6 +148,62 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacit
                 f"bloom: {result['bloom_negative']:,} certainly new{approx}; "
                 f"{_human_bytes(bloom_stats['bytes'])}, fill {bloom_stats['fill_ratio']:.1%}, "
                 f"expected FPR now {_pct(bloom_stats['expected_fpr'])}", out_err, what)
+
+
+def _merge_spilled(batch, store_dir, new_out, as_json, create, mode, memory, wait, threads):
+    """``merge --memory``: SeenStore.add_new_file, new keys sorted ascending."""
+    if mode != "exact":
+        raise InvalidInputError("--memory merges in exact mode only")
+    t0 = time.perf_counter()
+    with _open(store_dir, create=create, wait=_wait(wait), bloom=False,
+               threads=threads) as store:
+        store.compact_between_batches = False  # compaction's buffers are not budgeted
+        out = Output(new_out, store.path, 8, "keys").open() if new_out is not None else None
+        try:
+            if out is not None:
+                out.check()
+            tmp = os.path.join(store.path, f"spill.tmp.{os.getpid()}.new") if out else None
+            r = store.add_new_file(batch, memory, new_out=tmp)
+        except BaseException:
+            if out is not None:
+                out.abandon()
+            raise
+        total_keys = len(store)
+    if out is not None:  # committed: deliver in pieces, or keep the file as recovery
+        _deliver_file(out, tmp, store.path)
+    result = {"batch": batch, "offered": r["offered"], "unique": r["unique"], "new": r["new"],
+              "already_seen": r["unique"] - r["new"], "store_keys": total_keys,
+              "seconds": round(time.perf_counter() - t0, 6), "mode": mode, "memory": memory,
+              **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()
+                 if k.endswith("_s") or k.startswith("bytes_") or k == "slices"}}
+    what = f"the batch ({r['new']:,} new keys)"
+    if as_json:
+        _echo_after_commit(json.dumps(result), new_out == "-", what)
+    else:
+        _echo_after_commit(
+            f"offered {r['offered']:,}  unique {r['unique']:,}  new {r['new']:,}  "
+            f"already seen {result['already_seen']:,}  (store now {total_keys:,} keys)\n"
+            f"time {result['seconds']:.3f}s: spill {r['spill_s']:.3f}s, merge {r['merge_s']:.3f}s, "
+            f"commit {r['commit_s']:.3f}s; {r['slices']} slices within "
+            f"{_human_bytes(memory)}", new_out == "-", what)
+
+
+def _deliver_file(out, tmp: str, store_dir: str) -> None:
+    """Send the new keys of ``tmp`` to ``out`` 8 MiB at a time, then delete it. If a
+    piece cannot be written, the whole file stays as the store's recovery file
+    (every new key of the batch) and the error names it."""
+    try:
+        with open(tmp, "rb") as f:
+            while piece := f.read(8 << 20):
+                out.send(piece)
+        out.close()
+    except (OSError, SeenStoreError) as e:
+        keep = os.path.join(store_dir, time.strftime("undelivered-%Y%m%dT%H%M%SZ", time.gmtime())
+                            + f"-{os.getpid()}.bin")
+        os.replace(tmp, keep)
+        raise StoreIOError(f"the batch was committed, but its new keys could not be written "
+                           f"({e}); all of them are in {keep}") from None
+    os.unlink(tmp)
 
 
 def _progress_line():

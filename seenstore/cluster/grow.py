@@ -22,8 +22,7 @@ import shutil
 import numpy as np
 
 from .. import manifest
-from ..runreader import RunReader
-from ..tiers import merged_chunks
+from ..tiers import merged_chunks, open_reader
 from .sharded import (ShardedStore, cluster_bits, ensure_ray, read_cluster, shard_dir_name,
                       write_cluster)
 
@@ -41,7 +40,7 @@ def iter_sorted_keys(store, chunk_keys: int = DEFAULT_CHUNK_KEYS):
         if r["count"]:
             by_shard.setdefault(r["shard"], []).append(r)
     for shard in sorted(by_shard):
-        readers = [RunReader(os.path.join(store.path, r["file"])) for r in by_shard[shard]]
+        readers = [open_reader(os.path.join(store.path, r["file"])) for r in by_shard[shard]]
         try:
             yield from merged_chunks(readers, out_keys=chunk_keys)
         finally:

@@ -1,0 +1,293 @@
+"""Batches bigger than memory (DRUM-style): spill by shard, then check shard by shard.
+
+``admit_file`` reads a batch file in chunks and appends each chunk's keys, grouped
+by shard, to one bucket file per shard in ``spill.tmp.<pid>/`` inside the store.
+Each shard's bucket is then loaded slice by slice (a bucket larger than the slice
+budget is first split again by the next key bits into sub-buckets, recursively,
+so a slice is one key range), sorted, deduplicated, checked against the shard's
+live runs, and its new keys are appended to that shard's one new run. One manifest
+commit at the end covers every shard: the batch is atomic (a crash leaves the
+store as before, plus a spill folder and unnamed runs the next open removes).
+
+Memory: the read chunk and its partition copy (a quarter of the budget each), or
+one slice with its masks and 2 MiB-scale I/O buffers; never the whole batch. See
+docs/architecture.md ("Batches bigger than memory").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+
+import numpy as np
+
+from .dispatch import batch as _kernels, merge as _merge_kernels
+from .errors import CorruptionError, InvalidInputError, StoreNotFoundError
+from .runformat import HEADER_SIZE, aligned_empty, policy_digest
+from . import tiers
+
+SPILL_RE = re.compile(r"^spill\.tmp\.\d+(\.new)?$")  # a folder; .new: merge --memory's new keys
+MIN_MEMORY = 16 << 20  # below this the fixed buffers alone would not fit
+SPLIT_BITS = 8  # a too-large bucket splits into at most 2^8 sub-buckets per level
+NEW_NAME = "new.bin"  # the batch's new keys, shard by shard (sorted within each)
+
+
+def spill_dir(store_path: str) -> str:
+    return os.path.join(store_path, f"spill.tmp.{os.getpid()}")
+
+
+def remove_leftovers(store_path: str) -> None:
+    """Delete spill folders an interrupted batch left (called by a writer's open)."""
+    for name in os.listdir(store_path):
+        if SPILL_RE.match(name):
+            p = os.path.join(store_path, name)
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+
+
+class Budget:
+    """How a memory budget (bytes) is spent: read chunk keys, slice keys, I/O keys."""
+
+    def __init__(self, memory: int):
+        if memory < MIN_MEMORY:
+            raise InvalidInputError(
+                f"memory budget {memory} bytes is below the minimum {MIN_MEMORY >> 20} MiB")
+        self.memory = memory
+        self.io_keys = max(1 << 14, min(1 << 20, memory // 64 // 8))  # I/O buffers
+        self.chunk_keys = memory // 5 // 8  # the read chunk; its partition copy as much
+        # a slice: its keys (8 B) and found mask (1 B) per key, a bit over a quarter
+        # of the budget, like the spill phase's two arrays: half of it is slack for
+        # the interpreter's own allocations and the I/O buffers
+        self.slice_keys = max(1, memory // 32)
+
+
+def _read_chunks(path: str, chunk_keys: int):
+    """Yield uint64 arrays of at most ``chunk_keys`` keys read from ``path`` (a
+    regular file or a stream); raises InvalidInputError on a trailing partial key."""
+    try:
+        f = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        raise StoreNotFoundError(f"{path}: no such batch file") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"{path}: is a directory, expected a batch file") from None
+    buf = np.empty(chunk_keys, dtype=np.uint64)
+    raw = memoryview(buf).cast("B")
+    with f:
+        while True:
+            got = 0
+            while got < len(raw):
+                r = f.readinto(raw[got:])
+                if not r:
+                    break
+                got += r
+            if got % 8:
+                raise InvalidInputError(
+                    f"{path}: length is not a multiple of 8 bytes (not a batch of uint64 keys)")
+            if got:
+                yield buf[: got // 8]
+            if got < len(raw):
+                return
+
+
+def _append(path: str, keys: np.ndarray) -> None:
+    with open(path, "ab", buffering=0) as f:
+        f.write(memoryview(np.ascontiguousarray(keys)).cast("B"))
+
+
+def _split(src: str, dest_dir: str, low_bits: int, bits: int, budget: Budget, fault) -> list:
+    """Split the keys of ``src`` by ``bits`` key bits below the top ``low_bits`` ones
+    into ``dest_dir/b<i>.bin``; returns the non-empty sub-bucket paths, lowest keys first."""
+    os.makedirs(dest_dir, exist_ok=True)
+    out = np.empty(budget.chunk_keys, dtype=np.uint64)
+    bounds = np.empty((1 << bits) + 1, dtype=np.int64)
+    paths = {}
+    for chunk in _read_chunks(src, budget.chunk_keys):
+        # partition on the next bits: shift them to the top (in place: the chunk is
+        # the reader's buffer), then put back the prefix every key of the bucket shares
+        prefix = (int(chunk[0]) >> (64 - low_bits)) << (64 - low_bits) if low_bits else 0
+        if low_bits:
+            np.left_shift(chunk, np.uint64(low_bits), out=chunk)
+        _kernels.partition_top_bits(chunk, bits, out, bounds)
+        part = out[: len(chunk)]
+        if low_bits:
+            np.right_shift(part, np.uint64(low_bits), out=part)
+            np.bitwise_or(part, np.uint64(prefix), out=part)
+        for i in np.flatnonzero(np.diff(bounds)):
+            p = os.path.join(dest_dir, f"b{i:04d}.bin")
+            _append(p, part[bounds[i]:bounds[i + 1]])
+            paths[int(i)] = p
+        fault("spill-write")
+    os.unlink(src)
+    return [paths[i] for i in sorted(paths)]
+
+
+def _slices(path: str, low_bits: int, budget: Budget, slab: np.ndarray, fault):
+    """Yield the sorted unique keys of bucket ``path`` (all keys share their top
+    ``low_bits`` bits) one key range at a time, lowest first, each a view of ``slab``
+    (``budget.slice_keys`` keys, reused: no allocation per slice, so the heap does
+    not grow by fragments); a bucket too large is split by the next bits, recursively."""
+    n = os.path.getsize(path) // 8
+    if n <= len(slab) or low_bits >= 64:  # at 64 bits every key is the same one
+        n = min(n, len(slab))
+        with open(path, "rb", buffering=0) as f:
+            got = f.readinto(memoryview(slab[:n]).cast("B"))
+        if got != 8 * n:
+            raise CorruptionError(f"{path}: spill bucket ends early")
+        os.unlink(path)
+        keys = slab[:n]
+        keys.sort()
+        yield keys[: _kernels.unique_inplace(keys)]
+        return
+    bits = min(SPLIT_BITS, 64 - low_bits,
+               max(1, int(np.ceil(np.log2(2 * n / len(slab))))))
+    for sub in _split(path, path + ".d", low_bits, bits, budget, fault):
+        yield from _slices(sub, low_bits + bits, budget, slab, fault)
+
+
+def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
+    """Mark in ``found`` the keys of sorted unique ``batch`` (one key range of a shard)
+    held by any of ``readers``, reading of each run only the part that can hold the
+    range (positional reads into ``buf``, not the memory map: the pages read do not
+    stay in this process). Returns bytes read."""
+    read = 0
+    lo, hi = int(batch[0]), int(batch[-1])
+    for reader in readers:
+        if reader.count == 0:
+            continue
+        if tiers.compressed(reader):  # the blocks the keys fall in, decoded
+            todo = np.flatnonzero(~found)
+            found[todo] |= reader.lookup(batch[todo])
+            continue
+        j, prev, have = 0, np.uint64(0), False
+        raw = memoryview(buf).cast("B")
+        with open(reader.path, "rb", buffering=0) as f:
+            a = _bisect(f.fileno(), reader.count, lo, lambda k, x: k < x)
+            b = _bisect(f.fileno(), reader.count, hi, lambda k, x: k <= x)
+            for off in range(a, b, len(buf)):
+                n = min(len(buf), b - off)
+                if os.preadv(f.fileno(), [raw[: 8 * n]], HEADER_SIZE + 8 * off) != 8 * n:
+                    raise CorruptionError(f"{reader.name}: body ends early")
+                j, prev, have, ok = _merge_kernels.sweep_step(buf, n, batch, j, found, prev, have)
+                prev = np.uint64(prev)
+                if not ok:
+                    raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
+                read += 8 * n
+    return read
+
+
+def _bisect(fd: int, count: int, x: int, before) -> int:
+    """First position in a run file's body whose key ``k`` is not ``before(k, x)``,
+    by positional reads of single keys (not the memory map: each page it faults
+    in would count in this process's resident memory, about 1 MiB per search)."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        k = int.from_bytes(os.pread(fd, 8, HEADER_SIZE + 8 * mid), "little")
+        if before(k, x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def admit_file(store, path: str, memory: int, fault, new_out: str | None = None) -> dict:
+    """The body of ``SeenStore.add_new_file`` (its docstring); ``store``'s mutex held
+    and its compaction joined. ``fault``: the store's crash-test seam."""
+    from .store import COMPACT_CREDIT, run_name
+
+    budget = Budget(int(memory))
+    t0 = time.perf_counter()
+    work = spill_dir(store.path)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    sb = store.shard_bits
+    gen = store.generation + 1
+    pd = policy_digest(store.policy_id)
+    writers: dict = {}
+    figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
+               "bytes_read": 0, "bytes_written": 0}
+    try:
+        # 1. spill: every chunk's keys appended to their shard's bucket
+        out = np.empty(budget.chunk_keys, dtype=np.uint64)
+        bounds = np.empty((1 << sb) + 1, dtype=np.int64)
+        buckets = set()
+        for chunk in _read_chunks(path, budget.chunk_keys):
+            figures["offered"] += len(chunk)
+            _kernels.partition_top_bits(chunk, sb, out, bounds)
+            for s in np.flatnonzero(np.diff(bounds)):
+                _append(os.path.join(work, f"s{s:04d}.bin"), out[bounds[s]:bounds[s + 1]])
+                buckets.add(int(s))
+            fault("spill-write")
+        figures["bytes_spilled"] = 8 * figures["offered"]
+        del out
+        t_spill = time.perf_counter()
+        # 2. shard by shard, slice by slice: sort, check, append the new keys
+        buf = aligned_empty(budget.io_keys)
+        wbuf = aligned_empty(budget.io_keys)
+        slab = np.empty(budget.slice_keys, dtype=np.uint64)
+        found_slab = np.empty(budget.slice_keys, dtype=np.bool_)
+        new_path = os.path.join(work, NEW_NAME) if new_out is not None else None
+        added = []
+        for s in sorted(buckets):
+            bucket = os.path.join(work, f"s{s:04d}.bin")
+            readers = store._runs.get(s, [])
+            whole = os.path.getsize(bucket) // 8 <= budget.slice_keys
+            w = None
+            for keys in _slices(bucket, sb, budget, slab, fault):
+                figures["unique"] += len(keys)
+                figures["slices"] += 1
+                found = found_slab[: len(keys)]
+                found[:] = False
+                if whole:  # the whole shard at once: full sweeps, checksums checked
+                    figures["bytes_read"] += tiers.check_runs(readers, keys, found, buf)
+                else:
+                    figures["bytes_read"] += check_window(readers, keys, found, buf)
+                np.logical_not(found, out=found)
+                k = _kernels.compact_inplace(keys, found)
+                if k:
+                    if w is None:
+                        w = writers[s] = tiers.new_writer(
+                            os.path.join(store.path, run_name(s, gen)),
+                            store.layout.host_bits, sb, s, pd, store.run_format, buf=wbuf)
+                    w.write(keys[:k])
+                    if new_path is not None:
+                        _append(new_path, keys[:k])
+                    if store.bloom is not None:
+                        store.bloom.reserve(k)
+                        store.bloom.add(keys[:k])
+                        store._bloom_dirty = True
+                    figures["new"] += k
+                fault("spill-sorted")
+            if w is not None:
+                h, sparse, nbytes = tiers.finish(w, store.sync)
+                added.append((s, h, sparse))
+                figures["bytes_written"] += nbytes
+        t_check = time.perf_counter()
+        # 3. one commit for every shard
+        if added:
+            store._commit(gen, added, [], {"batches": 1, "new": figures["new"],
+                                           "bytes_written": figures["bytes_written"]})
+            writers.clear()  # committed: the runs are the store's now
+            store._credit_step = COMPACT_CREDIT * figures["bytes_written"]
+            store._credit += store._credit_step
+        elif figures["offered"]:
+            store._commit_counters(0)
+        if new_out is not None:
+            if new_path is None or not os.path.exists(new_path):
+                open(new_out, "wb").close()
+            else:
+                shutil.move(new_path, new_out)
+        figures.update(spill_s=t_spill - t0, merge_s=t_check - t_spill,
+                       commit_s=time.perf_counter() - t_check)
+        return figures
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+

@@ -1,0 +1,153 @@
+"""Batches bigger than memory (seenstore/spill.py, ``add_new_file``, ``merge --memory``)."""
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+from seenstore import spill
+from seenstore.errors import InvalidInputError
+from seenstore.store import SeenStore
+
+EDGE = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
+key = st.one_of(st.sampled_from(EDGE), st.integers(0, 2**64 - 1),
+                st.integers(2**63 - 50, 2**63 + 50))  # dense: many keys in one slice
+
+
+class TinyBudget(spill.Budget):
+    """A budget of a few keys: every shard's bucket splits again, recursively."""
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.io_keys, self.chunk_keys, self.slice_keys = 4, 5, 3
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setattr(spill, "Budget", TinyBudget)
+
+
+def _write(path, keys):
+    np.asarray(keys, dtype=np.uint64).astype("<u8").tofile(path)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(key, max_size=60), min_size=1, max_size=4),
+       shard_bits=st.sampled_from([0, 2]))
+@example(batches=[[2**64 - 1] * 20 + [0] * 9, [2**64 - 1, 5]], shard_bits=0)  # repeats
+def test_spilled_merges_equal_a_python_set(tmp_path_factory, tiny, batches, shard_bits):
+    d = tmp_path_factory.mktemp("spill")
+    seen = set()
+    with SeenStore.open(str(d / "s"), create=True, sync=False, shard_bits=shard_bits,
+                        bloom=False) as s:
+        for i, b in enumerate(batches):
+            if i % 2:  # the in-memory path between spilled batches: they must agree
+                got = set(int(k) for k in s.add_new(np.array(b, dtype=np.uint64)))
+            else:
+                _write(str(d / "b.bin"), b)
+                r = s.add_new_file(str(d / "b.bin"), 1 << 30, new_out=str(d / "new.bin"))
+                new = np.fromfile(str(d / "new.bin"), dtype="<u8")
+                assert np.all(new[1:] > new[:-1])  # sorted ascending, each once
+                got = set(int(k) for k in new)
+                assert r["offered"] == len(b) and r["unique"] == len(set(b))
+                assert r["new"] == len(got)
+            assert got == set(b) - seen
+            seen |= set(b)
+            assert sorted(seen) == sorted(int(k) for r in s._all_readers() for k in r.keys)
+            assert s.contains(np.array(sorted(seen), dtype=np.uint64)).all()
+        s.verify()
+        assert not any(n.startswith("spill.tmp.") for n in os.listdir(s.path))
+    shutil.rmtree(d)
+
+
+def test_a_spilled_batch_feeds_the_bloom_filter(tmp_path, tiny):
+    keys = np.arange(1, 200, dtype=np.uint64) * np.uint64(2**56 + 12345)
+    _write(str(tmp_path / "b.bin"), keys)
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as s:
+        assert s.add_new_file(str(tmp_path / "b.bin"), 1 << 30)["new"] == len(keys)
+        assert s.bloom.query(keys).all()
+        assert not s.add_new(keys).size
+
+
+def test_bad_batch_files_commit_nothing(tmp_path):
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as s:
+        (tmp_path / "odd.bin").write_bytes(b"\0" * 12)
+        with pytest.raises(InvalidInputError, match="multiple of 8"):
+            s.add_new_file(str(tmp_path / "odd.bin"), 1 << 30)
+        with pytest.raises(InvalidInputError, match="below the minimum"):
+            s.add_new_file(str(tmp_path / "odd.bin"), 1 << 20)
+        assert s.generation == 0 and len(s) == 0
+        assert not any(n.startswith("spill.tmp.") for n in os.listdir(s.path))
+
+
+def test_a_leftover_spill_folder_is_removed_by_the_next_open(tmp_path):
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False):
+        pass
+    os.makedirs(tmp_path / "s" / "spill.tmp.999" / "s0001.bin.d")
+    (tmp_path / "s" / "spill.tmp.999.new").write_bytes(b"x" * 8)
+    with SeenStore.open(str(tmp_path / "s"), sync=False) as s:
+        assert not any(n.startswith("spill.tmp.") for n in os.listdir(s.path))
+
+
+# ------------------------------------------------------------ peak memory, as a process
+# The CLI process's own baseline (interpreter, numpy, numba and the kernels the spill
+# path loads) is measured in a process doing everything but the batch, and subtracted:
+# measured here 160-165 MiB. The merge's own peak was 55 MiB over it for --memory 64M.
+BASELINE = textwrap.dedent("""
+    import numpy as np
+    import seenstore.cli, seenstore.store, seenstore.spill
+    from seenstore.kernels import batch as kb, merge as km
+    from seenstore.runformat import aligned_empty
+    k = np.arange(10, dtype=np.uint64)
+    out, b = np.empty(10, dtype=np.uint64), np.empty(17, dtype=np.int64)
+    kb.partition_top_bits(k, 4, out, b)
+    kb.unique_inplace(k.copy()), kb.compact_inplace(k.copy(), np.ones(10, dtype=np.bool_))
+    km.sweep_step(aligned_empty(10), 0, k, 0, np.zeros(10, dtype=np.bool_), np.uint64(0), False)
+""")
+MEASURE = textwrap.dedent("""
+    import resource, subprocess, sys
+    r = subprocess.run(sys.argv[1:], capture_output=True)
+    sys.stderr.write(r.stderr.decode())
+    print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+""")
+
+
+def _peak_rss(*args) -> tuple[int, int]:
+    """(exit code, peak RSS in bytes) of a command run in a fresh measuring process."""
+    p = subprocess.run([sys.executable, "-c", MEASURE, *args], capture_output=True, text=True)
+    code, rss = p.stdout.split()
+    assert code == "0", p.stderr
+    return int(code), int(rss)
+
+
+def test_merge_of_a_batch_4x_its_memory_stays_within_the_budget(tmp_path):
+    memory = 64 << 20
+    rng = np.random.default_rng(11)
+    old = rng.integers(0, 2**64, 2_000_000, dtype=np.uint64)
+    batch = np.concatenate([old[:1_000_000],
+                            rng.integers(0, 2**64, 4 * memory // 8 - 1_000_000, dtype=np.uint64)])
+    path, store = str(tmp_path / "big.bin"), str(tmp_path / "s")
+    batch.astype("<u8").tofile(path)
+    assert os.path.getsize(path) == 4 * memory
+    with SeenStore.open(store, create=True, sync=False, bloom=False) as s:
+        s.add_new(old)
+    want_new = np.setdiff1d(batch, old)
+    want_store = np.union1d(old, batch)
+    del batch, old
+    _, base = _peak_rss(sys.executable, "-c", BASELINE)
+    _, peak = _peak_rss(sys.executable, "-m", "seenstore.cli", "merge", path, "--store", store,
+                        "--memory", "64M", "--new-out", str(tmp_path / "new.bin"))
+    assert peak - base < memory, (peak >> 20, base >> 20)
+    new = np.fromfile(str(tmp_path / "new.bin"), dtype="<u8")
+    assert np.array_equal(new, want_new)
+    with SeenStore.open(store, readonly=True) as s:
+        got = np.sort(np.concatenate([r.keys for r in s._all_readers()]))
+        s.verify()
+    assert np.array_equal(got, want_store)
