@@ -211,6 +211,10 @@ class CompressedRunWriter:
                              xxhash.xxh3_64_intdigest(index_bytes))
         close_with_header(self._fd, header.pack(), sync)
         self._fd = -1
+        # a finished writer may be kept until its batch commits (spill.py keeps one
+        # per shard for abort): its buffers go now, not then
+        self._pend = self._words = None
+        self._first, self._offsets = [], []
         return header
 
     def abort(self) -> None:
