@@ -24,7 +24,7 @@ import xxhash
 from .errors import CorruptionError, InvalidInputError, NotSupportedError, StoreIOError
 from .kernels import codec as K
 from .kernels.merge import is_strictly_increasing
-from .runformat import HASH_XXH3_64, HEADER_SIZE, MAGIC
+from .runformat import HASH_XXH3_64, HEADER_SIZE, MAGIC, RunIdentity
 from .runreader import RunReader
 from .runwriter import close_with_header, remove_partial
 
@@ -47,13 +47,7 @@ _STATUS = {K.BAD_SIZE: "impossible block size", K.BAD_ORDER: "keys out of order"
 
 
 @dataclass(frozen=True)
-class CodecHeader:
-    count: int
-    host_bits: int
-    shard_bits: int
-    shard: int
-    policy_digest: bytes
-    body_checksum: int
+class CodecHeader(RunIdentity):
     block_keys: int
     n_blocks: int
     index_offset: int
