@@ -282,10 +282,12 @@ def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None) -> int:
 
 
 def _scratch(n: int) -> np.ndarray:
-    """A scratch array of ``n`` keys for the radix sort: up to ``SCRATCH_KEYS`` keys,
-    one kept per thread and reused (the store sorts shard after shard: a fresh array
-    each time cost its page faults, ~1 ns/key here); larger ones are allocated."""
-    if n > SCRATCH_KEYS:
+    """A scratch array of ``n`` keys for the radix sort. On the threads of
+    ``sort_shards`` (which live for one batch) up to ``SCRATCH_KEYS`` keys, one kept
+    per thread and reused: the store sorts shard after shard, and a fresh array each
+    time cost its page faults (~1 ns/key here). Elsewhere, and above that size, a
+    new one: nothing stays allocated after the sort."""
+    if n > SCRATCH_KEYS or not getattr(_local, "reuse", False):
         return np.empty(n, np.uint64)
     buf = getattr(_local, "buf", None)
     if buf is None or len(buf) < n:
@@ -350,6 +352,7 @@ def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int):
     shard's wall time counted the others' turns too (issue 13: 62.9 "ns/key" of
     shard sort at 1e8 keys, ~3x the sort's own cost)."""
     def one(shard: int):
+        _local.reuse = True  # this thread's scratch goes with the executor
         lo, hi = int(bounds[shard]), int(bounds[shard + 1])
         t = time.thread_time()
         m = sort_unique_keys(keys[lo:hi])

@@ -194,14 +194,23 @@ def test_sizes_around_every_threshold(shape):
         assert np.array_equal(got[:m], np.unique(a))
 
 
-def test_scratch_is_reused_per_thread_up_to_its_limit():
-    """The store sorts shard after shard: the radix sort's scratch array is kept per
-    thread (fresh pages cost their faults), except above SCRATCH_KEYS."""
-    a = sorting._scratch(100_000)
-    b = sorting._scratch(50_000)
-    assert b.base is a.base or np.shares_memory(a, b)
-    big = sorting._scratch(sorting.SCRATCH_KEYS + 1)
-    assert not np.shares_memory(a, big)
+def test_scratch_is_reused_on_shard_threads_only():
+    """The store sorts shard after shard: on sort_shards' threads the radix sort's
+    scratch array is kept and reused (fresh pages cost their faults), except above
+    SCRATCH_KEYS; any other caller gets a new one (nothing stays allocated)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    assert not np.shares_memory(sorting._scratch(1000), sorting._scratch(1000))
+
+    def on_shard_thread():
+        sorting._local.reuse = True
+        a = sorting._scratch(100_000)
+        b = sorting._scratch(50_000)
+        big = sorting._scratch(sorting.SCRATCH_KEYS + 1)
+        return np.shares_memory(a, b), np.shares_memory(a, big)
+
+    with ThreadPoolExecutor(1) as ex:
+        assert ex.submit(on_shard_thread).result() == (True, False)
 
 
 def test_sort_shards_reports_the_sorting_threads_cpu_time(monkeypatch, rng):
