@@ -151,3 +151,23 @@ def test_bench_shards_refuses_bad_options_without_ray(tmp_path):
         out = CliRunner().invoke(main, ["bench", "--keys", "1e3", "--dir", str(tmp_path)]
                                  + extra)
         assert out.exit_code == 3 and out.output.startswith("seenstore: error:"), out.output
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_client_partition_on_threads_equals_one_thread(monkeypatch, threads, rng):
+    """The client's partition on several threads (slices counted, then scattered) is
+    the single-threaded kernel's, byte for byte: a retried batch gets the same parts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seenstore.cluster import sharded
+    from seenstore.kernels.batch import partition_top_bits
+
+    monkeypatch.setattr(sharded, "PARALLEL_MIN_KEYS", 7)
+    keys = rng.integers(0, 2**64, 1000, dtype=np.uint64)
+    keys[::50] = [0, 2**63, 2**64 - 1] * 6 + [5, 6]
+    with ThreadPoolExecutor(threads) as pool:
+        for bits in (1, 3, 8):
+            out, bounds = sharded.partition(keys, bits, pool, threads)
+            want, wb = np.empty_like(keys), np.empty((1 << bits) + 1, np.int64)
+            partition_top_bits(keys, bits, want, wb)
+            assert np.array_equal(out, want) and np.array_equal(bounds, wb)
