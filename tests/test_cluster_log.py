@@ -4,6 +4,7 @@ written) and starting another on the same directory. Exactly-once: a retried bat
 id gets its first answer in every case."""
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -171,3 +172,38 @@ def test_client_partition_on_threads_equals_one_thread(monkeypatch, threads, rng
             want, wb = np.empty_like(keys), np.empty((1 << bits) + 1, np.int64)
             partition_top_bits(keys, bits, want, wb)
             assert np.array_equal(out, want) and np.array_equal(bounds, wb)
+
+
+def test_snapshot_retaken_when_a_compaction_commits_meanwhile(tmp_path, rng, monkeypatch):
+    """A background compaction may commit while a batch's snapshot is being linked and
+    retire the runs it merged: the snapshot is then taken again from the new MANIFEST,
+    so the committed batch's answer is still recomputed exactly (it linked whatever
+    the directory listed, skipping runs gone: an unreadable snapshot)."""
+    from seenstore.batch import prepare
+
+    a = shard(tmp_path)
+    for i in range(5):
+        a.admit(f"b{i}", batch(rng))
+        a.ack([f"b{i}"])
+    st, real_link, fired = a.store, os.link, []
+
+    def link(src, dst):
+        if not fired and src.endswith(".run"):
+            fired.append(src)
+            st.compact(full=True)  # commits, then unlinks the merged runs on a thread
+            for _ in range(500):
+                if not os.path.exists(src):
+                    break
+                time.sleep(0.01)
+        return real_link(src, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    k = batch(rng)
+    e = a.log.begin("x", digest(k), st)
+    monkeypatch.setattr(os, "link", real_link)
+    assert fired and not os.path.exists(fired[0])  # the compaction did retire a run
+    new = st.add_new(k)
+    a.log.resolve(e, st)
+    assert e.state == "committed"
+    assert np.array_equal(a.log.recompute(e, prepare(k)), new)
+    a.close()
