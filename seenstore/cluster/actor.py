@@ -119,13 +119,18 @@ class ShardActor:
                 "policy_id": st.policy_id, "generation": st.generation}
 
     # --------------------------------------------------------------- batches
-    def admit(self, batch_id: str, keys: np.ndarray, sorted_unique: bool = False) -> np.ndarray:
+    def admit(self, batch_id: str, keys: np.ndarray, sorted_unique: bool = False,
+              acked: list = ()) -> np.ndarray:
         """Admit ``keys`` (this shard's part of batch ``batch_id``); return the keys new
         to the store, sorted, each once. A retried ``batch_id`` gets the answer of its
-        first run (until ``ack``). ``sorted_unique``: keys are sorted and unique."""
+        first run (until acknowledged). ``sorted_unique``: keys are sorted and unique.
+        ``acked``: earlier batch ids whose answers the client has read (as ``ack``),
+        dropped first, so their entries need not be resolved by this batch."""
         with self._lock:
             st = self._need()
             log = self.log
+            if acked:
+                log.forget(acked)
             dg = digest(keys)
             e = log.find(batch_id)
             if e is not None:
@@ -200,9 +205,12 @@ class ShardActor:
             v["shard_index"] = self.index
             return v
 
-    def close(self, save_bloom: bool = True) -> None:
+    def close(self, save_bloom: bool = True, acked: list = ()) -> None:
+        """Close the store; ``acked``: batch ids to drop first (as ``ack``)."""
         with self._lock:
             if self.log is not None:
+                if acked:
+                    self.log.forget(acked)
                 self.log.close()
             if self.store is not None:
                 self.store.close(save_bloom=save_bloom)

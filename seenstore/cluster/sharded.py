@@ -159,6 +159,7 @@ class ShardedStore:
         self.retries = options.pop("retries")
         self._owner = True  # this client started the actors (and may start them anew)
         self.last_timings: dict = {}
+        self._unacked: dict[int, list] = {}  # shard -> batch ids read, not yet told
         self.counters = {"batches": 0, "retries": 0, "revived": 0,
                          "object_store_bytes_in": 0, "object_store_bytes_out": 0}
 
@@ -365,11 +366,15 @@ class ShardedStore:
         jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
         refs = self._put({i: part[bounds[i]:bounds[i + 1]] for i in jobs})
         t2 = time.perf_counter()
+        acked = {i: self._unacked.pop(i, []) for i in jobs}
         answers = self._call(jobs, lambda i: self.actors[i].admit.remote(
-            bid, refs[i], sorted_unique))
+            bid, refs[i], sorted_unique, acked[i]))
         t3 = time.perf_counter()
-        for i in jobs:  # read: the shard may drop the batch's entry (not waited for)
-            self.actors[i].ack.remote([bid])
+        for i in jobs:  # read: the shard may drop the batch's entry
+            if self._owner:  # told with this client's next call to the shard
+                self._unacked[i] = [bid]
+            else:  # a copy in a Ray task has no next call: now (not waited for)
+                self.actors[i].ack.remote([bid])
         n_out = sum(a.nbytes for a in answers.values())
         self.counters["batches"] += 1
         self.counters["object_store_bytes_in"] += 8 * len(keys)
@@ -481,8 +486,9 @@ class ShardedStore:
         if not self.actors or not self._owner:
             return
         try:
-            self._call(range(len(self.actors)),
-                       lambda i: self.actors[i].close.remote(save_bloom))
+            self._call(range(len(self.actors)), lambda i: self.actors[i].close.remote(
+                save_bloom, self._unacked.get(i, [])))
+            self._unacked = {}
         finally:
             self._kill_all()
 
