@@ -35,6 +35,7 @@ CLUSTER_FORMAT = "seenstore-cluster"
 MAX_CLUSTER_BITS = 8
 DEFAULT_RESTARTS = 4
 DEFAULT_RETRIES = 8
+PARTITION_BITS = 4  # the client groups a batch by at least this many top bits
 PARALLEL_MIN_KEYS = 1 << 20  # keys per thread below which one thread partitions
 
 
@@ -348,7 +349,11 @@ class ShardedStore:
         if sorted_unique:
             starts = np.arange(1 << b, dtype=np.uint64) << np.uint64(64 - b)
             return keys, np.append(np.searchsorted(keys, starts), len(keys)).astype(np.int64)
-        return partition(keys, b, self._pool, self.threads)
+        # grouped by at least 4 top bits: as fast as by 1 (whose scatter is a chain of
+        # stores to 2 slots), and each shard's part arrives grouped by its store's runs
+        fine = max(b, PARTITION_BITS)
+        part, bounds = partition(keys, fine, self._pool, self.threads)
+        return part, bounds[::1 << (fine - b)]
 
     def _put(self, parts: dict) -> dict:
         """Each part into Ray's object store (a copy each), on the client's threads."""
