@@ -207,3 +207,22 @@ def test_snapshot_retaken_when_a_compaction_commits_meanwhile(tmp_path, rng, mon
     assert e.state == "committed"
     assert np.array_equal(a.log.recompute(e, prepare(k)), new)
     a.close()
+
+
+def test_shard_threads_share_each_nodes_cpus():
+    """Default sort threads of a shard's store: its node's CPUs over the shards on it
+    (recorded nodes), else the shards spread evenly; the smallest share, at least 1."""
+    from types import SimpleNamespace
+
+    from seenstore.cluster.sharded import _threads_per_shard
+
+    nodes = [{"Alive": True, "NodeManagerAddress": "a", "Resources": {"CPU": 2}},
+             {"Alive": True, "NodeManagerAddress": "b", "Resources": {"CPU": 8}},
+             {"Alive": False, "NodeManagerAddress": "c", "Resources": {"CPU": 64}}]
+    fake = SimpleNamespace(nodes=lambda: nodes)
+    at = [{"node_ip": ip} for ip in "aabb"]
+    assert _threads_per_shard(fake, at) == 1  # 2 CPUs over 2 shards on node a
+    assert _threads_per_shard(fake, at[1:3]) == 2
+    assert _threads_per_shard(fake, [{"node_ip": None}] * 2) == 2  # one per live node
+    assert _threads_per_shard(fake, [{"node_ip": None}] * 8) == 1
+    assert _threads_per_shard(fake, [{"node_ip": "c"}]) == 2  # dead node: spread

@@ -15,10 +15,12 @@ import os
 import shutil
 import time
 
+import numpy as np
+
 from ..benchrun import _check, warm_up
 from ..store import SeenStore
 from ..workload import CrawlStream
-from .sharded import ShardedStore, cluster_bits, ensure_ray
+from .sharded import PARALLEL_MIN_KEYS, ShardedStore, cluster_bits, ensure_ray, partition
 
 
 def _drive(store, stream: CrawlStream, per_batch=None) -> dict:
@@ -71,8 +73,12 @@ def run_cluster_bench(stream: CrawlStream, work_dir: str, shard_counts: list[int
         try:
             with ShardedStore.open(root, shards=n, create=True,
                                    bloom_capacity=bloom_capacity) as st:
-                # each actor's process loads its kernels first, as this one did
+                # each actor's process loads its kernels first, as this one did, and
+                # this one the client's partition kernels (a first call loads them)
                 st._call(range(n), lambda i: st.actors[i].warm_up.remote())
+                if n > 1:
+                    partition(np.arange(2 * PARALLEL_MIN_KEYS, dtype=np.uint64), st.shard_bits,
+                              st._pool, st.threads)
                 shard_rows = [{"offered": 0} for _ in range(n)]
                 busy0 = [(s["admit_s"], s["timings"]["log_s"]) for s in st.shard_stats()]
 

@@ -72,9 +72,9 @@ def ensure_ray(address: str | None):
     except ImportError:
         raise InvalidInputError("the cluster needs Ray: pip install 'seenstore[cluster]'") from None
     if not ray.is_initialized():
-        # No address: a new local instance asked for the loopback address (Ray 2.60
-        # resolves 127.0.0.1 to this machine's own interface address, so the traffic
-        # stays on this machine either way); an address joins that cluster.
+        # No address: a new local instance, asked for the loopback address (Ray 2.60
+        # resolves 127.0.0.1 to this machine's own interface address and listens on
+        # every interface all the same: docs/cluster.md); an address joins that cluster.
         local = {"address": "local", "_node_ip_address": "127.0.0.1"} if address is None else {}
         ray.init(**({"address": address} | local), include_dashboard=False,
                  logging_level="WARNING", log_to_driver=False)
