@@ -19,6 +19,8 @@ import time
 import numpy as np
 import xxhash
 
+from .sorting import sorted_unique
+
 from .errors import (
     CorruptionError,
     DiskFullError,
@@ -382,6 +384,8 @@ class PendingKeys:
         if changed or current.keys() != self._seen.keys():
             self._seen = current
             parts = [k for _, k in current.values()]
-            self._keys = (np.unique(np.concatenate(parts)) if parts
+            # sort + drop repeats, not np.unique: numpy 2.4's np.unique of uint64
+            # hashes and then sorts, ~1.4 us/key on the AMD hosts (np.sort ~20 ns)
+            self._keys = (sorted_unique(np.concatenate(parts)) if parts
                           else np.empty(0, dtype=np.uint64))
         return self._keys

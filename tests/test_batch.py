@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import EDGE_KEYS
-from naive import add_naive
+from naive import add_naive, uniq
 from seenstore.batch import as_keys, prepare, read_batch_file
 from seenstore.errors import InvalidInputError
 from seenstore.kernels.batch import mark_first_new, mark_members
@@ -18,10 +18,10 @@ key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.intege
 def test_mask_matches_oracle(keys, seen):
     arr = as_keys(keys)
     want = add_naive(set(seen), keys)
-    uniq = prepare(arr)
-    assert uniq.tolist() == sorted(set(keys))
-    is_new = np.array([int(k) not in seen for k in uniq], dtype=bool)
-    new = uniq[is_new]
+    distinct = prepare(arr)
+    assert distinct.tolist() == sorted(set(keys))
+    is_new = np.array([int(k) not in seen for k in distinct], dtype=bool)
+    new = distinct[is_new]
     assert mark_first_new(arr, new).tolist() == want.tolist()
     for part_bits in (0, 1, 3, 6):  # the partitioned join, forced on small inputs
         assert mark_first_new(arr, new, part_bits).tolist() == want.tolist()
@@ -40,7 +40,7 @@ def test_mark_members_marks_every_occurrence(keys, members):
 def test_partitioned_join_at_scale_equals_unpartitioned(rng):
     keys = rng.integers(0, 2**64, 600_000, dtype=np.uint64)
     keys[:100_000] = keys[300_000:400_000]  # repeats: first occurrence must win
-    new = np.unique(keys)[:300_000]  # above the 2^18 partitioning threshold
+    new = uniq(keys)[:300_000]  # above the 2^18 partitioning threshold
     auto = mark_first_new(keys, new)
     assert np.array_equal(auto, mark_first_new(keys, new, 0))
     assert auto.sum() == len(new)

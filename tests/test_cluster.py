@@ -23,6 +23,7 @@ from seenstore.cluster import ShardedStore, dedup, dedup_stage, split
 from seenstore.cluster.sharded import read_cluster
 from seenstore.errors import InvalidInputError, MismatchError
 from seenstore.store import SeenStore
+from naive import uniq
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +82,7 @@ def test_same_answers_as_one_store(twins, ops):
 
 def test_sorted_and_bloom_calls_match(twins):
     rng = np.random.default_rng(3)
-    k = np.unique(spread_keys(rng, 3000))
+    k = uniq(spread_keys(rng, 3000))
     want = twins.plain.add_sorted(k.copy())
     for s in twins.sharded:
         assert np.array_equal(s.add_sorted(k), want)
@@ -97,7 +98,7 @@ def test_batch_id_retry_returns_first_answer(twins):
     shard = twins.sharded[0].actors[0]
     first = ray.get(shard.admit.remote("b-1", k))
     again = ray.get(shard.admit.remote("b-1", k))  # a fresh batch would find none new
-    assert len(first) == len(np.unique(k)) and np.array_equal(first, again)
+    assert len(first) == len(uniq(k)) and np.array_equal(first, again)
     with pytest.raises(InvalidInputError, match="other keys"):
         try:
             ray.get(shard.admit.remote("b-1", k[:10]))

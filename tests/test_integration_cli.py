@@ -20,6 +20,7 @@ from seenstore.fingerprint import fingerprint_many  # noqa: E402
 from seenstore.integrations.arrow import admit_arrow, buffer_from_arrow  # noqa: E402
 from seenstore.layout import DEFAULT_LAYOUT  # noqa: E402
 from seenstore.store import SeenStore  # noqa: E402
+from naive import uniq
 
 URLS = ["http://A.test/x", "http://a.test:80/x#f", "http://b.test/%7euser", "ftp://c.test/",
         "rel/page", "http://b.test/~user", None, "https://c.test/q?b=1&a=2"]
@@ -192,7 +193,7 @@ def test_dump_run_reads_compressed_runs(tmp_path):
     block is refused (exit 4) under --verify."""
     from seenstore.store import SeenStore
 
-    keys = np.unique(np.random.default_rng(5).integers(0, 2**64, 20_000, dtype=np.uint64))
+    keys = uniq(np.random.default_rng(5).integers(0, 2**64, 20_000, dtype=np.uint64))
     s = str(tmp_path / "s")
     with SeenStore.open(s, create=True, sync=False, bloom=False, run_format=2,
                         shard_bits=0) as st:

@@ -14,6 +14,7 @@ from seenstore.runcodec import CompressedRunReader, CompressedRunWriter, open_ru
 from seenstore.runformat import HEADER_SIZE, MAGIC, policy_digest
 from seenstore.runreader import RunReader
 from seenstore.runwriter import RunWriter
+from naive import uniq
 
 TOP = 2**64 - 1
 
@@ -39,7 +40,7 @@ def spread_keys(n, density_n, seed=1):
     """n sorted unique keys with the gaps of density_n uniform keys in 2^64."""
     rng = np.random.default_rng(seed)
     span = int(n * 2.0**64 / density_n)
-    return np.unique(rng.integers(0, span, int(n * 1.01), dtype=np.uint64))[:n]
+    return uniq(rng.integers(0, span, int(n * 1.01), dtype=np.uint64))[:n]
 
 
 key_sets = st.sets(st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, TOP),

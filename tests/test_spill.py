@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from seenstore import spill, tiers
 from seenstore.errors import InvalidInputError
 from seenstore.store import SeenStore
+from naive import setdiff, union
 
 EDGE = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
 key = st.one_of(st.sampled_from(EDGE), st.integers(0, 2**64 - 1),
@@ -139,7 +140,7 @@ def _store_and_batch_4x(tmp_path, memory: int, seed: int, **open_kw):
     assert os.path.getsize(path) == 4 * memory
     with SeenStore.open(store, create=True, sync=False, bloom=False, **open_kw) as s:
         s.add_new(old)
-    return path, store, np.setdiff1d(batch, old), np.union1d(old, batch)
+    return path, store, setdiff(batch, old), union(old, batch)
 
 
 def test_merge_of_a_batch_4x_its_memory_stays_within_the_budget(tmp_path):

@@ -13,6 +13,7 @@ from seenstore import wal
 from seenstore.normalise import normalise
 from seenstore.stage import DedupStage
 from seenstore.store import SeenStore
+from naive import uniq
 
 TASKS = 100
 URLS = [f"http://h{i % 13}.test/page/{i}?q={i % 5}" for i in range(300)]
@@ -81,4 +82,4 @@ def test_harness_catches_an_await_between_check_and_claim(tmp_path):
         store.close()
     keys = [k for k, _ in handed]
     assert len(set(keys)) == len(URLS) and len(keys) > 2 * len(URLS)
-    assert np.unique(keys).size < len(keys)
+    assert uniq(keys).size < len(keys)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from conftest import EDGE_KEYS
-from naive import add_naive
+from naive import add_naive, uniq
 from seenstore import runcodec, runwriter
 from seenstore.errors import (DiskFullError, InvalidInputError, LockedError, MismatchError,
                               NotAStoreError, StoreNotFoundError, CorruptionError)
@@ -43,8 +43,8 @@ def test_add_matches_set_oracle(tmp_path_factory, seq, shard_bits, reopen, calls
             elif call == "add_new":
                 assert store.add_new(keys).tolist() == sorted(set(batch) - before)
             else:
-                uniq = np.unique(keys)
-                assert uniq[store.add_sorted(uniq)].tolist() == sorted(set(batch) - before)
+                distinct = uniq(keys)
+                assert distinct[store.add_sorted(distinct)].tolist() == sorted(set(batch) - before)
             assert store.contains(keys).all()  # the Bloom filter holds them too
             if i < len(reopen) and reopen[i]:
                 store.close()
@@ -411,7 +411,7 @@ def test_one_and_two_threads_give_identical_answers_and_runs(tmp_path, rng, monk
         (a1, k1), (a2, k2) = got[1, mode], got[2, mode]
         assert all(np.array_equal(x, y) for x, y in zip(a1, a2))
         assert np.array_equal(k1, k2)
-        assert np.array_equal(k1, np.unique(np.concatenate(batches)))
+        assert np.array_equal(k1, uniq(np.concatenate(batches)))
 
 
 def test_threads_must_be_positive(store_dir):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import EDGE_KEYS
-from naive import kway_naive, sweep_naive
+from naive import kway_naive, setdiff, sweep_naive, union, uniq
 from seenstore import manifest, tiers
 from seenstore.errors import CorruptionError, NotSupportedError
 from seenstore.kernels.merge import (KWAY_BAD, KWAY_DONE, KWAY_FULL, kway_step, sparse_member,
@@ -133,7 +133,7 @@ def test_batch_writes_only_its_new_keys(tmp_path, rng):
         assert s.stats()["runs"] == 8 and s.stats()["max_runs_per_shard"] == 2
         small = s.add_new(keys[:10])  # few keys: point lookups, nothing swept
         assert len(small) == 0 and s.last_timings["bytes_read"] == 0
-        assert np.array_equal(_stored(s), np.union1d(keys, fresh))
+        assert np.array_equal(_stored(s), union(keys, fresh))
         s.verify()
 
 
@@ -145,7 +145,7 @@ def test_compaction_merges_runs_and_keeps_every_key(tmp_path, rng):
         for _ in range(6):
             b = rng.integers(0, 2**64, 3000, dtype=np.uint64)
             s.add_new(b)
-            everything = np.union1d(everything, b)
+            everything = union(everything, b)
         assert s.stats()["max_runs_per_shard"] == 6
         assert s.stats()["pending_compaction"]["jobs"] == 2
         done = s.compact()
@@ -167,8 +167,8 @@ def test_background_compaction_between_batches(tmp_path, rng):
     with SeenStore.open(path, create=True, shard_bits=0, sync=False) as s:
         for _ in range(3 * tiers.FANOUT):
             b = rng.integers(0, 2**64, 2000, dtype=np.uint64)
-            assert np.array_equal(s.add_new(b), np.setdiff1d(b, everything))
-            everything = np.union1d(everything, b)
+            assert np.array_equal(s.add_new(b), setdiff(b, everything))
+            everything = union(everything, b)
         s._join_compactor()
         assert s.stats()["runs"] < tiers.FANOUT  # merged as they came
         assert s.stats()["counters"]["compactions"] >= 2
@@ -279,8 +279,8 @@ def test_small_batch_is_looked_up_not_swept_and_bloom_negatives_too(tmp_path, rn
         top = s.bloom.layers[0]
         s.bloom = LayeredBloom([BloomFilter(top.n_blocks, top.n_hashes, capacity=top.capacity,
                                             target_fpr=top.target_fpr)], s.bloom.target_fpr)
-        uniq = np.unique(keys[:100])
-        assert not s.add_sorted(uniq).any()  # all stored: nothing written twice
+        distinct = uniq(keys[:100])
+        assert not s.add_sorted(distinct).any()  # all stored: nothing written twice
         assert s.last_timings["bloom_negative"] == 100 and s.last_timings["new"] == 0
         s.verify()
 
@@ -347,4 +347,4 @@ def test_export_reads_every_live_run_in_order(tmp_path, rng):
     out = str(tmp_path / "keys.bin")
     r = CliRunner().invoke(main, ["export", "--store", path, "-o", out])
     assert r.exit_code == 0, r.output
-    assert np.fromfile(out, dtype="<u8").tolist() == np.union1d(a, b).tolist()
+    assert np.fromfile(out, dtype="<u8").tolist() == union(a, b).tolist()
