@@ -40,6 +40,7 @@ class BloomKeeper:
         self.bf: LayeredBloom | None = None
         self.dirty = False
         self.state = "off"
+        self._last_batch = 0  # keys of the last batch inserted: the next one's guess
 
     def open(self, path: str, generation: int, binding: Binding, n_keys: int, fpr: float,
              capacity: int | None, samples: Callable[[int], Iterable[np.ndarray]],
@@ -84,21 +85,29 @@ class BloomKeeper:
         """Make room for ``keys`` (a new layer if they would overfill the newest: the
         FPR target holds at every moment; no rebuild, layers.py) and insert them on a
         background thread; return the handle for ``finish_insert``."""
-        self.bf.reserve(len(keys))
-        self.dirty = True
+        self._reserve(len(keys))
         return self.bf.add_in_background(keys)
 
     def add(self, keys: np.ndarray) -> None:
         """Make room for ``keys`` and insert them now."""
-        self.bf.reserve(len(keys))
+        self._reserve(len(keys))
         self.bf.add(keys)
-        self.dirty = True
 
     def add_query(self, keys: np.ndarray) -> np.ndarray:
         """Make room for ``keys``; answer whether each was maybe present, inserting it."""
-        self.bf.reserve(len(keys))
-        self.dirty = True
+        self._reserve(len(keys))
         return self.bf.add_query(keys)
+
+    def _reserve(self, n: int) -> None:
+        self.bf.reserve(n)
+        self.dirty = True
+        self._last_batch = n
+
+    def prepare_next(self) -> None:
+        """Between batches: if a batch like the last would need a new layer, build it
+        ahead on a thread (layers.py ``prepare``), off the next batch's path."""
+        if self.bf is not None and self._last_batch:
+            self.bf.prepare(self._last_batch)
 
     def finish_insert(self, behind) -> int:
         """Wait for a background insert; return its count of certainly-new keys.

@@ -8,6 +8,7 @@ allocates the words so each block is one cache line. No state, no kernels.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 import threading
@@ -34,6 +35,19 @@ def block_aligned(n_words: int, zero: bool = True) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # Theory: the false-positive rate of the blocked design.
 # ---------------------------------------------------------------------------
+
+
+PREFAULT_CHUNK = 64 << 20
+
+
+def prefault(words: np.ndarray) -> None:
+    """Make the OS back every page of the fresh, still-zero ``words`` now (by writing
+    zeros over them, in 64 MiB steps through ``ctypes.memset``, which releases the
+    GIL), so the first insert does not pay the page faults: on this VM faulting a
+    300 MB layer in took 0.5-4 s. Requires: nobody else uses ``words`` yet."""
+    base, n = words.ctypes.data, words.nbytes
+    for at in range(0, n, PREFAULT_CHUNK):
+        ctypes.memset(base + at, 0, min(PREFAULT_CHUNK, n - at))
 
 
 class _OccupancyMoments:

@@ -235,6 +235,7 @@ class Admission:
             timings["bloom_s"] += time.perf_counter() - t1
         if self.bloom is not None:
             timings["bloom_layers"] = len(self.bloom.layers)
+            self._keeper.prepare_next()
         if self.compact_between_batches and self._lock is not None:
             self._compactor.start()
 
