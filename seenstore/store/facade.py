@@ -52,7 +52,6 @@ class SeenStore(Admission):
         if run_format not in runsmod.RUN_FORMATS:
             raise InvalidInputError(f"run_format must be one of {runsmod.RUN_FORMATS}, "
                                     f"got {run_format!r}")
-        self.run_format = run_format  # what new runs (batches, compaction) are written as
         self.path = path
         self.mode = mode
         self._keeper = BloomKeeper()
@@ -60,6 +59,7 @@ class SeenStore(Admission):
         self._lock = lock
         self._mutex = threading.Lock()
         self._compactor = Compactor(self._live, run_format)
+        self.run_format = run_format  # what new runs (batches, compaction) are written as
         self.compact_between_batches = True
         self.chunk_keys = DEFAULT_CHUNK_KEYS
         # Shards checked at once: reads and writes are O_DIRECT and block, so more
@@ -228,6 +228,15 @@ class SeenStore(Admission):
     @sync.setter
     def sync(self, value: bool) -> None:
         self._live.sync = value
+
+    @property
+    def run_format(self) -> int:
+        """What new runs (batches and compaction) are written as: 1 raw, 2 compressed."""
+        return self._compactor.run_format
+
+    @run_format.setter
+    def run_format(self, value: int) -> None:
+        self._compactor.run_format = value
 
     @property
     def bloom(self) -> LayeredBloom | None:
