@@ -147,7 +147,7 @@ class PendingAdd:
         self._bf, self._keys = bf, keys
         self.fresh = 0
         self.elapsed_s = 0.0
-        self.dropped = False  # set by an owner that gave up on the filter (store.py)
+        self.dropped = False  # set by an owner that gave up on the filter (keeper.py)
         self._error: BaseException | None = None
         bits = bf._region_bits_for(len(keys))
         self._shared = _SharedInsert(bf, keys, bits) if bits else None

@@ -241,7 +241,7 @@ def iter_stored_keys(store, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarr
     from ..store import _first_last
     from ..store.runs import compressed, merged_chunks
 
-    runs = store._runs  # the live runs by shard (read-only maps); store.py has no iterator yet
+    runs = store._runs  # the live runs by shard (read-only maps); the store has no iterator yet
     for shard in sorted(runs):
         live = [r for r in runs[shard]
                 if r.count and _first_last(r)[1] >= lo and _first_last(r)[0] < hi]
