@@ -8,6 +8,12 @@
 #   --render-only                   # rewrite RESULTS.md from the logs of earlier runs
 #   --snapshot                      # measure the committed seenstore (git archive HEAD into
 #                                   # scratch/), not the working tree others may be editing
+#   --ten  (= --steps=bench10)      # seenstore bench at 1e8 (batches 1e7), 1e9 and 1e10 in one
+#                                   # go (1e10: spilled batches, ~1 h and ~45 GB of disk here),
+#                                   # the three on one plot (bench/results/bench10.png); renders
+#                                   # only its own section of RESULTS.md. $BENCH10_RUNS
+#                                   # (keys[:batch] ...) and $BENCH10_ARGS (more bench options)
+#                                   # override the runs, e.g. for a dry run.
 #
 # Needs the [bench] extra (pip install -e '.[bench]'). Raw logs and JSON go to
 # $BENCH_LOGS (default scratch/bench-logs, git-ignored); each records the code version
@@ -25,7 +31,8 @@ for arg in "$@"; do
     --render-only) STEPS= ;;
     --steps=*) STEPS=${arg#--steps=} ;;
     --snapshot) SNAPSHOT=1 ;;
-    *) echo "usage: bash bench/run_all.sh [--quick] [--steps=a,b] [--render-only] [--snapshot]" >&2
+    --ten) STEPS=bench10 ;;
+    *) echo "usage: bash bench/run_all.sh [--quick] [--steps=a,b] [--render-only] [--snapshot] [--ten]" >&2
        exit 2 ;;
   esac
 done
@@ -36,6 +43,9 @@ if [[ $MODE == full ]]; then
 else
   PEER_KEYS=(1e6 1e7); SCALE_MAX=1e8; BENCH_RUNS=(1e7:1e6 1e8)
 fi
+read -r -a TEN_RUNS <<< "${BENCH10_RUNS:-1e8:1e7 1e9 1e10}"
+read -r -a TEN_ARGS <<< "${BENCH10_ARGS:-}"
+TEN_WORK=${BENCH10_DIR:-scratch/bench10-work}  # the stores, removed after each run
 LOGS=${BENCH_LOGS:-scratch/bench-logs}
 PEER_LIMIT=${PEER_LIMIT:-900}
 OUT=bench/results
@@ -85,9 +95,51 @@ for step in ${step_list[@]+"${step_list[@]}"}; do
           --plot "$OUT/bench-$k.png" --save "$LOGS/bench-$k.json" > "$LOGS/bench-$k.txt" || rc=$?
         echo "$rc" > "$LOGS/bench-$k.rc"
       done ;;
-    *) echo "unknown step $step (peers, scaling, bench)" >&2; exit 2 ;;
+    bench10)
+      for run in "${TEN_RUNS[@]}"; do
+        k=${run%%:*}; batch_args=()
+        [[ $run == *:* ]] && batch_args=(--batch "${run#*:}")
+        echo "[$(stamp)] seenstore bench $k ${batch_args[*]-} ${TEN_ARGS[*]-} (bench10)" >&2
+        echo "$CODE, $(stamp)" > "$LOGS/bench10-$k.code"
+        rm -f "$LOGS/bench10-$k.json"
+        rc=0
+        "$PY" -m seenstore.cli bench --keys "$k" ${batch_args[@]+"${batch_args[@]}"} \
+          ${TEN_ARGS[@]+"${TEN_ARGS[@]}"} --quiet --dir "$TEN_WORK/$k" \
+          --save "$LOGS/bench10-$k.json" > "$LOGS/bench10-$k.txt" 2> "$LOGS/bench10-$k.err" || rc=$?
+        echo "$rc" > "$LOGS/bench10-$k.rc"
+        echo "[$(stamp)] bench10 $k: exit $rc" >&2
+        rm -rf "${TEN_WORK:?}/$k"
+      done
+      "$PY" "$BENCH_DIR/bench10.py" plot "$LOGS" "$OUT/bench10.png" || true ;;
+    *) echo "unknown step $step (peers, scaling, bench, bench10)" >&2; exit 2 ;;
   esac
 done
+
+ten_section() {
+  echo "## 1e8, 1e9 and 1e10 keys in one invocation (\`bash bench/run_all.sh --ten\`)"
+  echo
+  echo "Each \`seenstore bench\` run with the default stream (1e8 in batches of 1e7, the others"
+  echo "with the batch size and path the planner chose from the memory and disk it found:"
+  echo "batches bigger than memory are generated straight into spill buckets and admitted by"
+  echo "\`SeenStore.add_new_file\`, one store sweep per batch). Measured at"
+  echo "$(code_of "bench10-${TEN_RUNS[0]%%:*}"); exit codes:"
+  for run in "${TEN_RUNS[@]}"; do
+    k=${run%%:*}; echo -n " $k: $(cat "$LOGS/bench10-$k.rc" 2>/dev/null || echo '?')"
+  done
+  echo "."
+  echo
+  "$PY" "$BENCH_DIR/bench10.py" render "$LOGS"
+  echo
+  echo "![ns per offered key against keys stored, and by stage](results/bench10.png)"
+}
+
+if [[ $STEPS == bench10 ]]; then  # only this section of RESULTS.md, the rest kept
+  echo "[$(stamp)] writing the bench10 section of bench/RESULTS.md" >&2
+  ten_section > "$LOGS/bench10-section.md"
+  "$PY" "$BENCH_DIR/bench10.py" splice "$LOGS/bench10-section.md" bench/RESULTS.md
+  echo "[$(stamp)] done: bench/RESULTS.md" >&2
+  exit 0
+fi
 
 echo "[$(stamp)] writing bench/RESULTS.md" >&2
 versions=$("$PY" - <<'EOF'
@@ -167,5 +219,11 @@ EOF
   grep -v '^N=' "$LOGS/scaling.txt" 2>/dev/null || echo "(not run)"
   echo
   echo "![batch cost against store size](results/scaling.png)"
+  if compgen -G "$LOGS/bench10-*.txt" > /dev/null; then
+    echo
+    echo "<!-- bench10 -->"
+    ten_section
+    echo "<!-- /bench10 -->"
+  fi
 } > bench/RESULTS.md
 echo "[$(stamp)] done: bench/RESULTS.md" >&2

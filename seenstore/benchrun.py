@@ -24,7 +24,7 @@ from . import sorting
 from .errors import DiskFullError, InvalidInputError, StoreIOError
 from .workload import CrawlStream
 
-STAGES = ("generate", "sort", "bloom", "merge", "commit", "align")
+STAGES = ("generate", "sort", "spill", "bloom", "merge", "commit", "align")
 ANSWERS = ("new", "mask")
 BYTES_PER_OFFERED_KEY = 64  # measured peak RSS per batch key is below this (docs/bench.md)
 _CHUNK = 8 << 20
@@ -56,15 +56,29 @@ def default_batch_size(total_keys: int, share: float = 0.25, memory: int | None 
     return -(-total_keys // n_batches)  # equal batches: no small, costly remainder
 
 
-# On-disk bytes per stored key the plan assumes: raw runs (8 B) with a quarter more for
-# what compaction holds twice while it merges and the runs of the last batch not yet
-# merged; the Bloom file's bytes per key come from its sizing.
+# On-disk bytes per stored key the plan assumes, by run format: raw runs (8 B) or
+# compressed ones (~4.2-4.6 B at 1e9-1e10 keys), with a quarter more for what compaction
+# holds twice while it merges a shard and the runs of the last batch not yet merged; the
+# Bloom file's bytes per key come from its sizing.
 PLAN_RUN_BYTES_PER_KEY = 10
+PLAN_RUN_BYTES = {1: PLAN_RUN_BYTES_PER_KEY, 2: 6}
+# Batches bigger than memory (spilled, DRUM-style: SeenStore.add_new_file): taken when
+# in-memory batches would be more than SPILL_ABOVE_BATCHES, each sweeping the whole store.
+SPILL_ABOVE_BATCHES = 25
+SPILL_SHARD_BITS = 8  # spilled runs: 256 shards, so the busiest shard's bucket stays small
+SPILL_MAX_BATCH = 2_500_000_000
+RSS_CAP = 12 << 30  # the spilled plan keeps the process under this (and half the memory)
+RSS_BASE = 3 << 28  # interpreter, numpy, numba kernels, generated chunks: 0.75 GiB
+GEN_CHUNK = 1 << 22  # keys per generated chunk of a spilled batch
+FLOOR_SAMPLE = 1 << 22  # a spilled batch's floor sort is timed on this many of its keys
 
 
 @dataclass
 class ResourcePlan:
-    """What ``seenstore bench`` found and needs, decided before it starts."""
+    """What ``seenstore bench`` found and needs, decided before it starts.
+
+    ``spill_memory``: the memory budget of each spilled batch (None: batches are
+    sorted in memory); ``disk``: the disk needed, by item."""
 
     memory_available: int
     memory_total: int
@@ -72,19 +86,52 @@ class ResourcePlan:
     batch: int
     bloom_bytes: int
     disk_needed: int
+    run_format: int = 1
+    spill_memory: int | None = None
+    shard_bits: int | None = None
+    busiest_shard_share: float | None = None
+    disk: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
+def busiest_shard_share(shard_bits: int, host_bits: int, n_hosts: int | None, seed: int,
+                        sample: int = 1 << 20) -> float:
+    """The largest share of the stream's keys one shard (top ``shard_bits`` bits) gets,
+    measured on the keys of ``sample`` ids (the hosts are Zipf-skewed: the busiest host
+    alone is ~7% of all keys)."""
+    from .workload import keys_of_ids
+
+    keys = keys_of_ids(np.arange(sample, dtype=np.uint64), host_bits,
+                       n_hosts or (1 << host_bits), seed)
+    counts = np.bincount((keys >> np.uint64(64 - shard_bits)).astype(np.int64),
+                         minlength=1 << shard_bits)
+    return float(counts.max()) / sample
+
+
 def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_dir: str,
-                   bloom_capacity: int | None, probe_bytes: int) -> ResourcePlan:
-    """Choose the batch size from the memory found (after the Bloom filter's share)
-    and check the free disk of ``work_dir`` against the run's needs: the store's runs
-    (PLAN_RUN_BYTES_PER_KEY per distinct key), the saved Bloom filter and the disk
-    probe file. Raises DiskFullError (exit 6) naming what is needed when the disk is
-    short, StoreIOError when the Bloom filter alone would not leave memory for batches."""
+                   bloom_capacity: int | None, probe_bytes: int, run_format: int | None = 1,
+                   memory: int | None = None, spill: bool | None = None,
+                   stream_shape: tuple = (20, None, 0)) -> ResourcePlan:
+    """Choose the batch size and path from the memory found (after the Bloom filter's
+    share) and check the free disk of ``work_dir`` against the run's needs, before
+    anything is written.
+
+    In memory (the default while the stream needs at most SPILL_ABOVE_BATCHES batches of
+    at most 1e8 keys): a quarter of the memory left. Spilled (``spill`` True, ``memory``
+    given, or more batches than that): each batch streamed through
+    ``SeenStore.add_new_file`` with a memory budget of what is left of min(RSS_CAP, half
+    the machine's memory, 80% of the available) after the Bloom filter and RSS_BASE;
+    the batch as large as the budget's slice holds of the busiest shard (measured on the
+    stream, ``stream_shape`` = (host_bits, n_hosts, seed)) and the disk holds as spill
+    buckets, at most SPILL_MAX_BATCH. ``run_format`` None: raw runs (1) when the raw plan
+    takes at most 80% of the free disk, else compressed (2).
+
+    Raises DiskFullError (exit 6) naming what is needed when the disk is short,
+    StoreIOError when the Bloom filter alone would not leave memory for batches."""
     from .bloom import size_for
+    from .spill import Budget, MIN_MEMORY
 
     avail = _available_memory()
     total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -93,22 +140,71 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
         n_blocks, _ = size_for(bloom_capacity, 1e-3)
         bloom_bytes = 64 * n_blocks
     room = avail - bloom_bytes
-    if batch is None:
-        if room < 4 * 100_000 * BYTES_PER_OFFERED_KEY:
+    free = shutil.disk_usage(work_dir).free
+
+    def disk_for(fmt: int, spill_batch: int) -> dict:
+        return {"runs": PLAN_RUN_BYTES[fmt] * distinct_keys, "bloom_file": bloom_bytes,
+                "spill_buckets": 8 * spill_batch, "disk_probe": probe_bytes}
+
+    def check(d: dict) -> int:
+        need = sum(d.values())
+        if free < need:
+            raise DiskFullError(
+                f"{work_dir}: bench --keys {total_keys:,} needs about {gib(need)} of free disk "
+                f"({gib(d['runs'])} of runs for {distinct_keys:,} distinct keys, "
+                f"{gib(d['bloom_file'])} Bloom file, {gib(d['spill_buckets'])} spill buckets, "
+                f"{gib(d['disk_probe'])} disk probe), only {gib(free)} is free")
+        return need
+
+    auto_format = run_format is None
+    if auto_format:  # raw if it fits with room to spare (the batch decided), else compressed
+        run_format = 2
+    mem_batch = None
+    if batch is None and room >= 4 * 100_000 * BYTES_PER_OFFERED_KEY:
+        mem_batch = default_batch_size(total_keys, memory=room)
+    if spill is None:
+        spill = memory is not None or (
+            batch is None and (mem_batch is None
+                               or -(-total_keys // mem_batch) > SPILL_ABOVE_BATCHES))
+    if not spill:
+        if batch is None:
+            if mem_batch is None:
+                raise StoreIOError(
+                    f"the Bloom filter for {bloom_capacity:,} keys needs {gib(bloom_bytes)} of "
+                    f"the {gib(avail)} of memory available, leaving too little for batches; "
+                    "use --no-bloom or a smaller --bloom-capacity")
+            batch = mem_batch
+        if auto_format and sum(disk_for(1, 0).values()) <= 0.8 * free:
+            run_format = 1
+        d = disk_for(run_format, 0)
+        return ResourcePlan(avail, total_mem, free, batch, bloom_bytes, check(d), run_format,
+                            disk=d)
+    # spilled
+    if memory is None:
+        cap = min(RSS_CAP, total_mem // 2, int(0.8 * avail))
+        memory = cap - bloom_bytes - RSS_BASE
+        if memory < MIN_MEMORY:
             raise StoreIOError(
                 f"the Bloom filter for {bloom_capacity:,} keys needs {gib(bloom_bytes)} of the "
-                f"{gib(avail)} of memory available, leaving too little for batches; "
+                f"{gib(cap)} this run may use, leaving too little for spilled batches; "
                 "use --no-bloom or a smaller --bloom-capacity")
-        batch = default_batch_size(total_keys, memory=room)
-    need = PLAN_RUN_BYTES_PER_KEY * distinct_keys + bloom_bytes + probe_bytes
-    free = shutil.disk_usage(work_dir).free
-    if free < need:
-        raise DiskFullError(
-            f"{work_dir}: bench --keys {total_keys:,} needs about {gib(need)} of free disk "
-            f"({gib(PLAN_RUN_BYTES_PER_KEY * distinct_keys)} of runs for {distinct_keys:,} "
-            f"distinct keys, {gib(bloom_bytes)} Bloom file, {gib(probe_bytes)} disk probe), "
-            f"only {gib(free)} is free")
-    return ResourcePlan(avail, total_mem, free, batch, bloom_bytes, need)
+    budget = Budget(memory)
+    shard_bits = SPILL_SHARD_BITS
+    share = busiest_shard_share(shard_bits, *stream_shape)
+    if batch is None:
+        # the busiest shard's bucket must fit one slice (else it is split and checked
+        # window by window); the spill buckets must leave the disk the rest of the plan
+        by_slice = int(0.85 * budget.slice_keys / (1.15 * share))
+        spare = free - sum(disk_for(run_format, 0).values())
+        by_disk = int(0.5 * spare) // 8
+        batch = max(100_000, min(SPILL_MAX_BATCH, by_slice, by_disk, total_keys))
+        n_batches = -(-total_keys // batch)
+        batch = -(-total_keys // n_batches)
+    if auto_format and sum(disk_for(1, batch).values()) <= 0.8 * free:
+        run_format = 1
+    d = disk_for(run_format, batch)
+    return ResourcePlan(avail, total_mem, free, batch, bloom_bytes, check(d), run_format,
+                        memory, shard_bits, share, d)
 
 
 def gib(n: int) -> str:
@@ -338,6 +434,48 @@ def _floor_sorts(keys: np.ndarray, threads: int) -> tuple[float, float]:
     return out[0], out[1]
 
 
+@dataclass
+class _SpilledBatch:
+    """What the row of a spilled batch needs of it (its keys are never all in memory)."""
+
+    index: int
+    n: int
+    expected_new: int
+
+    @property
+    def keys(self) -> range:  # len() only
+        return range(self.n)
+
+
+def _spilled_batch(stream: CrawlStream, plan: tuple, store, memory: int) -> tuple:
+    """Generate batch ``plan`` chunk by chunk into ``store.add_new_file`` (spilled);
+    returns (batch, None, new, ok, generate s, store s, numpy sort s, radix sort s),
+    the sorts timed on FLOOR_SAMPLE keys of the batch and scaled to its size."""
+    index, _, n_fresh, n_re, n_dup = plan
+    n = n_fresh + n_re + n_dup
+    sample = next(stream.batch_chunks(*plan, chunk_keys=min(n, FLOOR_SAMPLE)))
+    t_numpy, t_radix = (t * n / len(sample) for t in _floor_sorts(sample, store.threads))
+    del sample
+    gen = [0.0]
+
+    def chunks():
+        it = stream.batch_chunks(*plan, chunk_keys=GEN_CHUNK)
+        while True:
+            t = time.perf_counter()
+            c = next(it, None)
+            gen[0] += time.perf_counter() - t
+            if c is None:
+                return
+            yield c
+
+    t0 = time.perf_counter()
+    fig = store.add_new_file(chunks(), memory=memory)
+    t_add = time.perf_counter() - t0 - gen[0]
+    ok = fig["offered"] == n and fig["new"] == n_fresh
+    return (_SpilledBatch(index, n, n_fresh), None, int(fig["new"]), ok, gen[0], t_add,
+            t_numpy, t_radix)
+
+
 def warm_up(directory: str, run_format: int = 1) -> float:
     """Compile/load every kernel the store runs, on a throwaway store in ``directory``,
     so JIT time stays out of timings; returns the seconds it took.
@@ -372,6 +510,8 @@ def run_bench(
     bloom: bool = True,
     run_format: int = 1,
     threads: int | None = None,
+    spill_memory: int | None = None,
+    shard_bits: int | None = None,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
 
@@ -380,6 +520,11 @@ def run_bench(
     ``bloom``: False opens the store without its Bloom filter (the merge alone answers).
     ``threads``: the store's ``threads`` (default: the machine's cores); the floor's
     radix sort uses as many.
+    ``spill_memory``: each batch is generated chunk by chunk straight into
+    ``SeenStore.add_new_file`` with this memory budget (batches bigger than memory,
+    spilled by shard; never whole in memory), its count of new keys checked against
+    the stream's; the floor's sorts are timed on FLOOR_SAMPLE of its keys and scaled.
+    ``shard_bits``: the new store's (None: the store's default).
     ``answer``: "new" calls ``store.add_new`` (the sorted new keys, what the peers
     return); "mask" calls ``store.add`` (a mask aligned with the offered keys, one
     more pass: the "align" stage).
@@ -397,6 +542,7 @@ def run_bench(
         "bloom_capacity": bloom_capacity if bloom else None, "answer": answer, "bloom": bloom,
         "run_format": run_format,
         "threads": threads or sorting.default_threads(),
+        "spill_memory": spill_memory, "shard_bits": shard_bits,
     })
     if answer not in ANSWERS:
         raise InvalidInputError(f"answer must be one of {ANSWERS}, got {answer!r}")
@@ -405,22 +551,26 @@ def run_bench(
     res.disk.append(disk_bandwidth(work, probe_bytes))
     with SeenStore.open(store_path, create=True, bloom=bloom,
                         bloom_capacity=bloom_capacity, run_format=run_format,
-                        threads=threads) as store:
+                        threads=threads, shard_bits=shard_bits) as store:
         for plan in stream.plan():
-            t0 = time.perf_counter()
-            batch = stream.batch(*plan)
-            t_gen = time.perf_counter() - t0
-            t_numpy, t_radix = _floor_sorts(batch.keys, store.threads)
             n_stored = len(store)
-            t0 = time.perf_counter()
-            if answer == "mask":
-                got = store.add(batch.keys)
+            if spill_memory:
+                batch, got, n_new, ok, t_gen, t_add, t_numpy, t_radix = _spilled_batch(
+                    stream, plan, store, spill_memory)
             else:
-                got = store.add_new(batch.keys)
-            t_add = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            n_new, ok = _check(batch, got, answer)
-            res.verify_s += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                batch = stream.batch(*plan)
+                t_gen = time.perf_counter() - t0
+                t_numpy, t_radix = _floor_sorts(batch.keys, store.threads)
+                t0 = time.perf_counter()
+                if answer == "mask":
+                    got = store.add(batch.keys)
+                else:
+                    got = store.add_new(batch.keys)
+                t_add = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                n_new, ok = _check(batch, got, answer)
+                res.verify_s += time.perf_counter() - t0
             tm = store.last_timings
             row = {
                 "batch": batch.index, "stored_before": n_stored, "offered": len(batch.keys),
@@ -432,6 +582,11 @@ def run_bench(
                 **{f"{s}_s": float(tm.get(f"{s}_s", 0.0)) for s in STAGES[1:]},
             }
             row["bloom_s"] += float(tm.get("bloom_rebuild_s", 0.0))  # growth rebuilds
+            if spill_memory:  # the generator ran inside the spill phase: not the store's
+                row["spill_s"] = max(0.0, row["spill_s"] - t_gen)
+                row["bytes_read"] += 8 * len(batch.keys)  # the spill buckets, read back
+                row["bytes_written"] += 8 * len(batch.keys)  # and written
+                row["rss_bytes"] = peak_rss_bytes()
             row["bloom_background_s"] = float(tm.get("bloom_background_s", 0.0))
             row["shard_sort_s"] = float(tm.get("shard_sort_s", 0.0))
             # compaction run between batches that this call waited for (tiered runs);

@@ -24,7 +24,7 @@ import xxhash
 from .errors import CorruptionError, InvalidInputError, NotSupportedError, StoreIOError
 from .kernels import codec as K
 from .kernels.merge import is_strictly_increasing
-from .runformat import HASH_XXH3_64, HEADER_SIZE, MAGIC
+from .runformat import HASH_XXH3_64, HEADER_SIZE, MAGIC, RunIdentity
 from .runreader import RunReader
 from .runwriter import close_with_header, remove_partial
 
@@ -47,13 +47,7 @@ _STATUS = {K.BAD_SIZE: "impossible block size", K.BAD_ORDER: "keys out of order"
 
 
 @dataclass(frozen=True)
-class CodecHeader:
-    count: int
-    host_bits: int
-    shard_bits: int
-    shard: int
-    policy_digest: bytes
-    body_checksum: int
+class CodecHeader(RunIdentity):
     block_keys: int
     n_blocks: int
     index_offset: int
@@ -211,6 +205,10 @@ class CompressedRunWriter:
                              xxhash.xxh3_64_intdigest(index_bytes))
         close_with_header(self._fd, header.pack(), sync)
         self._fd = -1
+        # a finished writer may be kept until its batch commits (spill.py keeps one
+        # per shard for abort): its buffers go now, not then
+        self._pend = self._words = None
+        self._first, self._offsets = [], []
         return header
 
     def abort(self) -> None:

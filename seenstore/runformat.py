@@ -42,13 +42,21 @@ def policy_digest(policy_id: str) -> bytes:
 
 
 @dataclass(frozen=True)
-class RunHeader:
+class RunIdentity:
+    """The fields every run header version starts with (1.x raw and 2.x compressed,
+    runcodec.CodecHeader): what the run holds and which store, layout and shard it
+    belongs to. Each version packs them in its own byte layout (docs/format.md)."""
+
     count: int
     host_bits: int
     shard_bits: int
     shard: int
     policy_digest: bytes
     body_checksum: int
+
+
+@dataclass(frozen=True)
+class RunHeader(RunIdentity):
     major: int = MAJOR
     minor: int = MINOR
 

@@ -22,6 +22,7 @@ from typing import Self
 
 import numpy as np
 
+from . import spill as spillmod
 from . import wal as walmod
 from .batch import as_keys
 from .bloom import BloomFilter
@@ -44,6 +45,7 @@ DEFAULT_CACHE_KEYS = 1 << 22     # recent-key cache entries, 8 bytes each: 32 Mi
 CLAIM_FPR = 1e-3                 # a buffer's claim filter; a false positive only holds a key
 MAX_CAP_BITS = 24                # host buckets for caps: top min(H, 24) bits of the key
 FAST_PATH_MIN_URLS = 64          # smaller URL offers take the scalar normaliser
+SPILL_BUFFERS = 2                # a buffer past this many budgets merges spilled (spill.py)
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: slot = (key * _MIX) >> (64 - bits)
 _EMPTY = np.empty(0, dtype=np.uint64)
 
@@ -139,7 +141,8 @@ class DedupStage:
         self._stats = dict.fromkeys(
             ("offered", "urls_offered", "rejected_urls", "in_call_duplicates", "cache_lookups",
              "cache_hits", "admitted_now", "admitted_after_merge", "held", "held_seen",
-             "approx_answered", "refused_by_cap", "merges", "merged_keys", "anomalies"), 0)
+             "approx_answered", "refused_by_cap", "merges", "merged_keys", "anomalies",
+             "spilled_merges"), 0)
         self._stats.update(merge_s=0.0, blocked_s=0.0, flush_wait_s=0.0, last_merge_s=0.0)
 
     # ----------------------------------------------------------------- opening
@@ -512,6 +515,9 @@ class DedupStage:
         parts, buf.held = buf.held, []
         held = np.concatenate(parts) if parts else _EMPTY
         del parts
+        if (self.store.mode == "exact" and not buf.n_approx
+                and len(certain) + len(held) > SPILL_BUFFERS * self.buffer_keys):
+            return self._merge_spilled(certain, held, buf)
         every = np.concatenate([certain, held])
         uniq = every[:sort_unique_keys(every, self.store.threads)]
         del every
@@ -529,6 +535,42 @@ class DedupStage:
         order = np.sort(first[new])
         payloads = [buf.held_payloads[i] for i in order.tolist()] if buf.any_payload else None
         return held[order], payloads, anomalies, len(uniq), int(len(hu) - new.sum())
+
+    def _merge_spilled(self, certain: np.ndarray, held: np.ndarray, buf: _Buffer):
+        """``_merge`` of a backlog larger than the stage's memory budget (one offer of
+        many more keys than a buffer holds): through ``SeenStore.add_new_file`` with
+        the budget as its memory (DRUM-style, spill.py), so the merge needs the budget
+        beside the buffer's own keys, not a few copies of them. The new keys come back
+        sorted in a file of the store's spill folder, read in chunks to resolve the
+        held keys and count anomalies; the result is the in-memory merge's."""
+        memory = max(spillmod.MIN_MEMORY, self.budget_bytes)
+        new_path = spillmod.spill_dir(self.store.path) + ".new"
+        sort_keys(certain, self.store.threads)
+        hu, first = np.unique(held, return_index=True) if len(held) else (_EMPTY, None)
+        in_new_c = np.zeros(len(certain), dtype=np.bool_)
+        in_new_h = np.zeros(len(hu), dtype=np.bool_)
+        try:
+            fig = self.store.add_new_file([certain, held], memory=memory, new_out=new_path)
+            for chunk in spillmod.source_chunks(new_path, max(1 << 16, memory // 32)):
+                _mark_sorted(certain, chunk, in_new_c)
+                _mark_sorted(hu, chunk, in_new_h)
+        finally:
+            try:
+                os.unlink(new_path)
+            except OSError:
+                pass
+        with self._lock:
+            self._stats["spilled_merges"] += 1
+        anomalies = int(len(certain) - in_new_c.sum())
+        if len(held) == 0:
+            return _EMPTY, None, anomalies, int(fig["unique"]), 0
+        new = in_new_h
+        if len(certain):
+            p = np.minimum(np.searchsorted(certain, hu), len(certain) - 1)
+            new &= certain[p] != hu
+        order = np.sort(first[new])
+        payloads = [buf.held_payloads[i] for i in order.tolist()] if buf.any_payload else None
+        return held[order], payloads, anomalies, int(fig["unique"]), int(len(hu) - new.sum())
 
     def _result(self, now_keys: np.ndarray, now_pl: list | None, rejected: list,
                 raise_error: bool = True) -> Admitted:
@@ -600,6 +642,19 @@ class DedupStage:
         if exc_type is None and len(res):
             warnings.warn(f"DedupStage closed by a with block dropped {len(res)} new items "
                           "(call flush() and use its result before leaving)", stacklevel=2)
+
+
+def _mark_sorted(needles: np.ndarray, chunk: np.ndarray, out: np.ndarray) -> None:
+    """Set ``out`` where sorted ``needles`` occur in sorted ``chunk`` (one piece of a
+    sorted stream: only the needles in its key range are looked at)."""
+    if not (len(needles) and len(chunk)):
+        return
+    a = int(np.searchsorted(needles, chunk[0]))
+    b = int(np.searchsorted(needles, chunk[-1], side="right"))
+    if a < b:
+        sub = needles[a:b]
+        p = np.minimum(np.searchsorted(chunk, sub), len(chunk) - 1)
+        out[a:b] |= chunk[p] == sub
 
 
 def _check_all_urls(items) -> None:

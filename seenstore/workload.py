@@ -209,6 +209,44 @@ class CrawlStream:
             out[n_ids:] = out[src]
         return Batch(index, out, n_fresh, n_re, n_dup)
 
+    def batch_chunks(self, index: int, first_id: int, n_fresh: int, n_re: int, n_dup: int,
+                     chunk_keys: int = 1 << 22) -> Iterator[np.ndarray]:
+        """Batch ``index`` as a sequence of uint64 arrays of at most ``chunk_keys`` keys,
+        for batches larger than memory (``SeenStore.add_new_file`` takes them as they come).
+
+        The same three blocks as ``batch`` and the same exact expectation (the new keys
+        are the ``n_fresh`` fresh ids' keys, each first seen in this batch, so
+        ``expected_new == n_fresh``); the fresh block is identical to ``batch``'s, the
+        others are drawn from a per-chunk random stream: a re-offered slot is a uniform
+        id below ``first_id``; an in-batch repeat copies a uniform position of the batch's
+        distinct slots, recomputed from its id when it is a fresh one and drawn as one
+        more re-offered id otherwise (no chunk needs the rest of the batch in memory).
+        Each chunk is a new array the caller may modify."""
+        if chunk_keys < 1:
+            raise InvalidInputError("chunk_keys must be >= 1")
+        n_ids = n_fresh + n_re
+        total = n_ids + n_dup
+        for c, lo in enumerate(range(0, total, chunk_keys)):
+            hi = min(lo + chunk_keys, total)
+            rng = np.random.default_rng([self.seed, index, c, 0xC4])
+            ids = np.empty(hi - lo, dtype=np.uint64)
+            f_hi = max(lo, min(hi, n_fresh))  # fresh positions [lo, f_hi)
+            ids[: f_hi - lo] = np.arange(first_id + lo, first_id + f_hi, dtype=np.uint64)
+            r_hi = max(f_hi, min(hi, n_ids))  # re-offered positions [f_hi, r_hi)
+            if r_hi > f_hi:
+                ids[f_hi - lo: r_hi - lo] = rng.integers(0, first_id, size=r_hi - f_hi,
+                                                         dtype=np.uint64)
+            if hi > r_hi:  # repeats: a fresh position's id, or an earlier batch's id
+                src = rng.integers(0, n_ids, size=hi - r_hi, dtype=np.uint64)
+                fresh = src < np.uint64(n_fresh)
+                old = rng.integers(0, max(first_id, 1), size=hi - r_hi, dtype=np.uint64)
+                ids[r_hi - lo:] = np.where(fresh, src + np.uint64(first_id), old)
+            out = np.empty(hi - lo, dtype=np.uint64)
+            for a in range(0, hi - lo, _CHUNK):  # generation steps keep temporaries in cache
+                b = min(a + _CHUNK, hi - lo)
+                out[a:b] = keys_of_ids(ids[a:b], self.host_bits, self.n_hosts, self.seed)
+            yield out
+
     def __iter__(self) -> Iterator[Batch]:
         for p in self.plan():
             yield self.batch(*p)

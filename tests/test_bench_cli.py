@@ -149,3 +149,63 @@ def test_no_bloom_run_verifies_and_spends_nothing_on_the_filter(tmp_path):
     with SeenStore.open(out["params"]["kept_store"], bloom=False) as st:
         assert len(st) == out["expected_new"]
         assert not os.path.exists(os.path.join(st.path, "BLOOM"))
+
+
+def test_spilled_batches_verify_and_report_their_budget(tmp_path):
+    """--memory: every batch generated straight into SeenStore.add_new_file (spilled by
+    shard, never whole in memory), counts checked against the stream's expectation."""
+    r = _bench(["--keys", "2e5", "--batch", "5e4", "--memory", "16M", "--run-format", "2"],
+               tmp_path)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["verified"] and d["new"] == d["expected_new"] == 45_000 + 3 * 22_500
+    assert d["params"]["spill_memory"] == 16 << 20 and d["params"]["run_format"] == 2
+    assert d["resources"]["shard_bits"] == 8 and d["resources"]["disk"]["spill_buckets"] == 8 * 50_000
+    assert d["ns_per_key"]["spill"] > 0 and all(b["ok"] for b in d["batches"])
+
+
+def test_bench_with_a_wrong_spilled_count_exits_1(tmp_path, monkeypatch):
+    from seenstore import spill
+
+    real = spill.admit_file
+
+    def lie(*a, **k):
+        f = real(*a, **k)
+        f["new"] -= 1
+        return f
+    monkeypatch.setattr(spill, "admit_file", lie)
+    r = _bench(["--keys", "1e5", "--batch", "5e4", "--memory", "16M"], tmp_path)
+    assert r.exit_code == 1 and not json.loads(r.output.splitlines()[0])["verified"]
+
+
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize("free_gb,fmt", [(70, 2), (300, 1), (40, None)])
+def test_the_1e10_plan_spills_within_12_gib_and_fits_the_disk(monkeypatch, tmp_path, free_gb, fmt):
+    """This machine (24 GiB, 70 GB free): 1e10 keys are spilled batches under the RSS cap,
+    runs compressed because raw ones would not leave room; with the disk short it stops
+    with what it needed (exit 6)."""
+    from collections import namedtuple
+
+    from seenstore import benchrun
+    from seenstore.errors import DiskFullError
+    from seenstore.workload import CrawlStream
+
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(benchrun.shutil, "disk_usage", lambda p: Usage(0, 0, free_gb * 10**9))
+    monkeypatch.setattr(benchrun, "_available_memory", lambda: 22 * GiB)
+    monkeypatch.setattr(benchrun.os, "sysconf", lambda n: {"SC_PAGE_SIZE": 4096,
+                                                            "SC_PHYS_PAGES": 24 * GiB // 4096}[n])
+    distinct = CrawlStream(10**10, 10**9).expected_total_new
+    args = (10**10, distinct, None, str(tmp_path), distinct, GiB, None, None, None, (20, None, 0))
+    if fmt is None:
+        with pytest.raises(DiskFullError, match="needs about .* spill buckets.* only 37.3 GiB is free"):
+            benchrun.plan_resources(*args)
+        return
+    p = benchrun.plan_resources(*args)
+    assert p.spill_memory and p.run_format == fmt and p.shard_bits == benchrun.SPILL_SHARD_BITS
+    assert p.bloom_bytes + p.spill_memory + benchrun.RSS_BASE <= 12 * GiB
+    assert 5 * 10**8 <= p.batch <= benchrun.SPILL_MAX_BATCH  # ~20 sweeps at most, not 100
+    assert p.disk_needed == sum(p.disk.values()) <= free_gb * 10**9
+    assert p.disk["spill_buckets"] == 8 * p.batch

@@ -299,3 +299,37 @@ def test_wal_holds_admitted_keys_until_their_merge(store_dir):
     assert stage.store.contains(res.keys).all() and wal.list_segments(store_dir) == []
     assert len(stage.offer(np.array([10, 20, 30, 40], dtype=np.uint64))) == 1
     stage.close()
+
+
+def test_a_backlog_larger_than_the_budget_merges_spilled(store_dir, monkeypatch):
+    """One offer of 5x the keys a buffer holds (stored keys among them, held as Bloom
+    positives, with payloads): its merge goes through SeenStore.add_new_file with the
+    stage's budget (spill.py), and hands out exactly what the in-memory merge would:
+    every fresh key once, with its payload, never a stored one."""
+    from seenstore import spill, stage as stagemod
+
+    stored = np.arange(1, 200_001, dtype=np.uint64) * np.uint64(7919)
+    with SeenStore.open(store_dir, create=True, shard_bits=2, sync=False) as s:
+        s.add(stored)
+    calls = []
+    real = spill.admit_file
+    monkeypatch.setattr(spill, "admit_file", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    budget = 1 << 17  # 16384 keys per buffer: the offer below is 5x past SPILL_BUFFERS
+    stage = DedupStage.open(store_dir, budget_bytes=budget, sync=False, bloom_fpr=0.3,
+                            cache_keys=0, wal_sync=wal.SYNC_NEVER)
+    rng = np.random.default_rng(3)
+    fresh = rng.integers(2**40, 2**64, 60_000, dtype=np.uint64)
+    offered = np.concatenate([fresh, stored[:20_000], fresh[:2_000]])
+    rng.shuffle(offered)
+    assert len(offered) > stagemod.SPILL_BUFFERS * stage.buffer_keys
+    first = stage.offer(offered, [f"p{k}" for k in offered.tolist()])
+    later = stage.flush()
+    st = stage.stats()
+    assert st["spilled_merges"] == 1 and calls == [spill.MIN_MEMORY]
+    got = first.keys.tolist() + later.keys.tolist()
+    assert sorted(got) == sorted(set(fresh.tolist()))  # each fresh key once, no stored one
+    assert st["held"] > 0 and st["anomalies"] == 0
+    assert all(p == f"p{k}" for k, p in list(first) + list(later))
+    stage.close()
+    with SeenStore.open(store_dir, readonly=True) as s:
+        assert s.contains(fresh).all() and len(s) == len(stored) + len(set(fresh.tolist()))

@@ -23,15 +23,12 @@ def oracle_masks(stream: CrawlStream) -> list[np.ndarray]:
     return masks
 
 
+STREAM = dict(total=st.integers(0, 3000), batch=st.integers(1, 700), reoffer=st.floats(0, 1),
+              dup=st.floats(0, 0.95), seed=st.integers(0, 2**32))
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    total=st.integers(0, 3000),
-    batch=st.integers(1, 700),
-    reoffer=st.floats(0, 1),
-    dup=st.floats(0, 0.95),
-    seed=st.integers(0, 2**32),
-    host_bits=st.sampled_from([0, 1, 8, 20, 32]),
-)
+@given(**STREAM, host_bits=st.sampled_from([0, 1, 8, 20, 32]))
 def test_expectation_equals_set_oracle(total, batch, reoffer, dup, seed, host_bits):
     stream = CrawlStream(total, batch, reoffer, dup, seed=seed, host_bits=host_bits)
     batches = list(stream)
@@ -42,6 +39,30 @@ def test_expectation_equals_set_oracle(total, batch, reoffer, dup, seed, host_bi
         assert np.array_equal(b.expected_mask(), m)
         assert b.expected_new == int(m.sum())
     assert stream.expected_total_new == sum(int(m.sum()) for m in masks)
+
+
+@settings(max_examples=40, deadline=None)
+@given(**STREAM, chunk=st.integers(1, 300))
+def test_streamed_batches_keep_the_exact_expectation(total, batch, reoffer, dup, seed, chunk):
+    """batch_chunks (batches bigger than memory): same sizes, same fresh block as
+    ``batch``, and its new keys are exactly the fresh ones (set oracle), whatever
+    the chunk size."""
+    stream = CrawlStream(total, batch, reoffer, dup, seed=seed)
+    seen: set[int] = set()
+    for plan in stream.plan():
+        b = stream.batch(*plan)
+        parts = list(stream.batch_chunks(*plan, chunk_keys=chunk))
+        assert all(p.dtype == np.uint64 and 0 < len(p) <= chunk for p in parts)
+        keys = np.concatenate(parts) if parts else np.empty(0, np.uint64)
+        assert len(keys) == len(b.keys)
+        assert np.array_equal(keys[: b.n_fresh], b.keys[: b.n_fresh])
+        again = list(stream.batch_chunks(*plan, chunk_keys=chunk))  # deterministic
+        assert all(np.array_equal(p, q) for p, q in zip(parts, again))
+        new = []
+        for k in keys.tolist():
+            new.append(k not in seen)
+            seen.add(k)
+        assert np.array_equal(np.array(new, dtype=bool), b.expected_mask())
 
 
 @pytest.mark.parametrize("bits", [1, 2, 7, 13, 16])

@@ -14,11 +14,11 @@ import sys
 import tempfile
 import click
 
-from ..benchrun import (ANSWERS, STAGES, BenchResult, default_batch_size, gib, plan_resources,
-                        run_bench)
+from ..benchrun import (ANSWERS, SPILL_ABOVE_BATCHES, STAGES, BenchResult, default_batch_size,
+                        gib, plan_resources, run_bench)
 from ..errors import InvalidInputError
 from ..workload import CrawlStream
-from . import COUNT, Count, fail, main, threads_option
+from . import COUNT, SIZE, Count, fail, main, threads_option
 
 
 
@@ -158,9 +158,18 @@ def write_plot(r: dict, path: str) -> None:
               help="What each batch asks the store for: 'new' = the sorted new keys "
                    "(SeenStore.add_new, what the peers return); 'mask' = a mask aligned with "
                    "the offered keys (SeenStore.add; one more pass, shown as 'align').")
-@click.option("--run-format", type=click.Choice(["1", "2"]), default="1", show_default=True,
-              help="Runs written as 2 (compressed, ~5 B/key) or 1 (raw 8 B/key keys), for "
-                   "comparing the two.")
+@click.option("--run-format", type=click.Choice(["1", "2", "auto"]), default="auto",
+              show_default=True,
+              help="Runs written as 2 (compressed, ~4.5 B/key) or 1 (raw 8 B/key keys); auto: "
+                   "raw when the raw plan takes at most 80% of the free disk, else compressed.")
+@click.option("--memory", type=SIZE, default=None,
+              help="Spill every batch (SeenStore.add_new_file) with this memory budget "
+                   "(e.g. 2G; implies --spill). Default: chosen from the memory found.")
+@click.option("--spill/--in-memory", default=None,
+              help="Batches bigger than memory, generated straight into spill buckets "
+                   "(DRUM-style, one store sweep per batch), or sorted in memory. Default: "
+                   f"spilled when in-memory batches would be more than "
+                   f"{SPILL_ABOVE_BATCHES}.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON object to FILE.")
@@ -173,7 +182,7 @@ def write_plot(r: dict, path: str) -> None:
                    "1,2,4), beside the plain store; needs the [cluster] extra (docs/cluster.md).")
 @click.option("--ray-address", default=None, help="With --shards: the Ray cluster to join.")
 def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, bloom, answer,
-          run_format, as_json, save, plot, quiet, threads, shards, ray_address):
+          run_format, memory, spill, as_json, save, plot, quiet, threads, shards, ray_address):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
     Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
@@ -195,6 +204,7 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     # batch of 1e8 (or all) to plan, then build the stream with the chosen batch
     distinct = CrawlStream(total, batch or min(total, 100_000_000), reoffer, dup,
                            seed=seed).expected_total_new
+    bloom_capacity_arg = bloom_capacity
     if bloom_capacity is None:
         bloom_capacity = distinct
     bloom_capacity = bloom_capacity or None
@@ -213,11 +223,26 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     store_path = os.path.join(work_dir, "bench-store")
     created = not os.path.exists(store_path)
     try:
-        plan = plan_resources(total, distinct, batch, work_dir,
-                              bloom_capacity if bloom else None, probe)
+        if (spill or memory is not None) and answer != "new":
+            raise InvalidInputError("spilled batches answer with the count of new keys: "
+                                    "drop --answer mask (or use --in-memory)")
+        if spill is False and memory is not None:
+            raise InvalidInputError("--memory is the spilled batches' budget: drop --in-memory")
+        sized = bloom_capacity_arg is None
+        for _ in range(3):  # the batch chosen changes the distinct keys a little
+            plan = plan_resources(total, distinct, batch, work_dir,
+                                  bloom_capacity if bloom else None, probe,
+                                  None if run_format == "auto" else int(run_format), memory,
+                                  spill if answer == "new" else False, (20, None, seed))
+            d = CrawlStream(total, plan.batch, reoffer, dup, seed=seed).expected_total_new
+            if d <= distinct:
+                break
+            distinct = d
+            if sized:  # the filter sized for the run's own distinct keys: never grown
+                bloom_capacity = distinct
         stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
         res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom,
-                   int(run_format), threads)
+                   plan.run_format, threads, plan.spill_memory, plan.shard_bits)
     finally:
         if not keep:
             if own_dir:
@@ -237,9 +262,15 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
         _print_batches(r["batches"])
         _print_text(r)
         res_ = r["resources"]
-        click.echo(f"resources       batch {res_['batch']:,} keys from "
-                   f"{gib(res_['memory_available'])} memory available; disk needed about "
-                   f"{gib(res_['disk_needed'])} of {gib(res_['disk_free'])} free, used "
+        sm = res_.get("spill_memory")
+        click.echo(f"resources       batch {res_['batch']:,} keys "
+                   + (f"spilled (memory budget {_mib(sm)}, {res_['shard_bits']} shard bits, "
+                      f"busiest shard {res_['busiest_shard_share']:.1%} of a batch) " if sm
+                      else "in memory ")
+                   + f"from {gib(res_['memory_available'])} memory available; run format "
+                   f"{res_['run_format']}; disk needed about {gib(res_['disk_needed'])} ("
+                   + ", ".join(f"{k} {gib(v)}" for k, v in res_.get("disk", {}).items())
+                   + f") of {gib(res_['disk_free'])} free, used "
                    f"{gib(res_['disk_used'] or 0)}; peak RSS {gib(res_['peak_rss'] or 0)}")
         if keep:
             click.echo(f"store kept at   {store_path}")
@@ -277,10 +308,12 @@ def _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_jso
 
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
          bloom_capacity: int | None, answer: str, bloom: bool, run_format: int,
-         threads: int | None) -> BenchResult:
+         threads: int | None, spill_memory: int | None = None,
+         shard_bits: int | None = None) -> BenchResult:
     if quiet:
         return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity, answer=answer,
-                         bloom=bloom, run_format=run_format, threads=threads)
+                         bloom=bloom, run_format=run_format, threads=threads,
+                         spill_memory=spill_memory, shard_bits=shard_bits)
     with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
                            show_pos=True, item_show_func=lambda s: s) as bar:
 
@@ -289,4 +322,4 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
             bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
         return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer, bloom,
-                         run_format, threads)
+                         run_format, threads, spill_memory, shard_bits)

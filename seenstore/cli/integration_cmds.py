@@ -334,25 +334,32 @@ def _write_parquet(chunks, output: str) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def dump_run_cmd(file, n_keys, verify, as_json):
     """Show a run file's header (format version, key count, layout, shard, policy
-    digest, body checksum) and its first keys. The header is checked; a foreign or
-    damaged file is refused (exit 4)."""
+    digest, body checksum; for a compressed 2.x run also its codec, block size and
+    blocks) and its first keys. The header is checked; a foreign or damaged file is
+    refused (exit 4)."""
     from ..errors import StoreNotFoundError
-    from ..runreader import RunReader
+    from ..runcodec import open_run
+    from .. import tiers
 
     if not os.path.isfile(file):
         raise StoreNotFoundError(f"no such file: {file}")
-    reader = RunReader(file)
+    reader = open_run(file)
     try:
         h = reader.header
         if verify:
             reader.verify()
-        first = [f"{k:016x}" for k in reader.keys[:n_keys].tolist()]
+        first = [f"{k:016x}" for k in _first_keys(reader, n_keys).tolist()]
+        compressed = tiers.compressed(reader)
     finally:
         reader.close()
     doc = {"file": file, "format": f"{h.major}.{h.minor}", "count": h.count,
            "host_bits": h.host_bits, "shard_bits": h.shard_bits, "shard": h.shard,
-           "policy_digest": h.policy_digest.hex(), "body_checksum": f"{h.body_checksum:016x}",
-           "verified": verify, "first_keys": first}
+           "policy_digest": h.policy_digest.hex(), "body_checksum": f"{h.body_checksum:016x}"}
+    if compressed:
+        size = os.path.getsize(file)
+        doc.update(codec="rice", block_keys=h.block_keys, blocks=h.n_blocks, file_bytes=size,
+                   bytes_per_key=round(size / h.count, 3) if h.count else None)
+    doc.update(verified=verify, first_keys=first)
     if as_json:
         click.echo(json.dumps(doc))
         return
@@ -361,6 +368,26 @@ def dump_run_cmd(file, n_keys, verify, as_json):
             click.echo(f"{k:>14}: {v}")
     for k in first:
         click.echo(k)
+
+
+def _first_keys(reader, n: int) -> np.ndarray:
+    """The first ``n`` keys of a run: a view of a raw run's memory map, or the first
+    decoded chunks of a compressed one (never the whole run inflated)."""
+    from .. import tiers
+
+    if not tiers.compressed(reader):
+        return np.asarray(reader.keys[:n])
+    out = np.empty(min(n, reader.count), dtype=np.uint64)
+    buf = np.empty(tiers.min_buffer_keys(reader), dtype=np.uint64)
+    at = 0
+    if len(out):
+        for got in reader.chunks(buf):
+            take = min(got, len(out) - at)
+            out[at:at + take] = buf[:take]
+            at += take
+            if at == len(out):
+                break
+    return out
 
 
 __all__ = ["links_cmd", "check_cmd", "export_cmd", "dump_run_cmd", "input_batches",
