@@ -6,20 +6,29 @@ Make it first:
 
     python tools/gather_links.py --out scratch/links.tsv --lines 3000000
 
-For each thread count (--threads, default 1 and 2), into a fresh store under
-scratch/: ``add_fast`` (what ``seenstore add`` runs) over the whole file, in
-process, with the time of each stage (read: lines into URL buffers by the line
-kernel; kernel: normalise + fingerprint; scalar: the routed URLs; merge; store:
-``SeenStore.add``; write: the new canonical URLs to a file), lines/s = input lines
-over the wall time of the loop; then the ``seenstore add --pairs`` command itself
-(a subprocess, wall time including start-up); then one thread again with each
+First the ``seenstore add --pairs`` COMMAND itself, end to end (a subprocess:
+start-up, read, normalise, fingerprint, admit into a fresh store, print to a
+file): its start-up alone (the command on the first 1,000 lines with every
+kernel taken, ``SEENSTORE_JIT_MIN=0``: interpreter, imports, numba's cache
+loads, store open and close; best of --reps), then for each thread count
+(--threads, default 1 and 2) one warm-up run and the best of --reps runs over
+the whole file: lines/s over the wall time (start-up included) and net of the
+start-up, with the CPU time of the child (all its threads) and the load average
+beside it. JIT compilation (an empty numba cache) happens in the warm-up run
+before any timing and is reported separately (``seenstore warmup``).
+
+Then the per-stage split, in process: ``add_fast`` (what the command runs) over the
+whole file into a fresh store with the time of each stage (read: waiting for the
+next URL buffer from the line kernel; kernel: normalise + fingerprint; scalar:
+the routed URLs; merge; store: ``SeenStore.add``; write: the new canonical URLs
+to a file), as wall time per thread count, and one thread again with each
 stage's time taken as the thread's CPU time (a loaded machine's waiting left
 out; the store's own threads not counted). The output of every run is compared
 byte for byte with ``seenstore add --pairs --scalar`` over the first --check-lines
 lines (all with --check-lines 0), and the routed URLs of the data are classified
 (userinfo, IDN / xn-- hosts, other) with their share of the scalar time.
 
-    python bench/bench_add.py [--data scratch/links.tsv] [--threads 1,2] [--check-lines 300000]
+    python bench/bench_add.py [--data scratch/links.tsv] [--threads 1,2] [--check-lines 300000] [--reps 3]
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import argparse
 import collections
 import filecmp
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -65,7 +75,8 @@ def in_process(data: str, threads: int, tmp: str) -> tuple[float, float, int, di
     seconds: dict[str, float] = {}
     counts: dict[str, int] = {}
     with open(data, "rb") as f, open(out_path, "wb") as out, \
-            SeenStore.open(store_dir, create=True, policy_id=DEFAULT_POLICY.identity) as store:
+            SeenStore.open(store_dir, create=True, policy_id=DEFAULT_POLICY.identity,
+                           threads=threads) as store:
         t0, c0 = time.perf_counter(), time.process_time()
         read, _ = add_fast(f, store, _Sink(out), counts, base=None, policy=DEFAULT_POLICY,
                            max_length=DEFAULT_MAX_LENGTH, batch_lines=1_000_000, pairs=True,
@@ -93,21 +104,67 @@ def cpu_split(data: str, tmp: str) -> tuple[int, dict]:
     return n, sec
 
 
-def cli(src: str, tmp: str, name: str, *extra: str) -> tuple[float, str]:
+def cli(src: str, tmp: str, name: str, *extra: str, env: dict | None = None
+        ) -> tuple[float, float, str]:
+    """Run ``seenstore add --pairs`` on ``src`` into a fresh store: (wall s, CPU s of the
+    child over all its threads, output path)."""
     store_dir, out_path = os.path.join(tmp, f"cstore-{name}"), os.path.join(tmp, f"cout-{name}")
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               **(env or {}))
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with open(out_path, "wb") as out:
         subprocess.run([sys.executable, "-m", "seenstore.cli", "add", "--pairs", "--store",
                         store_dir, src, *extra], stdout=out, stderr=subprocess.DEVNULL,
                        check=True, env=env)
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     shutil.rmtree(store_dir)
-    return wall, out_path
+    return wall, cpu, out_path
 
 
-def head(src: str, lines: int, tmp: str) -> str:
-    path = os.path.join(tmp, "head.tsv")
+def best_of(reps: int, run) -> tuple[float, float, float, str]:
+    """(best wall, CPU of that run, load average before it, output) of ``reps`` runs."""
+    runs = []
+    for _ in range(reps):
+        load = os.getloadavg()[0]
+        wall, cpu, out = run()
+        runs.append((wall, cpu, load, out))
+    return min(runs)
+
+
+def command(data: str, n: int, threads: list[int], reps: int, tmp: str) -> dict[int, str]:
+    """The command end to end: JIT warm-up, start-up, then per thread count one warm-up
+    run and the best of ``reps``; returns each thread count's output path."""
+    env = os.environ.copy()
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "seenstore.cli", "warmup"], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(f"JIT warm-up (seenstore warmup: compiles on an empty numba cache, else loads "
+          f"it): {time.perf_counter() - t0:.2f} s wall, not in any figure below")
+    small = head(data, 1000, tmp, "head1k.tsv")
+    su, su_cpu, load, _ = best_of(reps, lambda: cli(small, tmp, "startup",
+                                                    env={"SEENSTORE_JIT_MIN": "0"}))
+    print(f"start-up of the command (1,000 lines, every kernel loaded): {su:.2f} s wall, "
+          f"{su_cpu:.2f} s CPU (best of {reps}; load average {load:.1f})")
+    outs = {}
+    for t in threads:
+        def run(t=t):
+            return cli(data, tmp, f"t{t}", "--threads", str(t))
+        run()  # warm-up: page cache, numba cache
+        wall, cpu, load, outs[t] = best_of(reps, run)
+        print(f"seenstore add --pairs --threads {t}: {wall:.2f} s wall = "
+              f"{n / wall / 1e6:.2f} M lines/s end to end; net of start-up "
+              f"{n / max(wall - su, 1e-9) / 1e6:.2f} M lines/s; CPU {cpu:.2f} s "
+              f"({(cpu - su_cpu) / n * 1e9:.0f} ns/line net of start-up, all threads); "
+              f"best of {reps}, load average {load:.1f}")
+    return outs
+
+
+def head(src: str, lines: int, tmp: str, name: str = "head.tsv") -> str:
+    path = os.path.join(tmp, name)
     with open(src, "rb") as f, open(path, "wb") as out:
         for i, line in enumerate(f):
             if i == lines:
@@ -150,31 +207,33 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--check-lines", type=int, default=300_000,
                     help="compare with --scalar over this many lines (0: all)")
-    ap.add_argument("--no-cli", action="store_true", help="skip the subprocess runs")
+    ap.add_argument("--reps", type=int, default=3, help="runs of the command (best taken)")
+    ap.add_argument("--no-cli", action="store_true", help="skip the command's runs")
     a = ap.parse_args()
     if not os.path.exists(a.data):
         sys.exit(f"no data: run tools/gather_links.py --out {a.data} first")
     os.makedirs(SCRATCH, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=SCRATCH, prefix="bench-add-")
     size = os.path.getsize(a.data)
-    print(f"data: {a.data}, {size / 1e6:.0f} MB; machine: {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f} (shared: figures are noisy)")
+    with open(a.data, "rb") as f:
+        n = sum(1 for line in f if line.strip())
+    threads = [int(t) for t in a.threads.split(",")]
+    print(f"data: {a.data}, {size / 1e6:.0f} MB, {n} lines; machine: {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f} (shared: wall figures are noisy)")
+    outs = {} if a.no_cli else {f"command, {t} thread(s)": o
+                                for t, o in command(a.data, n, threads, a.reps, tmp).items()}
     keep_freed_memory()  # as seenstore add does
-    # warm the JIT cache (a first run compiles or loads every kernel)
+    # load the JIT cache in this process (a first run compiles or loads every kernel)
     in_process(head(a.data, 20_000, tmp), 2, tmp)
     in_process(head(a.data, 20_000, tmp), 1, tmp)
-    outs = {}
-    for threads in [int(t) for t in a.threads.split(",")]:
-        wall, cpu, n, sec, outs[threads] = in_process(a.data, threads, tmp)
+    for t in threads:
+        wall, cpu, n, sec, outs[f"add_fast, {t} thread(s)"] = in_process(a.data, t, tmp)
         split = "  ".join(f"{k} {sec.get(k, 0.0) / n * 1e9:.0f}" for k in STAGES)
-        print(f"add_fast, {threads} thread(s): {n} lines in {wall:.2f} s = "
+        print(f"add_fast in process, {t} thread(s): {n} lines in {wall:.2f} s = "
               f"{n / wall / 1e6:.2f} M lines/s; CPU {cpu / n * 1e9:.0f} ns/line over all "
               f"threads; wall ns/line: {split} "
-              f"(other {max(0.0, wall - sum(sec.values())) / n * 1e9:.0f})")
-        if not a.no_cli:
-            cw, _ = cli(a.data, tmp, f"t{threads}", "--threads", str(threads))
-            print(f"  seenstore add --pairs --threads {threads}: {cw:.2f} s wall = "
-                  f"{n / cw / 1e6:.2f} M lines/s (with start-up)")
+              f"(other {max(0.0, wall - sum(sec.values())) / n * 1e9:.0f}); "
+              f"load average {os.getloadavg()[0]:.1f}")
     n, sec = cpu_split(a.data, tmp)
     print("1 thread, CPU ns/line: " + "  ".join(f"{k} {sec.get(k, 0.0) / n * 1e9:.0f}"
                                                for k in STAGES)
@@ -182,12 +241,10 @@ def main() -> None:
             f"{n / sum(sec.values()) / 1e6:.2f} M lines/s of CPU)")
     first = next(iter(outs.values()))
     same = all(filecmp.cmp(first, o, shallow=False) for o in outs.values())
-    print(f"outputs of all thread counts identical: {same}")
+    print(f"outputs of all runs identical ({', '.join(outs)}): {same}")
     src = a.data if not a.check_lines else head(a.data, a.check_lines, tmp)
-    _, fast_out = cli(src, tmp, "check-fast")
-    t0 = time.perf_counter()
-    _, scalar_out = cli(src, tmp, "check-scalar", "--scalar")
-    sw = time.perf_counter() - t0
+    _, _, fast_out = cli(src, tmp, "check-fast")
+    sw, _, scalar_out = cli(src, tmp, "check-scalar", "--scalar")
     lines = sum(1 for _ in open(src, "rb"))
     identical = filecmp.cmp(fast_out, scalar_out, shallow=False)
     print(f"--scalar over {lines} lines: {sw:.1f} s ({lines / sw / 1e3:.0f} k lines/s); "

@@ -5,11 +5,12 @@ For each size (--sizes, default 1e6 1e7 1e8) and key shape, uniform and host-ske
 prints ns/key of np.sort, of the plain LSD radix sort (8-bit digits, constant digits
 skipped: the baseline), of our MSD+LSD radix sort on one thread, on two threads, and
 ``sort_unique`` (sort + dedup, what the store needs), each with its ratio to np.sort
-measured in the same run. Best of --reps, a fresh copy of the keys each rep (the copy
-not timed). Wall time and its ratio, and beside the one-thread figures the thread
-CPU time and its ratio, which a shared machine's descheduling does not inflate. JIT warm-up (compile or cache
-load) is timed apart and reported. The CPU model and numpy's SIMD dispatch head the
-output.
+measured in the same run. Median of --reps, a fresh copy of the keys each rep (the
+copy not timed). Wall time and its ratio, and the CPU time and its ratio, which a
+shared machine's descheduling does not inflate: the thread's for one thread, the
+process's for two (both threads' CPU seconds: divide by 2 for the cores' share).
+JIT warm-up (compile or cache load) is timed apart and reported. The CPU model,
+numpy's SIMD dispatch and the load average head the output.
 
     python bench/bench_sort.py [--sizes 1e6 1e7 1e8] [--reps 3] [--shapes uniform skewed]
 """
@@ -17,6 +18,7 @@ output.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -29,17 +31,19 @@ def keys_of(shape: str, n: int) -> np.ndarray:
     return sorting.probe_keys(n, shape == "skewed", seed=7)
 
 
-def timed(keys: np.ndarray, fn, reps: int) -> tuple[float, float]:
-    """Best (wall, thread CPU) seconds of ``fn(copy)`` over ``reps`` fresh copies."""
-    best_w = best_c = float("inf")
+def timed(keys: np.ndarray, fn, reps: int, process: bool = False) -> tuple[float, float]:
+    """Median (wall, CPU) seconds of ``fn(copy)`` over ``reps`` fresh copies; CPU:
+    this thread's, or with ``process`` the whole process's (two sorting threads)."""
+    clock = time.process_time if process else time.thread_time
+    walls, cpus = [], []
     for _ in range(reps):
         a = keys.copy()
-        c0, w0 = time.thread_time(), time.perf_counter()
+        c0, w0 = clock(), time.perf_counter()
         fn(a)
-        best_w = min(best_w, time.perf_counter() - w0)
-        best_c = min(best_c, time.thread_time() - c0)
+        walls.append(time.perf_counter() - w0)
+        cpus.append(clock() - c0)
         del a
-    return best_w, best_c
+    return float(np.median(walls)), float(np.median(cpus))
 
 
 def main() -> None:
@@ -50,15 +54,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
     print(f"machine: {sorting.machine_summary()}")
+    print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     t0 = time.perf_counter()
     sorting.warm_up()
     w = np.arange(1000, dtype=np.uint64)[::-1].copy()
-    lsd_sort(w, np.empty_like(w), sorting.WIDTH)
+    lsd_sort(w, np.empty_like(w), 8)
     print(f"JIT warm-up (compile or cache load, not in the figures): {time.perf_counter() - t0:.2f} s")
     print(f"dispatcher's verdict: {sorting.describe()}")
-    kw = (sorting.BUCKET_KEYS, sorting.WIDTH, sorting.EXTRA)
+    kw = sorting._tunables()
     print(f"{'n':>11} {'keys':>8} {'sort':>22} {'ns/key':>8} {'cpu ns/key':>10} {'x np.sort':>9} "
-          f"{'cpu x':>6}")
+          f"{'cpu x':>6}   (cpu of the 2-thread rows: both threads' seconds)")
     for size in a.sizes:
         n = int(float(size))
         buf = np.empty(n, np.uint64)
@@ -66,7 +71,7 @@ def main() -> None:
             keys = keys_of(shape, n)
             rows = [
                 ("np.sort", lambda x: x.sort()),
-                ("LSD 8-bit baseline", lambda x: lsd_sort(x, buf, sorting.WIDTH)),
+                ("LSD 8-bit baseline", lambda x: lsd_sort(x, buf, 8)),
                 ("radix 1 thread", lambda x: radix_sort(x, buf, *kw)),
                 ("radix 2 threads", lambda x: sorting._sort(x, False, 2, "radix")),
                 ("sort_unique 1 thread", lambda x: sort_unique(x, buf, *kw)),
@@ -74,13 +79,10 @@ def main() -> None:
             ]
             base = base_cpu = None
             for name, fn in rows:
-                wall, cpu = timed(keys, fn, a.reps)
+                wall, cpu = timed(keys, fn, a.reps, process="2 threads" in name)
                 base, base_cpu = base or wall, base_cpu or cpu
-                one = "2 threads" not in name  # thread CPU time means nothing for two
-                cpu_s = f"{cpu / n * 1e9:10.2f}" if one else f"{'-':>10}"
-                cpu_x = f"{cpu / base_cpu:6.2f}" if one else f"{'-':>6}"
-                print(f"{n:>11,} {shape:>8} {name:>22} {wall / n * 1e9:8.2f} {cpu_s} "
-                      f"{wall / base:9.2f} {cpu_x}", flush=True)
+                print(f"{n:>11,} {shape:>8} {name:>22} {wall / n * 1e9:8.2f} "
+                      f"{cpu / n * 1e9:10.2f} {wall / base:9.2f} {cpu / base_cpu:6.2f}", flush=True)
             del keys
         del buf
 

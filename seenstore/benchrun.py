@@ -319,7 +319,7 @@ class BenchResult:
     stage_s: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     store_s: float = 0.0  # wall time inside store.add / add_new, all batches
     bloom_background_s: float = 0.0  # Bloom inserts run beside the sort and merge
-    shard_sort_s: float = 0.0  # per-shard sorts, on their own thread inside the merge
+    shard_sort_s: float = 0.0  # per-shard sorts' CPU time, on their own threads inside the merge
     compact_wait_s: float = 0.0  # waits for the compaction run between batches
     sort_floor_s: float = 0.0  # the faster of the two sorts below, whole run
     sort_numpy_s: float = 0.0  # np.sort of every batch

@@ -150,10 +150,18 @@ def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH, host_bits: i
     normalise_batch = _url_kernels.kernel("normalise_batch")
     dispatch.announce(normalise_batch)
 
+    # bytes of each base (0 for none, id -1): a relative href's output holds its base
+    blen = np.append(np.diff(boffs), 0) if ub.bases is not None else np.zeros(1, np.int64)
+    # the kernel stops before a URL whose worst case (3x the URL and its base) might not
+    # fit: room for one such URL beyond the expected total spares a resize (a copy)
+    worst = 3 * int(blen.max() + np.diff(ub.offsets).max(initial=0)) + 64
+
     def chunk(a: int, b: int) -> tuple[np.ndarray, int]:
         """URLs a..b-1 into a fresh buffer; out_offsets[a+1..b] relative to it."""
         size = int(ub.offsets[b] - ub.offsets[a])
-        out = np.empty(size + size // 4 + 8 * (b - a) + 4096, dtype=np.uint8)
+        if ub.bases is not None:
+            size += int(blen[ids[a:b]].sum())
+        out = np.empty(size + size // 4 + 8 * (b - a) + worst + 4096, dtype=np.uint8)
         i, o = a, 0
         while True:
             i, o = normalise_batch(ub.data, ub.offsets[: b + 1], bdata, boffs, ids[:b],

@@ -36,13 +36,24 @@ SMALL_KEYS = 1 << 14
 ENV = "SEENSTORE_SORT"
 CHOICES = ("radix", "numpy")
 PROBE_KEYS = 1 << 21
-PROBE_VERSION = 3  # part of the cache key: a changed probe or kernel is measured again
+PROBE_VERSION = 5  # part of the cache key: a changed probe or kernel is measured again
 # kernel tunables (bench/bench_sort.py measured them; docs/architecture.md)
-BUCKET_KEYS = 32768
-WIDTH = 8
-EXTRA = 3
+BUCKET_KEYS = 16384
+EXTRA = 1
+WIDTH = 11
+SINGLE = 11
+MSD_BITS = 9
+
+SCRATCH_KEYS = 1 << 23  # a thread keeps a radix scratch array up to this size (64 MiB)
+
+
+def _tunables() -> tuple:
+    """The kernels' tunables, in their argument order (read at each call: tests patch them)."""
+    return BUCKET_KEYS, EXTRA, WIDTH, SINGLE, MSD_BITS
+
 
 _lock = threading.Lock()
+_local = threading.local()
 _choice: dict = {}  # {"sort": ..., "source": ..., "numpy_ns": ..., "radix_ns": ...}
 
 
@@ -140,7 +151,7 @@ def measure(n: int = PROBE_KEYS, repeats: int = 3) -> dict:
     the kernel compiled first (not timed)."""
     from .kernels.sort import radix_sort
     buf = np.empty(n // 2, np.uint64)
-    radix_sort(np.arange(1000, dtype=np.uint64), buf, BUCKET_KEYS, WIDTH, EXTRA)  # compile
+    radix_sort(np.arange(1000, dtype=np.uint64), buf, *_tunables())  # compile
     total = {"numpy": 0.0, "radix": 0.0}
     for skewed in (False, True):
         keys = probe_keys(n // 2, skewed)
@@ -152,7 +163,7 @@ def measure(n: int = PROBE_KEYS, repeats: int = 3) -> dict:
                 if name == "numpy":
                     a.sort()
                 else:
-                    radix_sort(a, buf, BUCKET_KEYS, WIDTH, EXTRA)
+                    radix_sort(a, buf, *_tunables())
                 best[name] = min(best[name], time.thread_time() - t)
         for name in CHOICES:
             total[name] += best[name]
@@ -261,13 +272,27 @@ def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None) -> int:
         a.sort()
         return dispatch.batch.unique_inplace(a) if unique else n
     from .kernels.sort import radix_sort, sort_unique
-    buf = np.empty(n, np.uint64)
+    buf = _scratch(n)
     if threads >= 2 and n >= 2 * SMALL_KEYS:
         return _radix_two(a, buf, unique)
     if unique:
-        return sort_unique(a, buf, BUCKET_KEYS, WIDTH, EXTRA)
-    radix_sort(a, buf, BUCKET_KEYS, WIDTH, EXTRA)
+        return sort_unique(a, buf, *_tunables())
+    radix_sort(a, buf, *_tunables())
     return n
+
+
+def _scratch(n: int) -> np.ndarray:
+    """A scratch array of ``n`` keys for the radix sort. On the threads of
+    ``sort_shards`` (which live for one batch) up to ``SCRATCH_KEYS`` keys, one kept
+    per thread and reused: the store sorts shard after shard, and a fresh array each
+    time cost its page faults (~1 ns/key here). Elsewhere, and above that size, a
+    new one: nothing stays allocated after the sort."""
+    if n > SCRATCH_KEYS or not getattr(_local, "reuse", False):
+        return np.empty(n, np.uint64)
+    buf = getattr(_local, "buf", None)
+    if buf is None or len(buf) < n:
+        buf = _local.buf = np.empty(max(n, 1 << 16), np.uint64)
+    return buf[:n]
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -295,7 +320,7 @@ def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
     vary |= int(a[0] ^ a[h])
     if vary == 0:
         return 1 if unique else n
-    shift, bits = ks.msd_plan(np.uint64(vary), n, BUCKET_KEYS)
+    shift, bits = ks.msd_plan(np.uint64(vary), n, BUCKET_KEYS >> 2, MSD_BITS)
     c0, c1 = pool.map(lambda r: ks.msd_histogram(a, r[0], r[1], shift, bits), halves)
     starts = np.zeros(len(c0) + 1, np.int64)
     np.cumsum((c0 + c1).astype(np.int64), out=starts[1:])
@@ -306,9 +331,8 @@ def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
     nb = len(c0)
     mid = min(max(int(np.searchsorted(starts, h)), 1), nb)  # buckets [0, mid) and [mid, nb)
     lo1 = int(starts[mid])
-    f0 = pool.submit(ks.sort_buckets, buf, a, starts, 0, mid, BUCKET_KEYS, WIDTH, EXTRA, unique, 0)
-    f1 = pool.submit(ks.sort_buckets, buf, a, starts, mid, nb, BUCKET_KEYS, WIDTH, EXTRA, unique,
-                     lo1)
+    f0 = pool.submit(ks.sort_buckets, buf, a, starts, 0, mid, *_tunables(), unique, 0)
+    f1 = pool.submit(ks.sort_buckets, buf, a, starts, mid, nb, *_tunables(), unique, lo1)
     w0, w1 = f0.result(), f1.result()
     if not unique:
         return n
@@ -321,13 +345,18 @@ def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
 def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int):
     """Sort and deduplicate each shard ``keys[bounds[s]:bounds[s+1]]`` in place, on
     ``threads`` threads, in the order given; return ``(executor, futures)``, the
-    future of shard s giving ``(end of its unique keys, seconds)``. The caller shuts
-    the executor down. Each shard is sorted on one thread: shards sort side by side."""
+    future of shard s giving ``(end of its unique keys, CPU seconds of its sort)``. The
+    caller shuts the executor down. Each shard is sorted on one thread: shards sort
+    side by side. The seconds are the sorting thread's CPU time: the store runs these
+    threads beside its Bloom insert and its merge threads on the same cores, so a
+    shard's wall time counted the others' turns too (issue 13: 62.9 "ns/key" of
+    shard sort at 1e8 keys, ~3x the sort's own cost)."""
     def one(shard: int):
+        _local.reuse = True  # this thread's scratch goes with the executor
         lo, hi = int(bounds[shard]), int(bounds[shard + 1])
-        t = time.perf_counter()
+        t = time.thread_time()
         m = sort_unique_keys(keys[lo:hi])
-        return lo + m, time.perf_counter() - t
+        return lo + m, time.thread_time() - t
 
     ex = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="seenstore-shard-sort")
     return ex, {s: ex.submit(one, s) for s in shards}

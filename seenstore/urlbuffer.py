@@ -389,11 +389,13 @@ class _LineBatch:
             limit = min(limit, chunk_urls)
         room = limit if chunk_urls is None or chunk_urls > 1 << 24 else chunk_urls
         guess = 0 if nu == 0 else int(nd / nu * room * 1.1)
-        self.data = _room(self.data, nd + nbytes, guess)
-        self.bdata = _room(self.bdata, nbd + nbytes, guess // 4)
-        self.offsets = _room(self.offsets, limit + 1, room + 1)
-        self.boffsets = _room(self.boffsets, nb + limit - nu + 1, nb + room + 1)
-        self.ids, self.too_long = _room(self.ids, limit, room), _room(self.too_long, limit, room)
+        nt = int(self.counts[4])
+        self.data = _room(self.data, nd + nbytes, nd, guess)
+        self.bdata = _room(self.bdata, nbd + nbytes, nbd, guess // 4)
+        self.offsets = _room(self.offsets, limit + 1, nu + 1, room + 1)
+        self.boffsets = _room(self.boffsets, nb + limit - nu + 1, nb + 1, nb + room + 1)
+        self.ids = _room(self.ids, limit, nu, room)
+        self.too_long = _room(self.too_long, limit, nt, room)
         return limit
 
     def result(self) -> URLBuffer:
@@ -409,13 +411,15 @@ class _LineBatch:
                          _exact(self.too_long, nt) if nt else None)
 
 
-def _room(a: np.ndarray, need: int, guess: int = 0) -> np.ndarray:
-    """``a`` if it holds ``need`` items, else a larger copy (max of need, guess and
-    twice its size; np.empty, so the new tail is not written until used)."""
+def _room(a: np.ndarray, need: int, used: int, guess: int = 0) -> np.ndarray:
+    """``a`` if it holds ``need`` items, else a larger array (max of need, guess and
+    twice its size) holding a copy of the first ``used`` items only: np.empty, so no
+    page beyond them is written (copying the unused capacity too cost ~75 ns per
+    line of fresh pages on the 2-core VM, measured on real links)."""
     if need <= len(a):
         return a
     b = np.empty(max(need, guess, 2 * len(a)), dtype=a.dtype)
-    b[: len(a)] = a
+    b[:used] = a[:used]
     return b
 
 

@@ -46,3 +46,24 @@ def store_dir(tmp_path):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for the whole session (127.0.0.1, 2 CPUs; its first start takes
+    ~30 s): every cluster test shares it. Its processes (the shard actors) start
+    without this suite's SEENSTORE_JIT_MIN=0, so their small calls take the numpy
+    twins (equal to the kernels: tests/test_dispatch.py) instead of loading numba
+    kernels in every fresh actor process (~1-2 s each); the test process keeps the
+    kernels, so the cluster oracle compares the two."""
+    import ray
+
+    jit_min = os.environ.pop("SEENSTORE_JIT_MIN", None)  # the raylet's env: its workers'
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, address="local",
+                 logging_level="WARNING", log_to_driver=False, _node_ip_address="127.0.0.1")
+    finally:
+        if jit_min is not None:
+            os.environ["SEENSTORE_JIT_MIN"] = jit_min
+    yield ray
+    ray.shutdown()

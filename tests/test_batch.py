@@ -68,3 +68,28 @@ def test_partition_top_bits_is_a_stable_sort_by_top_bits(keys, bits):
     order = sorted(range(len(keys)), key=lambda i: top[i])  # stable
     assert out.tolist() == [keys[i] for i in order]
     assert starts.tolist() == [sum(t < g for t in top) for g in range(1 << bits)] + [len(keys)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(key, max_size=80), bits=st.sampled_from([1, 2, 7, 16]),
+       cut=st.integers(0, 80))
+def test_count_then_scatter_by_slices_is_the_stable_partition(keys, bits, cut):
+    """Two slices counted then scattered (as two threads would) give what a stable sort
+    by the top bits gives (the twin: Python's sorted), counts as np.bincount does."""
+    from seenstore.kernels.batch import count_top_bits, scatter_top_bits
+
+    arr = as_keys(keys)
+    cut = min(cut, len(arr))
+    top = [k >> (64 - bits) for k in keys]
+    counts = np.zeros((2, 1 << bits), np.int64)
+    count_top_bits(arr[:cut], bits, counts[0])
+    count_top_bits(arr[cut:], bits, counts[1])
+    want_counts = np.bincount(np.array(top, dtype=np.int64), minlength=1 << bits)
+    assert counts.sum(axis=0).tolist() == want_counts.tolist()
+    starts = np.concatenate([[0], np.cumsum(want_counts)[:-1]]).astype(np.int64)
+    fill = np.stack([starts, starts + counts[0]])
+    out = np.zeros(len(arr), np.uint64)
+    scatter_top_bits(arr[:cut], bits, out, fill[0])
+    scatter_top_bits(arr[cut:], bits, out, fill[1])
+    order = sorted(range(len(keys)), key=lambda i: top[i])  # stable
+    assert out.tolist() == [keys[i] for i in order]

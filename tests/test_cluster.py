@@ -27,14 +27,6 @@ from seenstore.store import SeenStore
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, address="local", logging_level="WARNING",
-             log_to_driver=False, _node_ip_address="127.0.0.1")
-    yield
-    ray.shutdown()
-
-
 def spread_keys(rng, n, pool=None):
     """Keys over the whole top-bit range, with repeats."""
     k = rng.integers(0, 2**64, n, dtype=np.uint64)
@@ -66,7 +58,7 @@ op_st = st.tuples(st.sampled_from(["add", "add_new", "contains"]),
 
 
 @pytest.fixture(scope="module")
-def twins(cluster, tmp_path_factory):
+def twins(ray_cluster, tmp_path_factory):
     t = Twin(tmp_path_factory.mktemp("oracle"), [1, 2, 4, 8])
     yield t
     t.close()
@@ -190,7 +182,7 @@ def test_dead_shard_started_in_new_process_loses_nothing(twins):
 
 
 # ------------------------------------------------------------------ split
-def test_split_interrupted_then_done_keeps_every_key(cluster, tmp_path):
+def test_split_interrupted_then_done_keeps_every_key(ray_cluster, tmp_path):
     """Children written but CLUSTER not replaced (a crash): the old cluster is intact.
     The split run again replaces the leftovers, doubles the shards, keeps every key and
     removes the old directories; the answers go on equal to a single store's."""
@@ -244,7 +236,7 @@ def test_ray_data_dedup(twins):
 
 
 # -------------------------------------------------------------------- CLI
-def test_cli_cluster_commands_and_bench(cluster, tmp_path):
+def test_cli_cluster_commands_and_bench(ray_cluster, tmp_path):
     root = str(tmp_path / "c")
     r = CliRunner()
     out = r.invoke(main, ["cluster", "create", root, "--shards", "1"])

@@ -4,6 +4,7 @@ written) and starting another on the same directory. Exactly-once: a retried bat
 id gets its first answer in every case."""
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -151,3 +152,77 @@ def test_bench_shards_refuses_bad_options_without_ray(tmp_path):
         out = CliRunner().invoke(main, ["bench", "--keys", "1e3", "--dir", str(tmp_path)]
                                  + extra)
         assert out.exit_code == 3 and out.output.startswith("seenstore: error:"), out.output
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_client_partition_on_threads_equals_one_thread(monkeypatch, threads, rng):
+    """The client's partition on several threads (slices counted, then scattered) is
+    the single-threaded kernel's, byte for byte: a retried batch gets the same parts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seenstore.cluster import sharded
+    from seenstore.kernels.batch import partition_top_bits
+
+    monkeypatch.setattr(sharded, "PARALLEL_MIN_KEYS", 7)
+    keys = rng.integers(0, 2**64, 1000, dtype=np.uint64)
+    keys[::50] = [0, 2**63, 2**64 - 1] * 6 + [5, 6]
+    with ThreadPoolExecutor(threads) as pool:
+        for bits in (1, 3, 8):
+            out, bounds = sharded.partition(keys, bits, pool, threads)
+            want, wb = np.empty_like(keys), np.empty((1 << bits) + 1, np.int64)
+            partition_top_bits(keys, bits, want, wb)
+            assert np.array_equal(out, want) and np.array_equal(bounds, wb)
+
+
+def test_snapshot_retaken_when_a_compaction_commits_meanwhile(tmp_path, rng, monkeypatch):
+    """A background compaction may commit while a batch's snapshot is being linked and
+    retire the runs it merged: the snapshot is then taken again from the new MANIFEST,
+    so the committed batch's answer is still recomputed exactly (it linked whatever
+    the directory listed, skipping runs gone: an unreadable snapshot)."""
+    from seenstore.batch import prepare
+
+    a = shard(tmp_path)
+    for i in range(5):
+        a.admit(f"b{i}", batch(rng))
+        a.ack([f"b{i}"])
+    st, real_link, fired = a.store, os.link, []
+
+    def link(src, dst):
+        if not fired and src.endswith(".run"):
+            fired.append(src)
+            st.compact(full=True)  # commits, then unlinks the merged runs on a thread
+            for _ in range(500):
+                if not os.path.exists(src):
+                    break
+                time.sleep(0.01)
+        return real_link(src, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    k = batch(rng)
+    e = a.log.begin("x", digest(k), st)
+    monkeypatch.setattr(os, "link", real_link)
+    assert fired and not os.path.exists(fired[0])  # the compaction did retire a run
+    new = st.add_new(k)
+    a.log.resolve(e, st)
+    assert e.state == "committed"
+    assert np.array_equal(a.log.recompute(e, prepare(k)), new)
+    a.close()
+
+
+def test_shard_threads_share_each_nodes_cpus():
+    """Default sort threads of a shard's store: its node's CPUs over the shards on it
+    (recorded nodes), else the shards spread evenly; the smallest share, at least 1."""
+    from types import SimpleNamespace
+
+    from seenstore.cluster.sharded import _threads_per_shard
+
+    nodes = [{"Alive": True, "NodeManagerAddress": "a", "Resources": {"CPU": 2}},
+             {"Alive": True, "NodeManagerAddress": "b", "Resources": {"CPU": 8}},
+             {"Alive": False, "NodeManagerAddress": "c", "Resources": {"CPU": 64}}]
+    fake = SimpleNamespace(nodes=lambda: nodes)
+    at = [{"node_ip": ip} for ip in "aabb"]
+    assert _threads_per_shard(fake, at) == 1  # 2 CPUs over 2 shards on node a
+    assert _threads_per_shard(fake, at[1:3]) == 2
+    assert _threads_per_shard(fake, [{"node_ip": None}] * 2) == 2  # one per live node
+    assert _threads_per_shard(fake, [{"node_ip": None}] * 8) == 1
+    assert _threads_per_shard(fake, [{"node_ip": "c"}]) == 2  # dead node: spread

@@ -264,3 +264,23 @@ def test_fingerprint_many_kernel_path_refuses_non_strings():
         fingerprint_many(["http://a.example/"] * FAST_PATH_MIN + [5])
     with pytest.raises(InvalidInputError, match="URL strings"):
         fingerprint_many(["http://a.example/"] * FAST_PATH_MIN + ["http://a.example/\udcff"])
+
+
+FRAG_HREFS = ["#", "#f", "#f", "#a b", "#\x01", "#é", "#%41", "#\t", "# ", "#x\\y", "#" + "z" * 40,
+              "#\x85", "x#f", "", "?q#f", "#\udcff"]
+FRAG_BASES = BASES[1:] + ["http://b.example/" + "p" * 30 + "?q=%7e", "https://b.example/%41?x#y"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(FRAG_BASES),
+                          st.lists(st.sampled_from(FRAG_HREFS), min_size=1, max_size=6)),
+                max_size=6),
+       st.sampled_from([16, 40, 60, 8192]))
+def test_runs_of_fragment_only_hrefs_agree(runs, max_length):
+    """Runs of fragment-only hrefs under one base (40 % of real links): the kernel
+    copies the first clean one's output and key for the next ones of the same base;
+    each must still equal the scalar result (clean fragments or not, a base over the
+    length limit or that does not parse, other hrefs between them)."""
+    urls = [h for _, hs in runs for h in hs]
+    bases = [b for b, hs in runs for _ in hs]
+    _check(urls, bases, max_length=max_length)

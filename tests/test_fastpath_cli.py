@@ -7,16 +7,24 @@ and CRLF lines, a policy with rules, a base, and batch boundaries.
 
 from __future__ import annotations
 
+import io
 import os
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import request_cleanup
-from seenstore import parallel
-from seenstore.cli import main
+from seenstore import dispatch, parallel
+from seenstore.cli import main, url_cmds
+from seenstore.errors import StoreIOError
+from seenstore.layout import DEFAULT_LAYOUT
+from seenstore.normalise import DEFAULT_MAX_LENGTH
+from seenstore.policy import DEFAULT_POLICY
 from seenstore.store import SeenStore
 
 PIECES = ["http://a.example/x", "HTTP://A.example:80/x#f", "/rel?q=1", "rel/../y", "?q", "#f",
@@ -92,3 +100,105 @@ def test_add_pairs_real_links_fast_equals_scalar(tmp_path, threads):
     finally:
         parallel.MIN_CHUNK = old
     assert fast == scalar and fast[0].count("\n") > 300
+
+
+class _Recorder:
+    """A store and an output for add_fast: records each commit's key count and what
+    was sent; ``fail_at``: the commit (1-based) whose store.add raises."""
+
+    def __init__(self, fail_at: int = 0) -> None:
+        self.layout = DEFAULT_LAYOUT
+        self.commits: list[int] = []
+        self.sent: list[bytes] = []
+        self.fail_at = fail_at
+        self.seen: set[int] = set()
+
+    def add(self, keys):
+        if len(self.commits) + 1 == self.fail_at:
+            raise StoreIOError("injected")
+        self.commits.append(len(keys))
+        mask = np.zeros(len(keys), dtype=bool)
+        for i, k in enumerate(keys.tolist()):
+            if k not in self.seen:
+                self.seen.add(k)
+                mask[i] = True
+        return mask
+
+    def check(self) -> None:
+        pass
+
+    def send(self, data) -> None:
+        self.sent.append(bytes(data))
+
+
+def _add_fast(rec, text: bytes, batch: int, threads: int) -> tuple[int, int]:
+    return url_cmds.add_fast(io.BytesIO(text), rec, rec, {}, base=None, policy=DEFAULT_POLICY,
+                             max_length=DEFAULT_MAX_LENGTH, batch_lines=batch, pairs=True,
+                             threads=threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("sub,batch", [(3, 7), (7, 7), (10, 4), (1 << 17, 50)])
+def test_add_fast_pieces_make_exact_batches(monkeypatch, threads, sub, batch):
+    """add_fast reads and normalises pieces of SUB_LINES URLs but commits exactly
+    --batch-lines URLs at a time (a piece that crosses a batch end is split), in
+    order, printing what one pass over the whole input prints; with two threads the
+    commits run on a helper thread, still one at a time and in order."""
+    monkeypatch.setattr(url_cmds, "SUB_LINES", sub)
+    monkeypatch.setattr(parallel, "MIN_CHUNK", 2)
+    monkeypatch.setattr(dispatch, "SMALL", 0)  # the kernels, not their twins
+    with open(REAL, "rb") as f:
+        text = b"".join(f.readlines()[:103])
+    n = text.count(b"\n")
+    lines_per_commit = []
+    admit = url_cmds.admit_batch
+
+    def counting(fbs, *args):
+        lines_per_commit.append(sum(fb.n for fb in fbs))
+        return admit(fbs, *args)
+
+    monkeypatch.setattr(url_cmds, "admit_batch", counting)
+    rec = _Recorder()
+    read, new = _add_fast(rec, text, batch, threads)
+    assert read == n
+    assert lines_per_commit == [batch] * (n // batch) + ([n % batch] if n % batch else [])
+    whole = _Recorder()
+    _add_fast(whole, text, 10**6, 1)
+    assert b"".join(rec.sent) == b"".join(whole.sent) and new == len(whole.seen)
+    assert len(rec.sent) == len(rec.commits)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_add_fast_commit_error_stops_in_order(monkeypatch, threads):
+    """A commit that fails (here the second) is raised by add_fast, on the helper
+    thread too; the batches before it were delivered, none after it was committed."""
+    monkeypatch.setattr(url_cmds, "SUB_LINES", 5)
+    with open(REAL, "rb") as f:
+        text = b"".join(f.readlines()[:60])
+    rec = _Recorder(fail_at=2)
+    with pytest.raises(StoreIOError, match="injected"):
+        _add_fast(rec, text, 10, threads)
+    assert rec.commits == [10] and len(rec.sent) == 1
+
+
+def test_cli_loads_numba_without_scipy_and_leaves_it_importable():
+    """The CLI's lean numba start-up (dispatch.lean_numba): in a fresh interpreter, a
+    kernel loads and runs without importing scipy, and scipy (when installed) can
+    still be imported afterwards."""
+    code = (
+        "import sys\n"
+        "from seenstore import dispatch\n"
+        "dispatch.lean_numba = True\n"
+        "dispatch.lines.kernel('split_lines')\n"
+        "from seenstore.urlbuffer import URLBuffer\n"
+        "dispatch._set_small(0)\n"
+        "assert len(URLBuffer.from_bytes(b'http://a.example/\\tx\\n', pairs=True)) == 1\n"
+        "assert 'scipy' not in sys.modules, 'scipy imported'\n"
+        "try:\n"
+        "    import scipy.linalg\n"
+        "except ModuleNotFoundError as e:\n"
+        "    assert e.name == 'scipy', e\n"
+        "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -11,10 +11,13 @@ from seenstore import sorting
 from seenstore.kernels.sort import lsd_sort, radix_sort, sort_unique
 
 key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.integers(0, 300))
-# bucket_keys 1 and 4 force the MSD pass on tiny inputs; extra 0 makes the insertion
-# finish run out of budget (the full-LSD fallback); 32768 is the default
-tunables = st.tuples(st.sampled_from([1, 4, 64, 32768]), st.sampled_from([4, 8, 11]),
-                     st.sampled_from([0, 1, 3]))
+# (bucket_keys, extra, width, single, max_bits): bucket_keys 1 and 4 force MSD passes
+# (nested ones too) on tiny inputs; extra 0 and single 2 leave many runs of alike keys
+# to sort again; single 2 sends leaves to the LSD passes; the last tuple is the default
+tunables = st.one_of(
+    st.tuples(st.sampled_from([1, 4, 64, 16384]), st.sampled_from([0, 1, 3]),
+              st.sampled_from([4, 8, 11]), st.sampled_from([2, 6, 11]), st.sampled_from([1, 4, 9])),
+    st.just(sorting._tunables()))
 
 
 def shaped(draw_keys, shape):
@@ -31,10 +34,10 @@ def shaped(draw_keys, shape):
 @settings(max_examples=300, deadline=None)
 @given(keys=st.lists(key, max_size=400), shape=st.sampled_from(["any", "sorted", "reverse", "equal"]),
        t=tunables)
-@example(keys=[], shape="any", t=(1, 8, 0))
-@example(keys=[2**64 - 1], shape="any", t=(1, 8, 0))
-@example(keys=[2**64 - 1, 0], shape="any", t=(1, 8, 0))
-@example(keys=EDGE_KEYS * 20, shape="any", t=(4, 8, 0))
+@example(keys=[], shape="any", t=(1, 0, 8, 2, 4))
+@example(keys=[2**64 - 1], shape="any", t=(1, 0, 8, 2, 4))
+@example(keys=[2**64 - 1, 0], shape="any", t=(1, 0, 8, 2, 4))
+@example(keys=EDGE_KEYS * 20, shape="any", t=(4, 0, 8, 2, 1))
 def test_radix_sort_and_sort_unique_match_numpy(keys, shape, t):
     a = shaped(keys, shape)
     buf = np.empty(len(a), np.uint64)
@@ -45,7 +48,7 @@ def test_radix_sort_and_sort_unique_match_numpy(keys, shape, t):
     m = sort_unique(got, buf, *t)
     assert np.array_equal(got[:m], np.unique(a))
     got = a.copy()
-    lsd_sort(got, buf, t[1])
+    lsd_sort(got, buf, t[2])
     assert np.array_equal(got, np.sort(a))
 
 
@@ -67,9 +70,10 @@ def test_host_skewed_keys(hosts, n, seed, t):
     assert np.array_equal(got[:sort_unique(got, buf, *t)], np.unique(a))
 
 
-def test_adversarial_bucket_falls_back_to_full_lsd(rng):
-    """Keys equal in their top bits and different only in the lowest: the insertion
-    finish would be quadratic; the budget sends it to the full LSD sort."""
+def test_keys_alike_but_in_their_lowest_bits(rng):
+    """Keys equal in their top bits and different only in the lowest: the runs alike
+    in the bits a leaf sorted are sorted again on their own bits (an insertion finish
+    of them would be quadratic)."""
     a = (np.uint64(7) << np.uint64(60)) | rng.integers(0, 2**8, 50_000).astype(np.uint64)
     a[::3] |= np.uint64(1) << np.uint64(59)
     got = a.copy()
@@ -171,3 +175,52 @@ def test_sort_shards_on_threads(method, rng, monkeypatch):
             assert np.array_equal(g, np.unique(keys[bounds[s]:bounds[s + 1]]))
         results.append(got)
     assert all(np.array_equal(x, y) for x, y in zip(*results))
+
+
+@pytest.mark.parametrize("shape", ["uniform", "skewed"])
+def test_sizes_around_every_threshold(shape):
+    """Sizes at and just above SMALL, a leaf (2 * bucket_keys) and the MSD digit's
+    growth, default tunables, against np.sort / np.unique."""
+    from seenstore.kernels.sort import SMALL
+    bk = sorting.BUCKET_KEYS
+    for n in (SMALL, SMALL + 1, 2 * bk, 2 * bk + 1, (bk << 1) + 2, 2 ** 18 + 1):
+        a = sorting.probe_keys(n, shape == "skewed", seed=n)
+        a[: n // 4] = a[n // 4: 2 * (n // 4)]  # repeats
+        got = a.copy()
+        radix_sort(got, np.empty(n, np.uint64), *sorting._tunables())
+        assert np.array_equal(got, np.sort(a))
+        got = a.copy()
+        m = sort_unique(got, np.empty(n, np.uint64), *sorting._tunables())
+        assert np.array_equal(got[:m], np.unique(a))
+
+
+def test_scratch_is_reused_on_shard_threads_only():
+    """The store sorts shard after shard: on sort_shards' threads the radix sort's
+    scratch array is kept and reused (fresh pages cost their faults), except above
+    SCRATCH_KEYS; any other caller gets a new one (nothing stays allocated)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    assert not np.shares_memory(sorting._scratch(1000), sorting._scratch(1000))
+
+    def on_shard_thread():
+        sorting._local.reuse = True
+        a = sorting._scratch(100_000)
+        b = sorting._scratch(50_000)
+        big = sorting._scratch(sorting.SCRATCH_KEYS + 1)
+        return np.shares_memory(a, b), np.shares_memory(a, big)
+
+    with ThreadPoolExecutor(1) as ex:
+        assert ex.submit(on_shard_thread).result() == (True, False)
+
+
+def test_sort_shards_reports_the_sorting_threads_cpu_time(monkeypatch, rng):
+    """A shard's seconds are its sorting thread's CPU time (time.thread_time), not
+    wall time, which counts the turns of the threads sharing the cores."""
+    ticks = iter(range(0, 1000, 5))
+    monkeypatch.setattr(sorting.time, "thread_time", lambda: float(next(ticks)))
+    monkeypatch.setattr(sorting.time, "perf_counter", lambda: 1e6)  # would give 0 s
+    keys = rng.integers(0, 2**64, 1000, dtype=np.uint64)
+    ex, futs = sorting.sort_shards(keys, np.array([0, 1000], np.int64), [0], 1)
+    end, secs = futs[0].result()
+    ex.shutdown()
+    assert end == 1000 and secs == 5.0

@@ -96,6 +96,7 @@ class _Group(click.Group):
         _JSON_TO_STDERR[0] = False
         warnings.showwarning = _one_line_warning
         dispatch.on_compile = _say_compiling
+        dispatch.lean_numba = True
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             sys.stdout.flush()

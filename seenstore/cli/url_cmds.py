@@ -12,9 +12,11 @@ import itertools
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import nullcontext
 
 import click
+import numpy as np
 
 from ..fastpath import line_cap, normalise_buffer, scalar_one
 from ..fingerprint import fingerprint_many
@@ -54,50 +56,122 @@ def _normalise_pairs(lines, base, policy, max_length) -> NormalisedBatch:
     return NormalisedBatch.of(one(line) for line in lines)
 
 
+SUB_LINES = 1 << 17  # URLs per pass of the line and URL kernels (see add_fast)
+
+
 def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_length: int,
              batch_lines: int, pairs: bool, threads: int | None,
              seconds: dict[str, float] | None = None) -> tuple[int, int]:
     """``seenstore add``'s fast path: admit the URLs of ``stream`` into ``store`` and
     send the new canonical URLs to ``out`` (``out.check()`` before each commit,
     ``out.send(bytes)`` after it: deliver.Output), one batch of ``batch_lines`` at a
-    time; add rejection counts to ``counts``; return (URLs read, new). With more
-    than one thread, the next batch is read (by the line kernel) while this one is
-    processed. With ``seconds``, add the time of each stage to it: read (waiting for
-    the next URL buffer), kernel, scalar, merge (normalise_buffer's), store, write."""
+    time; add rejection counts to ``counts``; return (URLs read, new).
+
+    The line and URL kernels run over pieces of at most SUB_LINES URLs, so their
+    buffers stay small and are reused piece after piece (on the VMs measured here
+    touching fresh pages costs as much as the kernels: docs/fastpath.md); a batch
+    keeps only its pieces' canonical output and keys until its commit. With more
+    than one thread the next piece is read (by the line kernel) while this one is
+    processed, and a batch's commit (store, then write) runs on a helper thread
+    while the next batch is read and normalised; commits stay in input order, one
+    at a time. With ``seconds``, add the time of each stage to it: read (waiting
+    for the next URL buffer), kernel, scalar, merge (normalise_buffer's), store,
+    write (the last two on the helper thread with more than one thread)."""
     t = seconds if seconds is not None else {}
     threads = check_threads(threads)
-    read = new = 0
-    batches = URLBuffer.iter_file(stream, pairs=pairs, base=base, chunk_urls=batch_lines,
-                                  max_line=line_cap(max_length, pairs))
+    read = 0
+    pieces = URLBuffer.iter_file(stream, pairs=pairs, base=base,
+                                 chunk_urls=min(batch_lines, SUB_LINES),
+                                 max_line=line_cap(max_length, pairs))
     if threads > 1:
-        batches = prefetch(batches)
-    while True:
-        t0 = time.perf_counter()
-        ub = next(batches, None)
-        t1 = time.perf_counter()
-        t["read"] = t.get("read", 0.0) + t1 - t0
-        if ub is None:
-            return read, new
-        fb = normalise_buffer(ub, policy, store.layout, max_length, threads)
-        for k, v in fb.seconds.items():
-            t[k] = t.get(k, 0.0) + v
-        read += fb.n
-        new += admit_batch(fb, store, out, counts, t)
+        pieces = prefetch(pieces)
+    commits = _Commits(store, out, counts, t, background=threads > 1)
+    batch: list = []
+    have = 0
+    with commits:
+        while True:
+            t0 = time.perf_counter()
+            ub = next(pieces, None)
+            t["read"] = t.get("read", 0.0) + time.perf_counter() - t0
+            if ub is None:
+                break
+            while ub is not None:  # a piece may end this batch and start the next
+                take = batch_lines - have
+                head, ub = (ub, None) if len(ub) <= take else \
+                    (ub.slice(0, take), ub.slice(take, len(ub)))
+                fb = normalise_buffer(head, policy, store.layout, max_length, threads)
+                for k, v in fb.seconds.items():
+                    t[k] = t.get(k, 0.0) + v
+                read += fb.n
+                have += fb.n
+                batch.append(fb)
+                if have == batch_lines:
+                    commits.submit(batch)
+                    batch, have = [], 0
+        if batch:
+            commits.submit(batch)
+    return read, commits.new
 
 
-def admit_batch(fb, store, out, counts: dict[str, int], seconds: dict[str, float]) -> int:
-    """Admit one FastBatch's keys (``out.check()`` before the commit, the new canonical
-    URLs sent after it), count its rejections into ``counts`` and the store and write
-    times into ``seconds``; return how many were new."""
-    for reason, n in fb.reason_counts().items():
-        counts[reason] = counts.get(reason, 0) + n
-    if not len(fb.keys):
+class _Commits:
+    """Commits of add_fast's batches in order, one at a time: on this thread, or
+    (``background``) on a helper thread, ``submit`` returning at once after the
+    previous commit has finished (its error, if any, raised here). Leaving the
+    ``with`` block waits for the last commit, also on an error or interrupt (the
+    store is never closed under a running commit)."""
+
+    def __init__(self, store, out, counts, seconds, background: bool) -> None:
+        self.args = store, out, counts, seconds
+        self.new = 0
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="seenstore-commit") \
+            if background else None
+        self.running = None
+
+    def submit(self, fbs: list) -> None:
+        if self.pool is None:
+            self.new += admit_batch(fbs, *self.args)
+            return
+        self._finish()
+        self.running = self.pool.submit(admit_batch, fbs, *self.args)
+
+    def _finish(self) -> None:
+        running, self.running = self.running, None
+        if running is not None:
+            self.new += running.result()
+
+    def __enter__(self) -> "_Commits":
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if self.pool is None:
+            return
+        try:
+            if kind is None:
+                self._finish()
+            elif self.running is not None:
+                wait([self.running])  # the first error is the one to report
+        finally:
+            self.pool.shutdown(wait=True)
+
+
+def admit_batch(fbs, store, out, counts: dict[str, int], seconds: dict[str, float]) -> int:
+    """Admit the keys of a FastBatch, or of a list of them, in one commit
+    (``out.check()`` before it, the new canonical URLs sent after it, in input
+    order), count their rejections into ``counts`` and the store and write times
+    into ``seconds``; return how many were new."""
+    fbs = fbs if isinstance(fbs, list) else [fbs]
+    for fb in fbs:
+        for reason, n in fb.reason_counts().items():
+            counts[reason] = counts.get(reason, 0) + n
+    keys = fbs[0].keys if len(fbs) == 1 else np.concatenate([fb.keys for fb in fbs])
+    if not len(keys):
         return 0
     out.check()
     t2 = time.perf_counter()
-    mask = store.add(fb.keys)
+    mask = store.add(keys)
     t3 = time.perf_counter()
-    out.send(fb.lines(mask))
+    cuts = np.cumsum([len(fb.keys) for fb in fbs])[:-1]
+    out.send(b"".join(fb.lines(m) for fb, m in zip(fbs, np.split(mask, cuts))))
     seconds["store"] = seconds.get("store", 0.0) + t3 - t2
     seconds["write"] = seconds.get("write", 0.0) + time.perf_counter() - t3
     return int(mask.sum())

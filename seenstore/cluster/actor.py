@@ -57,6 +57,9 @@ class ShardActor:
         self._lock = threading.Lock()  # one admission at a time (the answer log's rule)
         self._fault = ""
         self._admit_s = 0.0  # time inside the store's add_new / add_sorted, since start
+        # time per step of admissions since start (the answer log's, the store's)
+        self.timings = {"log_s": 0.0, "admit_s": 0.0, "batches": 0}
+        self.store_timings: dict = {}  # the store's last_timings summed over batches
         self._error: SeenStoreError | None = None
         if os.path.exists(os.path.join(self.dir, SHARD_NAME)):
             try:  # a restart: reopen (the store's commit gives pre- or post-state)
@@ -116,13 +119,18 @@ class ShardActor:
                 "policy_id": st.policy_id, "generation": st.generation}
 
     # --------------------------------------------------------------- batches
-    def admit(self, batch_id: str, keys: np.ndarray, sorted_unique: bool = False) -> np.ndarray:
+    def admit(self, batch_id: str, keys: np.ndarray, sorted_unique: bool = False,
+              acked: list = ()) -> np.ndarray:
         """Admit ``keys`` (this shard's part of batch ``batch_id``); return the keys new
         to the store, sorted, each once. A retried ``batch_id`` gets the answer of its
-        first run (until ``ack``). ``sorted_unique``: keys are sorted and unique."""
+        first run (until acknowledged). ``sorted_unique``: keys are sorted and unique.
+        ``acked``: earlier batch ids whose answers the client has read (as ``ack``),
+        dropped first, so their entries need not be resolved by this batch."""
         with self._lock:
             st = self._need()
             log = self.log
+            if acked:
+                log.forget(acked)
             dg = digest(keys)
             e = log.find(batch_id)
             if e is not None:
@@ -132,9 +140,10 @@ class ShardActor:
                 if e.state == "committed":
                     return log.recompute(e, keys if sorted_unique else prepare(keys))
                 log.forget([batch_id])  # void: nothing committed, a fresh batch
+            t0 = time.perf_counter()
             e = log.begin(batch_id, dg, st)
             self._crash_if("after-pending")
-            t0 = time.perf_counter()
+            t1 = time.perf_counter()
             try:
                 if sorted_unique:
                     new = keys[st.add_sorted(keys)]
@@ -143,7 +152,14 @@ class ShardActor:
             except BaseException:
                 log.resolve(e, st)  # void (or committed if the failure came after it)
                 raise
-            self._admit_s += time.perf_counter() - t0
+            t2 = time.perf_counter()
+            self._admit_s += t2 - t1
+            self.timings["log_s"] += t1 - t0
+            self.timings["admit_s"] += t2 - t1
+            self.timings["batches"] += 1
+            for k, v in st.last_timings.items():
+                if isinstance(v, float):
+                    self.store_timings[k] = self.store_timings.get(k, 0.0) + v
             self._crash_if("after-commit")
             return new
 
@@ -172,6 +188,7 @@ class ShardActor:
         s["pid"] = os.getpid()
         s["answer_log_entries"] = len(self.log.entries)
         s["admit_s"] = self._admit_s
+        s["timings"] = dict(self.timings, store=dict(self.store_timings))
         return s
 
     def verify(self) -> dict:
@@ -188,9 +205,12 @@ class ShardActor:
             v["shard_index"] = self.index
             return v
 
-    def close(self, save_bloom: bool = True) -> None:
+    def close(self, save_bloom: bool = True, acked: list = ()) -> None:
+        """Close the store; ``acked``: batch ids to drop first (as ``ack``)."""
         with self._lock:
             if self.log is not None:
+                if acked:
+                    self.log.forget(acked)
                 self.log.close()
             if self.store is not None:
                 self.store.close(save_bloom=save_bloom)

@@ -5,7 +5,8 @@ Each configuration gets a new store (or cluster) in the working folder and the s
 ``CrawlStream``; every answer (``add_new``: the sorted new keys) is checked against
 the stream's exact expectation. Figures per configuration: time inside the calls,
 keys/s, ratio to the plain store, bytes through Ray's object store per offered key,
-and per shard: keys offered, new, time inside the actor's ``add_new``.
+and per shard: keys offered, new, time inside the actor's ``add_new`` and in its
+answer log.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import os
 import shutil
 import time
 
+import numpy as np
+
 from ..benchrun import _check, warm_up
 from ..store import SeenStore
 from ..workload import CrawlStream
-from .sharded import ShardedStore, cluster_bits, ensure_ray
+from .sharded import PARALLEL_MIN_KEYS, ShardedStore, cluster_bits, ensure_ray, partition
 
 
 def _drive(store, stream: CrawlStream, per_batch=None) -> dict:
@@ -70,14 +73,22 @@ def run_cluster_bench(stream: CrawlStream, work_dir: str, shard_counts: list[int
         try:
             with ShardedStore.open(root, shards=n, create=True,
                                    bloom_capacity=bloom_capacity) as st:
-                # each actor's process loads its kernels first, as this one did
+                # each actor's process loads its kernels first, as this one did, and
+                # this one the client's partition kernels (a first call loads them)
                 st._call(range(n), lambda i: st.actors[i].warm_up.remote())
+                if n > 1:
+                    partition(np.arange(2 * PARALLEL_MIN_KEYS, dtype=np.uint64), st.shard_bits,
+                              st._pool, st.threads)
                 shard_rows = [{"offered": 0} for _ in range(n)]
-                busy0 = [s["admit_s"] for s in st.shard_stats()]
+                busy0 = [(s["admit_s"], s["timings"]["log_s"]) for s in st.shard_stats()]
+
+                client = {"partition_s": 0.0, "put_s": 0.0}
 
                 def per_batch():
                     for i, k in st.last_timings["shard_keys"].items():
                         shard_rows[i]["offered"] += k
+                    for k in client:
+                        client[k] += st.last_timings[k]
 
                 base = dict(st.counters)
                 r = _drive(st, stream, per_batch)
@@ -86,11 +97,12 @@ def run_cluster_bench(stream: CrawlStream, work_dir: str, shard_counts: list[int
                          + st.counters["object_store_bytes_out"] - base["object_store_bytes_out"])
                 for i, s in enumerate(stats["per_shard"]):
                     shard_rows[i].update(keys=s["keys"], node_ip=s["node_ip"], pid=s["pid"],
-                                         admit_s=s["admit_s"] - busy0[i],
+                                         admit_s=s["admit_s"] - busy0[i][0],
+                                         log_s=s["timings"]["log_s"] - busy0[i][1],
                                          bytes_on_disk=s["bytes_on_disk"])
                 r.update(store_keys=stats["keys"], object_store_bytes=moved,
                          object_store_bytes_per_key=moved / max(1, r["offered"]),
-                         retries=st.counters["retries"], per_shard=shard_rows)
+                         retries=st.counters["retries"], per_shard=shard_rows, client=client)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         out["runs"].append(dict(r, name=f"ShardedStore, {n} shard" + "s" * (n > 1), shards=n))
@@ -115,9 +127,12 @@ def format_text(res: dict) -> list[str]:
         lines.append(f"{r['name']:<26} {r['store_s']:>8.2f} {r['keys_per_s'] / 1e6:>9.2f} "
                      f"{ns:>7.1f} {vs:>8} {ob:>15}  "
                      + ("VERIFIED" if r["verified"] else f"WRONG in batches {r['bad_batches']}"))
+        if "client" in r:
+            lines.append(f"    client: partition {r['client']['partition_s']:.2f} s, "
+                         f"ray.put {r['client']['put_s']:.2f} s")
         for i, s in enumerate(r.get("per_shard", [])):
             lines.append(f"    shard {i}: offered {s['offered']:,} in {s['admit_s']:.2f} s of "
-                         f"add_new, stored {s['keys']:,} keys, "
+                         f"add_new (+ {s['log_s']:.2f} s answer log), stored {s['keys']:,} keys, "
                          f"{s['bytes_on_disk']:,} bytes on disk (node {s['node_ip']}, "
                          f"pid {s['pid']})")
     lines.append(f"JIT warm-up      {res['warmup_s']:.2f} s (not in timings)")

@@ -15,13 +15,15 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..batch import as_keys
 from ..errors import (InvalidInputError, MismatchError, NotAStoreError, SeenStoreError,
                       StoreIOError, StoreNotFoundError)
-from ..kernels.batch import mark_first_new, mark_members, partition_top_bits
+from ..kernels.batch import (count_top_bits, mark_first_new, mark_members,
+                             partition_top_bits, scatter_top_bits)
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..sorting import default_threads
 from ..store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
@@ -33,6 +35,8 @@ CLUSTER_FORMAT = "seenstore-cluster"
 MAX_CLUSTER_BITS = 8
 DEFAULT_RESTARTS = 4
 DEFAULT_RETRIES = 8
+PARTITION_BITS = 4  # the client groups a batch by at least this many top bits
+PARALLEL_MIN_KEYS = 1 << 20  # keys per thread below which one thread partitions
 
 
 def shard_dir_name(index: int, n: int) -> str:
@@ -68,13 +72,38 @@ def ensure_ray(address: str | None):
     except ImportError:
         raise InvalidInputError("the cluster needs Ray: pip install 'seenstore[cluster]'") from None
     if not ray.is_initialized():
-        # No address: a new local instance asked for the loopback address (Ray 2.60
-        # resolves 127.0.0.1 to this machine's own interface address, so the traffic
-        # stays on this machine either way); an address joins that cluster.
+        # No address: a new local instance, asked for the loopback address (Ray 2.60
+        # resolves 127.0.0.1 to this machine's own interface address and listens on
+        # every interface all the same: docs/cluster.md); an address joins that cluster.
         local = {"address": "local", "_node_ip_address": "127.0.0.1"} if address is None else {}
         ray.init(**({"address": address} | local), include_dashboard=False,
                  logging_level="WARNING", log_to_driver=False)
     return ray
+
+
+def partition(keys: np.ndarray, bits: int, pool: ThreadPoolExecutor | None = None,
+              threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """``keys`` grouped by their top ``bits`` bits (groups ascending, input order kept
+    inside each: what ``partition_top_bits`` gives) and the start of each group plus
+    the end. With ``pool``, ``threads`` of its threads each count then scatter a
+    slice of the keys (a group's slots per slice: the counts of the slices before)."""
+    n = len(keys)
+    out = np.empty(n, dtype=np.uint64)
+    bounds = np.empty((1 << bits) + 1, dtype=np.int64)
+    t = min(threads, n // PARALLEL_MIN_KEYS) if pool is not None and bits else 1
+    if t <= 1:
+        partition_top_bits(keys, bits, out, bounds)
+        return out, bounds
+    cuts = [n * j // t for j in range(t + 1)]
+    counts = np.zeros((t, 1 << bits), dtype=np.int64)
+    list(pool.map(lambda j: count_top_bits(keys[cuts[j]:cuts[j + 1]], bits, counts[j]),
+                  range(t)))
+    bounds[0] = 0
+    np.cumsum(counts.sum(axis=0), out=bounds[1:])
+    fill = np.ascontiguousarray(bounds[:-1] + np.cumsum(counts, axis=0) - counts)
+    list(pool.map(lambda j: scatter_top_bits(keys[cuts[j]:cuts[j + 1]], bits, out, fill[j]),
+                  range(t)))
+    return out, bounds
 
 
 def _node_id(ray, ip: str | None) -> str | None:
@@ -82,6 +111,19 @@ def _node_id(ray, ip: str | None) -> str | None:
         if n.get("Alive") and n.get("NodeManagerAddress") == ip:
             return n["NodeID"]
     return None
+
+
+def _threads_per_shard(ray, shards: list) -> int:
+    """Sort threads for each shard's store: the fewest CPUs of a node over the shards
+    on it (recorded nodes; else spread evenly over the live nodes), at least 1."""
+    nodes = {n.get("NodeManagerAddress"): int(n.get("Resources", {}).get("CPU", 1))
+             for n in ray.nodes() if n.get("Alive")}
+    ips = [s.get("node_ip") for s in shards]
+    if nodes and all(ip in nodes for ip in ips):
+        per = {ip: ips.count(ip) for ip in ips}
+        return max(1, min(nodes[ip] // per[ip] for ip in per))
+    per_node = -(-len(shards) // max(1, len(nodes)))
+    return max(1, min(nodes.values(), default=1) // per_node)
 
 
 class _BloomProxy:
@@ -111,24 +153,27 @@ class ShardedStore:
         self.sync = store_kwargs.get("sync", True)
         self.bloom = _BloomProxy(self) if store_kwargs.get("bloom", True) else None
         # threads of this process's own sorts (a DedupStage on top sorts its buffers)
-        self.threads = store_kwargs.get("threads") or default_threads()
+        self.threads = default_threads()
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="shard-client")
         self._options = options
         self._store_kwargs = store_kwargs
         self.retries = options.pop("retries")
         self._owner = True  # this client started the actors (and may start them anew)
         self.last_timings: dict = {}
+        self._unacked: dict[int, list] = {}  # shard -> batch ids read, not yet told
         self.counters = {"batches": 0, "retries": 0, "revived": 0,
                          "object_store_bytes_in": 0, "object_store_bytes_out": 0}
 
     def __getstate__(self) -> dict:
         """A copy for Ray tasks (``dedup``): the same actors, no Ray module, and it
         never starts actors of its own (the opening client owns them)."""
-        return dict(self.__dict__, _ray=None, _owner=False)
+        return dict(self.__dict__, _ray=None, _owner=False, _pool=None)
 
     def __setstate__(self, state: dict) -> None:
         import ray
 
-        self.__dict__.update(state, _ray=ray)
+        self.__dict__.update(state, _ray=ray, _pool=ThreadPoolExecutor(
+            state["threads"], thread_name_prefix="shard-client"))
 
     # ---------------------------------------------------------------- opening
     @classmethod
@@ -138,7 +183,7 @@ class ShardedStore:
              bloom_fpr: float = DEFAULT_BLOOM_FPR, bloom_capacity: int | None = None,
              sync: bool = True, wait: float | None = 0.0, max_restarts: int = DEFAULT_RESTARTS,
              retries: int = DEFAULT_RETRIES, wal_dir: str | None = None,
-             pin_nodes: bool = True) -> "ShardedStore":
+             pin_nodes: bool = True, threads: int | None = None) -> "ShardedStore":
         """Open (``create=True``: create) a sharded store and start its shard actors.
 
         ``paths_or_uri``: a cluster root directory (str; it holds ``CLUSTER``, which
@@ -152,8 +197,12 @@ class ShardedStore:
         call is resent (same batch id) before StoreIOError. ``pin_nodes``: start
         each shard on the node CLUSTER recorded for it (its directory is there);
         False places them anew and records the new nodes (directories on shared
-        storage, or moved by hand: docs/cluster.md). Raises what
-        ``SeenStore.open`` raises, plus InvalidInputError."""
+        storage, or moved by hand: docs/cluster.md). ``threads``: each shard
+        store's sort threads (default: its node's CPUs over the shards placed on
+        that node, at least 1, so shards sharing a node do not oversubscribe it).
+        Raises what ``SeenStore.open`` raises, plus InvalidInputError."""
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
         ray = ensure_ray(ray_address)
         root = None
         if isinstance(paths_or_uri, (str, os.PathLike)):
@@ -172,7 +221,8 @@ class ShardedStore:
                    "shards": [{"dir": d, "node_ip": None} for d in dirs]}
         n = len(dirs)
         kw = {"bloom": bloom, "bloom_fpr": bloom_fpr, "sync": sync, "wait": wait,
-              "bloom_capacity": -(-bloom_capacity // n) if bloom_capacity else None}
+              "bloom_capacity": -(-bloom_capacity // n) if bloom_capacity else None,
+              "threads": threads or _threads_per_shard(ray, doc["shards"])}
         options = {"max_restarts": max_restarts, "max_task_retries": max_restarts,
                    "max_concurrency": 4, "num_cpus": 0, "retries": retries}
         st = cls(ray, [None] * n, dirs, root, doc, options, kw, wal_dir)
@@ -299,10 +349,17 @@ class ShardedStore:
         if sorted_unique:
             starts = np.arange(1 << b, dtype=np.uint64) << np.uint64(64 - b)
             return keys, np.append(np.searchsorted(keys, starts), len(keys)).astype(np.int64)
-        part = np.empty(len(keys), dtype=np.uint64)
-        bounds = np.empty((1 << b) + 1, dtype=np.int64)
-        partition_top_bits(keys, b, part, bounds)
-        return part, bounds
+        # grouped by at least 4 top bits: as fast as by 1 (whose scatter is a chain of
+        # stores to 2 slots), and each shard's part arrives grouped by its store's runs
+        fine = max(b, PARTITION_BITS)
+        part, bounds = partition(keys, fine, self._pool, self.threads)
+        return part, bounds[::1 << (fine - b)]
+
+    def _put(self, parts: dict) -> dict:
+        """Each part into Ray's object store (a copy each), on the client's threads."""
+        if len(parts) < 2 or sum(len(p) for p in parts.values()) < PARALLEL_MIN_KEYS:
+            return {i: self._ray.put(p) for i, p in parts.items()}
+        return dict(zip(parts, self._pool.map(self._ray.put, parts.values())))
 
     def _admit(self, keys: np.ndarray, batch_id: str | None, sorted_unique: bool):
         """Send each shard its part of the batch; return (grouped keys, bounds, the
@@ -312,13 +369,17 @@ class ShardedStore:
         part, bounds = self._parts(keys, sorted_unique)
         t1 = time.perf_counter()
         jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
-        refs = {i: self._ray.put(part[bounds[i]:bounds[i + 1]]) for i in jobs}
+        refs = self._put({i: part[bounds[i]:bounds[i + 1]] for i in jobs})
         t2 = time.perf_counter()
+        acked = {i: self._unacked.pop(i, []) for i in jobs}
         answers = self._call(jobs, lambda i: self.actors[i].admit.remote(
-            bid, refs[i], sorted_unique))
+            bid, refs[i], sorted_unique, acked[i]))
         t3 = time.perf_counter()
-        for i in jobs:  # read: the shard may drop the batch's entry (not waited for)
-            self.actors[i].ack.remote([bid])
+        for i in jobs:  # read: the shard may drop the batch's entry
+            if self._owner:  # told with this client's next call to the shard
+                self._unacked[i] = [bid]
+            else:  # a copy in a Ray task has no next call: now (not waited for)
+                self.actors[i].ack.remote([bid])
         n_out = sum(a.nbytes for a in answers.values())
         self.counters["batches"] += 1
         self.counters["object_store_bytes_in"] += 8 * len(keys)
@@ -369,7 +430,7 @@ class ShardedStore:
         keys = as_keys(keys)
         part, bounds = self._parts(keys, False)
         jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
-        refs = {i: self._ray.put(part[bounds[i]:bounds[i + 1]]) for i in jobs}
+        refs = self._put({i: part[bounds[i]:bounds[i + 1]] for i in jobs})
         found = self._call(jobs, lambda i: self.actors[i].contains.remote(refs[i]))
         return mark_members(keys, self._new_sorted(found))
 
@@ -426,11 +487,13 @@ class ShardedStore:
 
     def close(self, save_bloom: bool = True) -> None:
         """Close every shard's store (saving Bloom filters) and stop the actors."""
+        self._pool.shutdown(wait=False)
         if not self.actors or not self._owner:
             return
         try:
-            self._call(range(len(self.actors)),
-                       lambda i: self.actors[i].close.remote(save_bloom))
+            self._call(range(len(self.actors)), lambda i: self.actors[i].close.remote(
+                save_bloom, self._unacked.get(i, [])))
+            self._unacked = {}
         finally:
             self._kill_all()
 

@@ -189,3 +189,30 @@ def partition_top_bits(keys, bits, out, starts):
         g = np.int64(keys[i] >> shift)
         out[fill[g]] = keys[i]
         fill[g] += 1
+
+
+@njit(cache=True, nogil=True)
+def count_top_bits(keys, bits, counts):
+    """Add to ``counts[g]`` the number of ``keys`` whose top ``bits`` bits equal g.
+
+    Requires: 1 <= bits <= 16; ``counts`` int64 of length 2**bits. With
+    ``scatter_top_bits``: the two passes of ``partition_top_bits``, split so that
+    several threads can each run them on a slice of the keys."""
+    shift = np.uint64(64 - bits)
+    for i in range(keys.shape[0]):
+        counts[np.int64(keys[i] >> shift)] += 1
+
+
+@njit(cache=True, nogil=True)
+def scatter_top_bits(keys, bits, out, fill):
+    """Copy each key, in input order, to ``out[fill[g]]`` (g: its top ``bits`` bits)
+    and advance ``fill[g]``.
+
+    Requires: 1 <= bits <= 16; ``fill`` int64 of length 2**bits; the slots each
+    group gets (``count_top_bits`` of ``keys``) inside ``out`` and apart from any
+    other thread's."""
+    shift = np.uint64(64 - bits)
+    for i in range(keys.shape[0]):
+        g = np.int64(keys[i] >> shift)
+        out[fill[g]] = keys[i]
+        fill[g] += 1

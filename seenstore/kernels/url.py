@@ -659,6 +659,12 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
     cached = -1  # base id whose parse bh holds
     b_ok = False
     b_ps = b_de = b_qs = b_end = b_pct = 0
+    # A fragment-only href ('#...', a clean fragment) resolves to its base without its
+    # fragment, whatever the fragment: the first one's output (at out[fo:fo+fl], key
+    # fk) is copied for the next ones of the same base (fo = -1: none yet).
+    fo = -1
+    fl = 0
+    fk = np.uint64(0)
     for i in range(start, n):
         s = offsets[i]
         e = offsets[i + 1]
@@ -670,6 +676,7 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
             b1 = boffsets[bid + 1]
             if cached < 0 or not _same(bsp, b0, b1, boffsets[cached], boffsets[cached + 1]):
                 b_ok = False
+                fo = -1
                 if _clean(bsp, b0, b1):
                     bst, b_end, b_ps, _, b_qs, b_pct = _absolute(bsp, b0, b1, bp, 0)
                     b_ok = bst == OK
@@ -677,6 +684,14 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
                     while _ld(bp, b_de - 1) != SLASH:
                         b_de -= 1
             cached = bid
+        frag = bid >= 0 and e - s <= max_length and e > s and _ld(sp, s) == HASH and \
+            _ld(sp, e - 1) > 32 and _fragment_ok(sp, s, e)
+        if frag and fo >= 0:
+            o = _copy(op, fo, fo + fl, op, o)
+            status[i] = OK
+            keys[i] = fk
+            out_offsets[i + 1] = o
+            continue
         st = ROUTE
         end = o
         ps = pct = 0
@@ -701,6 +716,8 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
             while _ld(op, he) != COLON and _ld(op, he) != SLASH:
                 he += 1
             keys[i] = (xxh3_64(out, hs, he) & high) | (xxh3_64(out, o, end) & low)
+            if frag:  # OK with a clean fragment: the first try, the base's own output
+                fo, fl, fk = o, end - o, keys[i]
             o = end
         out_offsets[i + 1] = o
     return n, o
