@@ -17,7 +17,7 @@ import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seenstore import bloom as bloom_mod
+from seenstore.bloom import file as bloom_mod
 from seenstore.bloom import HEADER_LEN, MAGIC, BloomFilter
 from seenstore.errors import (
     CorruptionError,

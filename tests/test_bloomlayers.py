@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from seenstore.bloomlayers import GROWTH, LayeredBloom, layer_path
+from seenstore.bloom import GROWTH, LayeredBloom, layer_path
 from seenstore.errors import StoreNotFoundError
 from seenstore.store import SeenStore
 from naive import setdiff, union
@@ -89,3 +89,64 @@ def test_store_filter_grows_without_rebuild_and_stays_exact(tmp_path, rng):
     os.unlink(os.path.join(path, "BLOOM"))
     with SeenStore.open(path) as s:  # rebuilt from the runs: one layer again
         assert len(s.bloom.layers) == 1 and s.contains(everything).all()
+
+
+def test_prepared_layer_is_the_one_reserve_makes(rng, monkeypatch):
+    """A layer built ahead (prepare) is used by reserve and is bit for bit the layer
+    reserve would have made; a failed build falls back to reserve's own."""
+    from seenstore.bloom import layers as L
+
+    batches = [rng.integers(0, 2**64, 4000, dtype=np.uint64) for _ in range(8)]
+    plain, ahead = LayeredBloom.for_capacity(5000, 1e-3), LayeredBloom.for_capacity(5000, 1e-3)
+    used = 0
+    for keys in batches:
+        plain.reserve(len(keys))
+        plain.add(keys)
+        nxt = ahead._next
+        ahead.reserve(len(keys))
+        if nxt is not None:  # the prepared layer became the newest one
+            assert ahead._next is None and ahead.layers[-1] is nxt.layer
+            used += 1
+        ahead.add(keys)
+        ahead.prepare(len(keys))
+    assert used >= 2 and len(ahead.layers) == len(plain.layers) >= 3
+    for a, b in zip(ahead.layers, plain.layers):
+        assert (a.capacity, a.n_hashes) == (b.capacity, b.n_hashes)
+        assert np.array_equal(a.words, b.words)
+    assert ahead.query(np.concatenate(batches)).all()
+    # nothing to prepare when the next batch fits
+    assert not LayeredBloom.for_capacity(10**6, 1e-3).prepare(10)
+
+    def no_memory(words):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(L, "prefault", no_memory)
+    bf = LayeredBloom.for_capacity(1000, 1e-3)
+    bf.add(batches[0][:900])
+    assert bf.prepare(900)
+    bf.reserve(900)
+    assert len(bf.layers) == 2 and bf.layers[1].capacity == (GROWTH - 1) * 1000
+    bf.add(batches[1][:900])
+    assert bf.query(np.concatenate([batches[0][:900], batches[1][:900]])).all()
+
+
+def test_store_builds_the_next_layer_between_batches(tmp_path, rng):
+    """The store prepares the layer the next batch will need, uses it, and answers
+    exactly (against a set) as its filter grows over several layers."""
+    path = str(tmp_path / "s")
+    seen: set = set()
+    with SeenStore.open(path, create=True, shard_bits=1, sync=False, bloom_capacity=2000) as s:
+        prepared = 0
+        for _ in range(14):
+            b = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+            b[:500] = rng.choice(np.fromiter(seen, np.uint64), 500) if seen else b[:500]
+            nxt = s.bloom._next
+            new = s.add_new(b)
+            if nxt is not None:
+                prepared += 1
+                assert nxt.layer is not None and nxt.layer in s.bloom.layers
+            assert set(new.tolist()) == set(b.tolist()) - seen
+            seen |= set(b.tolist())
+        assert prepared >= 2 and len(s.bloom.layers) >= 3
+        everything = np.fromiter(seen, np.uint64)
+        assert s.bloom.query(everything).all() and s.contains(everything).all()

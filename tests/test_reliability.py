@@ -15,7 +15,7 @@ import xxhash
 
 from seenstore import manifest, wal
 from seenstore.bloom import BloomFilter
-from seenstore.bloomlayers import LayeredBloom
+from seenstore.bloom import LayeredBloom
 from seenstore.errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputError,
                               NotSupportedError, SeenStoreError)
 from seenstore.stage import DedupStage

@@ -239,9 +239,9 @@ def host_range(host: str, layout: Layout) -> tuple[int, int]:
 def iter_stored_keys(store, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarray]:
     """The store's keys in [lo, hi), ascending, in chunks (views of the runs' maps)."""
     from ..store import _first_last
-    from ..tiers import compressed, merged_chunks
+    from ..store.runs import compressed, merged_chunks
 
-    runs = store._runs  # the live runs by shard (read-only maps); store.py has no iterator yet
+    runs = store._runs  # the live runs by shard (read-only maps); the store has no iterator yet
     for shard in sorted(runs):
         live = [r for r in runs[shard]
                 if r.count and _first_last(r)[1] >= lo and _first_last(r)[0] < hi]

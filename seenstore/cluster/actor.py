@@ -269,7 +269,7 @@ class ShardActor:
         answer log's steps ("after-pending", "after-commit") or a
         store commit step ("before-manifest", "after-manifest"). A restart disarms."""
         self._fault = point
-        store_module._FAULT = point  # read by the store's own commit seam
+        store_module.files._FAULT = point  # read by the store's own commit seam (store/files.py)
 
     def _crash_if(self, point: str) -> None:
         if self._fault == point:

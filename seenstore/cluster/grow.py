@@ -22,7 +22,7 @@ import shutil
 import numpy as np
 
 from .. import manifest
-from ..tiers import merged_chunks, open_reader
+from ..store.runs import merged_chunks, open_reader
 from .sharded import (ShardedStore, cluster_bits, ensure_ray, read_cluster, shard_dir_name,
                       write_cluster)
 
@@ -33,7 +33,7 @@ def iter_sorted_keys(store, chunk_keys: int = DEFAULT_CHUNK_KEYS):
     """Every key of an open ``store`` in ascending order, in chunks (a reused buffer:
     use each chunk before asking for the next). Reads the runs the MANIFEST names
     (docs/format.md), shard by shard: a shard's live runs through the k-way merge of
-    tiers.py (tiered runs: any number per shard, disjoint)."""
+    store/runs.py (tiered runs: any number per shard, disjoint)."""
     doc = manifest.read(store.path)
     by_shard: dict[int, list] = {}
     for r in doc["runs"]:

@@ -1,43 +1,28 @@
-"""The Bloom filter in front of the store: sizing, batch add/query, persistence, stats.
+"""The Bloom filter in front of the store: one blocked filter's batch add and query.
 
 A cache-line-blocked Bloom filter over uint64 keys (one 512-bit block per key,
-k bits inside it), held in one uint64 numpy array. Sized from (expected keys,
-target false-positive rate) with the exact FPR of the blocked design. Saved
-atomically in a checksummed file (docs/bloom.md) that records the store
-generation it reflects. ``BloomCounters`` keeps the exact/approximate-mode
-counts. Kernels: seenstore/kernels/bloom.py.
+k bits inside it), held in one uint64 numpy array, sized from (expected keys,
+target false-positive rate) by sizing.py and saved by file.py. Large inserts go
+region by region, on a background thread a waiter can help (``add_in_background``).
+Kernels: seenstore/kernels/bloom.py.
 """
 
 from __future__ import annotations
 
-import errno
-import functools
 import math
 import os
-import struct
-import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
 
 import numpy as np
-import xxhash
 
-from .errors import (
-    CorruptionError,
-    DiskFullError,
-    InvalidInputError,
-    NotSupportedError,
-    StoreIOError,
-    StoreNotFoundError,
-)
-from .dispatch import bloom as _k  # numpy twins below dispatch.SMALL items
-from .runformat import aligned_empty
+from ..dispatch import bloom as _k  # numpy twins below dispatch.SMALL items
+from ..errors import InvalidInputError
+from . import file as _file
+from .file import Binding
+from .sizing import (BLOCK_BITS, MAX_BLOCKS, WORDS_PER_BLOCK, blocked_fpr, block_aligned,
+                     size_for)
 
-BLOCK_BITS = 512
-WORDS_PER_BLOCK = BLOCK_BITS // 64
-MAX_BLOCKS = 2**32 - 1  # block index is ((w >> 32) * n_blocks) >> 32: 256 GiB at most
-MAX_HASHES = 32  # sizing searches k in 1..MAX_HASHES; files may hold up to 64
 GROUP = 32  # keys located (and prefetched) ahead in the kernels; see bench/bench_bloom.py
 # Region inserts: keys bucketed so each pass writes one ~REGION_BYTES slice of the
 # filter (measured flat from 256 KiB to 4 MiB on this machine, bench/bench_bloom.py).
@@ -45,223 +30,11 @@ REGION_BYTES = 1 << 20
 REGION_MIN_KEYS = 1 << 16  # below this the bucketing passes cost more than they save
 
 
-def block_aligned(n_words: int, zero: bool = True) -> np.ndarray:
-    """A uint64 array of ``n_words`` whose data starts on a 64-byte boundary, so every
-    8-word block of the filter is exactly one cache line. numpy's own alignment (16
-    bytes) made each block straddle two lines, and the kernels prefetch one: key-order
-    inserts ran 60 ns/key against 23 aligned (1e7 keys into 124 MB,
-    bench/bench_bloom.py). ``zero``: zeroed (lazily, by the OS) rather than left as is."""
-    return aligned_empty(n_words, align=8 * WORDS_PER_BLOCK, zero=zero)
-
-
 def region_bits(filter_bytes: int) -> int:
     """log2 of the number of regions an insert into a filter this size uses (0: none)."""
     if filter_bytes <= 2 * REGION_BYTES:
         return 0
     return min(16, math.ceil(math.log2(filter_bytes / REGION_BYTES)))
-
-# ---------------------------------------------------------------------------
-# Theory: the false-positive rate of the blocked design.
-# ---------------------------------------------------------------------------
-
-
-class _OccupancyMoments:
-    """``table(t)[s, k]`` = E[(X_s / 512) ** k], X_s = bits set after s uniform throws.
-
-    X_s follows the occupancy distribution of s balls in 512 bins, computed by the
-    exact recursion; the table grows on demand and is shared by all callers.
-    """
-
-    def __init__(self) -> None:
-        x = np.arange(BLOCK_BITS + 1, dtype=np.float64)
-        self._stay = x / BLOCK_BITS
-        self._move = (BLOCK_BITS - x) / BLOCK_BITS
-        self._powers = (x[:, None] / BLOCK_BITS) ** np.arange(MAX_HASHES + 1)[None, :]
-        self._p = np.zeros(BLOCK_BITS + 1)
-        self._p[0] = 1.0
-        self._rows: list[np.ndarray] = []
-        self._table = np.empty((0, MAX_HASHES + 1))
-        self._lock = threading.Lock()
-
-    def table(self, t_max: int) -> np.ndarray:
-        with self._lock:
-            if self._table.shape[0] <= t_max:
-                while len(self._rows) <= t_max + 1024:
-                    self._rows.append(self._p @ self._powers)
-                    nxt = self._p * self._stay
-                    nxt[1:] += self._p[:-1] * self._move[:-1]
-                    self._p = nxt
-                self._table = np.array(self._rows)
-            return self._table
-
-
-_MOMENTS = _OccupancyMoments()
-
-
-def blocked_fpr(keys_per_block: float, k: int) -> float:
-    """False-positive rate of this design at ``keys_per_block`` = n_keys / n_blocks.
-
-    Poisson over blocks: a block holds i keys with probability Pois(i; lambda);
-    its k*i positions are uniform in 512 bits, so a query probing k uniform bits
-    of it hits with probability E[(X_{k i}/512)^k] (exact occupancy law).
-    """
-    lam = float(keys_per_block)
-    if lam <= 0.0:
-        return 0.0
-    i = np.arange(int(lam + 12.0 * math.sqrt(lam) + 30.0))
-    log_fact = np.concatenate(([0.0], np.cumsum(np.log(i[1:]))))
-    log_pois = i * math.log(lam) - lam - log_fact
-    table = _MOMENTS.table(int(k * i[-1]))
-    return float(np.sum(np.exp(log_pois) * table[k * i, k]))
-
-
-def classic_fpr(bits_per_key: float, k: int) -> float:
-    """False-positive rate of a classic (unblocked) Bloom filter: (1 - e^(-k/b))^k."""
-    return (1.0 - math.exp(-k / bits_per_key)) ** k
-
-
-@functools.lru_cache(maxsize=256)  # ~1,400 FPR evaluations: worth remembering
-def max_loads(fpr: float) -> tuple:
-    """``((k, load), ...)``: for each k in 1..MAX_HASHES meeting ``fpr`` at all, the
-    largest keys per block whose ``blocked_fpr`` is <= fpr. Independent of the key
-    count, so a filter of any size at this rate is sized from it in microseconds
-    (the store's Bloom layers ask for a new size at a known rate as they grow)."""
-    out = []
-    for k in range(1, MAX_HASHES + 1):
-        lo, hi = 0.0, 1.0
-        while blocked_fpr(hi, k) <= fpr and hi < 4 * BLOCK_BITS:
-            lo, hi = hi, hi * 2.0
-        for _ in range(40):  # largest load (keys per block) meeting the target
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if blocked_fpr(mid, k) <= fpr else (lo, mid)
-        if lo > 0.0:
-            out.append((k, lo))
-    return tuple(out)
-
-
-@functools.lru_cache(maxsize=256)
-def size_for(n_keys: int, fpr: float) -> tuple[int, int]:
-    """``(n_blocks, k)`` of the smallest filter whose ``blocked_fpr`` at n_keys is <= fpr.
-
-    Among equally small filters the one with the lowest FPR at n_keys wins (this
-    matters only for tiny filters). Requires: 1e-9 <= fpr <= 0.5.
-    """
-    n = max(int(n_keys), 1)
-    best: tuple[int, float, int] | None = None
-    for k, load in max_loads(float(fpr)):
-        n_blocks = max(1, math.ceil(n / load))
-        cand = (n_blocks, blocked_fpr(n / n_blocks, k), k)
-        best = cand if best is None or cand < best else best
-    assert best is not None  # k = 1 always meets any fpr >= 1e-9 at some load
-    return best[0], best[2]
-
-
-# ---------------------------------------------------------------------------
-# File format (docs/bloom.md, "File format").
-# ---------------------------------------------------------------------------
-
-MAGIC = b"\x89SBF\r\n\x1a\n"  # PNG-style: high bit, name, CRLF, EOF, LF catch mangled transfers
-MAJOR = 1
-MINOR = 1  # 1.1: the store binding (store id, keys, runs digest) in bytes 88..120
-SCHEME = 1  # bit-position scheme of kernels/bloom.py ``locate``
-HEADER_LEN = 128
-MAX_HEADER_LEN = 65536
-_PREFIX = struct.Struct("<8sHHI")  # magic, major, minor, header_len
-# flags, scheme, block_bits, n_hashes, n_blocks, n_added, generation, capacity,
-# target_fpr, body_len, body_checksum
-_FIELDS = struct.Struct("<IIIIQQQQdQQ")
-_BIND = struct.Struct("<16sQQ")  # minor 1: store id, store keys, runs digest (zero: unbound)
-_SUM = struct.Struct("<Q")
-
-
-@dataclass(frozen=True)
-class Binding:
-    """What a saved filter was built from: the store's identity (32 hex digits,
-    ``manifest.store_id``), its key count and the digest of its runs
-    (``manifest.runs_digest``). A store loads a filter only when all three match."""
-
-    store_id: str
-    keys: int
-    digest: int
-
-    def pack(self) -> bytes:
-        return _BIND.pack(bytes.fromhex(self.store_id.rjust(32, "0")), self.keys, self.digest)
-
-    @classmethod
-    def unpack(cls, raw: bytes) -> Binding | None:
-        sid, keys, digest = _BIND.unpack(raw)
-        if not any(raw):
-            return None  # a minor-0 file, or saved unbound
-        return cls(sid.hex(), keys, digest)
-
-
-def _pack_header(bf: BloomFilter, generation: int, body_sum: int,
-                 binding: Binding | None = None) -> bytes:
-    head = _PREFIX.pack(MAGIC, MAJOR, MINOR, HEADER_LEN) + _FIELDS.pack(
-        0, SCHEME, BLOCK_BITS, bf.n_hashes, bf.n_blocks, bf.n_added, generation,
-        bf.capacity, bf.target_fpr, bf.nbytes, body_sum)
-    head += binding.pack() if binding is not None else b"\0" * _BIND.size
-    head += b"\0" * (HEADER_LEN - _SUM.size - len(head))
-    return head + _SUM.pack(xxhash.xxh3_64_intdigest(head))
-
-
-def _read_header(f, name: str, file_size: int) -> tuple[int, tuple]:
-    """Read and check the header; return ``(header_len, fields)``. Typed errors only."""
-    raw = f.read(_PREFIX.size)
-    if not raw.startswith(MAGIC[: len(raw)]):
-        raise NotSupportedError(f"{name}: not a seenstore Bloom filter file (bad magic)")
-    if len(raw) < _PREFIX.size:
-        raise CorruptionError(f"{name}: truncated Bloom filter header ({file_size} bytes)")
-    _, major, minor, header_len = _PREFIX.unpack(raw)
-    if major != MAJOR:
-        raise NotSupportedError(
-            f"{name}: Bloom filter format version {major}.{minor} is not readable by "
-            f"this seenstore (reads {MAJOR}.x); rebuild it or upgrade seenstore")
-    if not HEADER_LEN <= header_len <= MAX_HEADER_LEN or header_len % 8:
-        raise CorruptionError(f"{name}: implausible Bloom filter header length {header_len}")
-    raw += f.read(header_len - _PREFIX.size)
-    if len(raw) < header_len:
-        raise CorruptionError(f"{name}: truncated Bloom filter header ({file_size} bytes)")
-    (want,) = _SUM.unpack_from(raw, header_len - _SUM.size)
-    if xxhash.xxh3_64_intdigest(raw[: header_len - _SUM.size]) != want:
-        raise CorruptionError(f"{name}: Bloom filter header checksum mismatch")
-    fields = _FIELDS.unpack_from(raw, _PREFIX.size)
-    at = _PREFIX.size + _FIELDS.size
-    return header_len, fields + (Binding.unpack(raw[at:at + _BIND.size]),)
-
-
-def _load_body(f, name: str, fields: tuple, header_len: int, file_size: int) -> np.ndarray:
-    flags, scheme, block_bits, n_hashes, n_blocks, _, _, _, _, body_len, body_sum, _ = fields
-    if flags != 0 or scheme != SCHEME or block_bits != BLOCK_BITS:
-        raise NotSupportedError(
-            f"{name}: unsupported Bloom filter variant (flags {flags}, scheme {scheme}, "
-            f"block bits {block_bits})")
-    if not (1 <= n_hashes <= 64 and 1 <= n_blocks <= MAX_BLOCKS
-            and body_len == n_blocks * WORDS_PER_BLOCK * 8):
-        raise CorruptionError(f"{name}: inconsistent Bloom filter header fields")
-    if file_size != header_len + body_len:
-        what = "truncated" if file_size < header_len + body_len else "trailing bytes in"
-        raise CorruptionError(
-            f"{name}: {what} Bloom filter body ({file_size} bytes, expected "
-            f"{header_len + body_len})")
-    words = block_aligned(n_blocks * WORDS_PER_BLOCK, zero=False)
-    if f.readinto(memoryview(words).cast("B")) != body_len:
-        raise CorruptionError(f"{name}: truncated Bloom filter body")
-    if xxhash.xxh3_64_intdigest(words) != body_sum:
-        raise CorruptionError(f"{name}: Bloom filter body checksum mismatch")
-    if sys.byteorder == "big":  # the file is little-endian
-        words.byteswap(inplace=True)
-    return words
-
-
-def _io_error(e: OSError, what: str) -> StoreIOError:
-    kind = DiskFullError if e.errno in (errno.ENOSPC, errno.EFBIG) else StoreIOError
-    return kind(f"{what}: {e.strerror or e}")
-
-
-# ---------------------------------------------------------------------------
-# The filter.
-# ---------------------------------------------------------------------------
 
 
 def _as_keys(keys) -> np.ndarray:
@@ -374,7 +147,7 @@ class PendingAdd:
         self._bf, self._keys = bf, keys
         self.fresh = 0
         self.elapsed_s = 0.0
-        self.dropped = False  # set by an owner that gave up on the filter (store.py)
+        self.dropped = False  # set by an owner that gave up on the filter (keeper.py)
         self._error: BaseException | None = None
         bits = bf._region_bits_for(len(keys))
         self._shared = _SharedInsert(bf, keys, bits) if bits else None
@@ -619,30 +392,7 @@ class BloomFilter:
         Requires: 0 <= generation < 2**64. Raises DiskFullError / StoreIOError
         (the temp file is removed, ``path`` is untouched).
         """
-        if not isinstance(generation, (int, np.integer)) or not 0 <= generation < 2**64:
-            raise InvalidInputError(f"generation must be an int in [0, 2**64), got {generation!r}")
-        path = os.fspath(path)
-        body = np.asarray(self._words, dtype="<u8")
-        header = _pack_header(self, int(generation), xxhash.xxh3_64_intdigest(body), binding)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(header)
-                f.write(memoryview(body).cast("B"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError as e:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise _io_error(e, f"cannot save Bloom filter {path}") from e
+        _file.write(self, path, generation, binding)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> tuple[BloomFilter, int]:
@@ -653,79 +403,10 @@ class BloomFilter:
         or an unknown major version / variant, CorruptionError for a truncated,
         padded or checksum-failing file, StoreIOError for other OS failures.
         """
-        path = os.fspath(path)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                header_len, fields = _read_header(f, path, size)
-                words = _load_body(f, path, fields, header_len, size)
-        except FileNotFoundError as e:
-            raise StoreNotFoundError(f"no Bloom filter at {path}") from e
-        except OSError as e:
-            raise _io_error(e, f"cannot read Bloom filter {path}") from e
+        fields, words = _file.read(path)
         _, _, _, n_hashes, n_blocks, n_added, generation, capacity, fpr, _, _, binding = fields
         bf = cls(n_blocks, n_hashes, capacity=capacity, target_fpr=fpr, words=words,
                  n_added=n_added)
         bf.binding = binding
         return bf, generation
 
-
-# ---------------------------------------------------------------------------
-# Mode bookkeeping.
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class BloomCounters:
-    """Running counts of the filter's answers, for ``stats`` (the store persists them).
-
-    negatives: keys answered absent (certainly new, both modes).
-    positives: keys answered maybe present (both modes).
-    false_positives: exact mode, positives the merge found new.
-    exact_new: exact mode, keys found new (negatives and false positives).
-    approx_answered: approximate mode, positives taken as seen without the disk.
-    """
-
-    negatives: int = 0
-    positives: int = 0
-    false_positives: int = 0
-    exact_new: int = 0
-    approx_answered: int = 0
-
-    def record_exact(self, maybe: np.ndarray, is_new: np.ndarray) -> None:
-        """Count one exact-mode batch. Requires: bool arrays aligned on the batch's
-        unique keys: the filter's answers and the verdicts (True = new; a Bloom
-        negative is new by definition)."""
-        maybe, is_new = np.asarray(maybe, np.bool_), np.asarray(is_new, np.bool_)
-        if maybe.shape != is_new.shape or maybe.ndim != 1:
-            raise InvalidInputError("maybe and is_new must be aligned 1-D bool arrays")
-        pos = int(np.count_nonzero(maybe))
-        self.positives += pos
-        self.negatives += maybe.shape[0] - pos
-        self.false_positives += int(np.count_nonzero(maybe & is_new))
-        self.exact_new += int(np.count_nonzero(is_new))
-
-    def record_approximate(self, maybe: np.ndarray) -> None:
-        """Count one approximate-mode batch: every positive is answered without the disk."""
-        pos = int(np.count_nonzero(np.asarray(maybe, np.bool_)))
-        self.positives += pos
-        self.negatives += len(maybe) - pos
-        self.approx_answered += pos
-
-    @property
-    def measured_fpr(self) -> float | None:
-        """False positives over new keys seen in exact mode; None before any."""
-        return self.false_positives / self.exact_new if self.exact_new else None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> BloomCounters:
-        """Inverse of ``to_dict``; missing fields are 0 (older stores). CorruptionError
-        if a field is not a non-negative int."""
-        names = cls.__dataclass_fields__
-        vals = {k: d.get(k, 0) for k in names}
-        if any(type(v) is not int or v < 0 for v in vals.values()):
-            raise CorruptionError(f"bad Bloom counters {d!r}")
-        return cls(**vals)

@@ -1,0 +1,30 @@
+"""The Bloom filter in front of the store: "definitely new" in memory (docs/bloom.md).
+
+Modules, in the order a newcomer reads them:
+  sizing.py    the blocked design's geometry and exact FPR; ``size_for``
+  filter.py    ``BloomFilter``: one filter's batch add / query (kernels/bloom.py)
+  file.py      the BLOOM file format: ``save``/``load`` of one filter, ``Binding``
+  layers.py    ``LayeredBloom``: the store's filter, grown by layers, never rebuilt
+  keeper.py    ``BloomKeeper``: the store's filter over its life: load or rebuild
+               at open, reserve/insert per batch, drop on failure, checkpoint
+  counters.py  ``BloomCounters``: answer counts for ``stats``
+
+Every public name is importable from ``seenstore.bloom`` itself. Nothing here
+imports the store: the keeper is handed the runs' keys as chunks.
+"""
+
+from .counters import BloomCounters
+from .file import HEADER_LEN, MAGIC, MAJOR, MINOR, SCHEME, Binding
+from .filter import (GROUP, REGION_BYTES, REGION_MIN_KEYS, BloomFilter, PendingAdd,
+                     _SharedInsert, region_bits)
+from .layers import GROWTH, MAX_LAYERS, RATIO, LayeredBloom, layer_path
+from .sizing import (BLOCK_BITS, MAX_BLOCKS, MAX_HASHES, WORDS_PER_BLOCK, block_aligned,
+                     blocked_fpr, classic_fpr, max_loads, size_for)
+
+__all__ = [
+    "BLOCK_BITS", "GROUP", "GROWTH", "HEADER_LEN", "MAGIC", "MAJOR", "MAX_BLOCKS",
+    "MAX_HASHES", "MAX_LAYERS", "MINOR", "RATIO", "REGION_BYTES", "REGION_MIN_KEYS",
+    "SCHEME", "WORDS_PER_BLOCK", "Binding", "BloomCounters", "BloomFilter", "LayeredBloom",
+    "PendingAdd", "block_aligned", "blocked_fpr", "classic_fpr", "layer_path", "max_loads",
+    "region_bits", "size_for",
+]

@@ -1,0 +1,164 @@
+"""The store's Bloom filter over its life: loaded or rebuilt at open, made room for
+and fed per batch, dropped when an insert fails, saved at checkpoint (docs/bloom.md,
+"The store's filter"; docs/architecture.md step 1b).
+
+The filter is derived data: every answer it cannot give is asked of the runs, so
+any failure here drops it (with a warning) rather than failing a committed batch,
+and the next open rebuilds it. ``BloomKeeper`` knows nothing of runs: the store
+hands it the stored keys as chunks (rebuild) and samples (is a file theirs?).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Iterable
+
+import numpy as np
+
+from ..errors import SeenStoreError, StoreNotFoundError
+from .file import Binding
+from .layers import LayeredBloom
+
+DEFAULT_BLOOM_FPR = 1e-3
+MIN_BLOOM_CAPACITY = 1 << 20
+REBUILD_CHUNK_KEYS = 1 << 24  # 128 MiB read buffer when a Bloom filter is rebuilt
+BLOOM_SAMPLE_KEYS = 4096  # stored keys a loaded Bloom filter must answer present
+
+
+def misses_a_key(bf, samples: Iterable[np.ndarray]) -> bool:
+    """True if ``bf`` answers absent for one of the stored keys ``samples``: a filter
+    of those keys has no false negatives, so one miss proves it is not theirs
+    (zeroed, forged, or built from other keys)."""
+    return any(not bf.query(s).all() for s in samples)
+
+
+class BloomKeeper:
+    """``bf``: the filter (a LayeredBloom) or None; ``dirty``: changed since saved;
+    ``state``: how it came to be, for ``stats``."""
+
+    def __init__(self) -> None:
+        self.bf: LayeredBloom | None = None
+        self.dirty = False
+        self.state = "off"
+        self._last_batch = 0  # keys of the last batch inserted: the next one's guess
+
+    def open(self, path: str, generation: int, binding: Binding, n_keys: int, fpr: float,
+             capacity: int | None, samples: Callable[[int], Iterable[np.ndarray]],
+             chunks: Callable[[int], Iterable[np.ndarray]]) -> None:
+        """Use the filter saved at ``path`` if it is bound to these runs (store id,
+        ``generation``, ``binding``), answers ``samples(BLOOM_SAMPLE_KEYS)`` (stored
+        keys) present and fits; else rebuild it from ``chunks(REBUILD_CHUNK_KEYS)``
+        (every stored key). Capacity: ``capacity`` or twice the store, at least
+        MIN_BLOOM_CAPACITY. In exact mode a Bloom negative skips the disk, so a filter
+        of other keys would hand stored keys out again (docs/bloom.md)."""
+        want = max(capacity, n_keys) if capacity else max(2 * n_keys, MIN_BLOOM_CAPACITY)
+        try:
+            bf, gen = LayeredBloom.load(path)
+            fits = (capacity is None or bf.capacity >= capacity) and bf.capacity >= n_keys
+            if gen != generation:
+                self.state = "rebuilt (stale file)"
+            elif bf.binding != binding:
+                self.state = "rebuilt (file not bound to this store's runs)"
+            elif misses_a_key(bf, samples(BLOOM_SAMPLE_KEYS)):
+                self.state = "rebuilt (file answered a stored key absent)"
+            elif bf.target_fpr == fpr and fits:
+                self.bf, self.state = bf, "loaded"
+                return
+            else:
+                self.state = "rebuilt (other size or target)"
+        except StoreNotFoundError:
+            self.state = "rebuilt (no file)"
+        except SeenStoreError:
+            self.state = "rebuilt (unreadable file)"  # derived data: rebuild it
+        self.rebuild(want, fpr, chunks(REBUILD_CHUNK_KEYS))
+
+    def rebuild(self, capacity: int, fpr: float, chunks: Iterable[np.ndarray]) -> None:
+        """A new filter for ``capacity`` keys at ``fpr`` holding every key of ``chunks``
+        (large chunks: each insert call sweeps the whole filter region by region)."""
+        bf = LayeredBloom.for_capacity(int(capacity), fpr)
+        for keys in chunks:
+            bf.add(keys)
+        self.bf = bf
+        self.dirty = True
+
+    def start_insert(self, keys: np.ndarray):
+        """Make room for ``keys`` (a new layer if they would overfill the newest: the
+        FPR target holds at every moment; no rebuild, layers.py) and insert them on a
+        background thread; return the handle for ``finish_insert``."""
+        self._reserve(len(keys))
+        return self.bf.add_in_background(keys)
+
+    def add(self, keys: np.ndarray) -> None:
+        """Make room for ``keys`` and insert them now."""
+        self._reserve(len(keys))
+        self.bf.add(keys)
+
+    def add_query(self, keys: np.ndarray) -> np.ndarray:
+        """Make room for ``keys``; answer whether each was maybe present, inserting it."""
+        self._reserve(len(keys))
+        return self.bf.add_query(keys)
+
+    def _reserve(self, n: int) -> None:
+        self.bf.reserve(n)
+        self.dirty = True
+        self._last_batch = n
+
+    def prepare_next(self) -> None:
+        """Between batches: if a batch like the last would need a new layer, build it
+        ahead on a thread (layers.py ``prepare``), off the next batch's path."""
+        if self.bf is not None and self._last_batch:
+            self.bf.prepare(self._last_batch)
+
+    def finish_insert(self, behind) -> int:
+        """Wait for a background insert; return its count of certainly-new keys.
+
+        If its insert failed, a batch that committed must not fail for it, so the
+        filter is dropped (``contains`` then asks the runs; the next open rebuilds it
+        from them) with a warning. If the wait itself is interrupted
+        (KeyboardInterrupt), the insert may still be running: the filter is dropped
+        too, since a later insert beside it could lose bits."""
+        if self.bf is None or behind.dropped:
+            return 0
+        try:
+            return behind.wait()
+        except Exception as e:
+            warnings.warn(f"Bloom filter insert failed ({e!r}); filter dropped, the next "
+                          "open rebuilds it from the runs")
+            self.drop(behind)
+            return 0
+        except BaseException:
+            self.drop(behind)
+            raise
+
+    def drop(self, behind) -> None:
+        behind.dropped = True
+        self.bf = None
+        self.dirty = False
+        self.state = "dropped (insert failed or interrupted)"
+
+    def checkpoint(self, path: str, generation: int, binding: Binding) -> None:
+        """Save the filter at ``path`` (BLOOM, and BLOOM.Li per layer) if it changed."""
+        if self.bf is not None and self.dirty:
+            self.bf.save(path, generation, binding)
+            self.dirty = False
+
+    def stats(self, keys: int, path: str, generation: int, binding: Binding) -> dict | None:
+        """Figures of the filter for a store of ``keys`` keys; without one in memory
+        (read-only), of the one saved at ``path``, if any, and whether it is current."""
+        bf, state = self.bf, self.state
+        if bf is None:
+            try:
+                bf, gen = LayeredBloom.load(path)
+            except SeenStoreError:
+                return None
+            current = gen == generation and bf.binding == binding
+            state = "saved, current" if current else "saved, stale (rebuilt on next open)"
+        return {
+            "state": state, "bytes": bf.nbytes, "n_hashes": bf.n_hashes,
+            "capacity": bf.capacity, "target_fpr": bf.target_fpr,
+            "bits_per_key_at_capacity": bf.n_bits / max(bf.capacity, 1),
+            "bits_per_key": bf.n_bits / keys if keys else None,
+            "bytes_per_key": bf.nbytes / keys if keys else None,
+            "fill_ratio": bf.fill_ratio, "expected_fpr": bf.expected_fpr,
+            "layers": len(bf.layers),
+        }

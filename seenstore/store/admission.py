@@ -1,0 +1,281 @@
+"""The write path of one batch: ``add``, ``add_new``, ``add_sorted``, ``add_new_file``.
+
+A batch's keys go one way: partitioned by shard (or, approximate mode and
+``add_sorted``, sorted whole and asked of the Bloom filter), then sorted, checked
+against the live runs and written by the shard threads (scheduling.py), committed
+once for all shards (commit.py); then the compaction the batch paid for starts
+(compaction.py). In exact mode the Bloom insert runs beside all of this on its own
+thread (bloom/keeper.py) and is waited for before the call returns.
+
+``Admission`` is a part of ``SeenStore`` (facade.py), kept apart so each file
+reads as one concern. Requires of the class it is mixed into: ``_live``,
+``_keeper``, ``_compactor``, ``_buffers``, ``_mutex`` and the properties of the
+facade.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import spill
+from ..batch import as_keys, prepare
+from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
+from ..errors import InvalidInputError
+from ..runformat import policy_digest
+from .files import fault, io_error
+from .scheduling import Target, write_shards
+
+compact_inplace, mark_first_new, partition_top_bits = (
+    _kernels.compact_inplace, _kernels.mark_first_new, _kernels.partition_top_bits)
+
+
+class Admission:
+    """The admitting half of SeenStore (see the module docstring)."""
+
+    def add(self, keys, progress=None) -> np.ndarray:
+        """Admit ``keys``; return a mask aligned with them: True exactly where the
+        key was never admitted before this call and this is its first occurrence
+        in the call. Durable on return (fsynced, committed). ``progress``: called
+        as ``progress(shards_done, shards_total)`` as shard merges finish.
+
+        The mask costs one more pass over the keys than ``add_new``."""
+        keys = as_keys(keys)
+        new = self._admit(keys, progress)
+        t1 = time.perf_counter()
+        mask = mark_first_new(keys, new)
+        self.last_timings["align_s"] = time.perf_counter() - t1
+        return mask
+
+    def add_new(self, keys, progress=None) -> np.ndarray:
+        """Admit ``keys`` as ``add`` does; return the keys never admitted before
+        this call, sorted ascending, each once (no per-occurrence mask, so no
+        alignment pass: the cheaper call when the caller needs only the new keys).
+
+        The answer lives in the call's own sorted copy of the batch when the new
+        keys fill at least a quarter of it; otherwise it is copied out, so the
+        caller does not keep a batch-sized array alive for a few keys."""
+        keys = as_keys(keys)
+        new = self._admit(keys, progress)
+        return new.copy() if 4 * len(new) < len(keys) else new
+
+    def add_new_file(self, path: str, memory: int, new_out: str | None = None) -> dict:
+        """Admit the keys of batch file ``path`` (raw little-endian uint64, any order,
+        repeats allowed, any size the disk holds) using about ``memory`` bytes at most,
+        as one atomic batch (DRUM-style, spill.py): the keys are spilled by shard to
+        bucket files in a ``spill.tmp.<pid>`` folder of the store, then each shard's
+        bucket is sorted slice by slice, checked against that shard's live runs and its
+        new keys written as its one new run; one manifest commit covers all shards.
+        The disk needs about the batch's size for the buckets, plus the new runs.
+
+        ``new_out``: a file path that gets the new keys (raw uint64), sorted within
+        each shard, shards in order (so: sorted ascending); written before the
+        commit in the spill folder and moved there after it. Returns figures:
+        offered, unique, new, slices, bytes_spilled, bytes_read, bytes_written, and
+        seconds by stage. The Bloom filter, when the store keeps one, is fed the new
+        keys (its own memory is not part of ``memory``: open with ``bloom=False``
+        to stay within it; the saved filter is then rebuilt by a later open)."""
+        self._check_writable()
+        with self._mutex:
+            waited = self._join_compactor()
+            figures = spill.admit_file(self, path, memory, fault, new_out)
+            timings = self._new_timings(figures["offered"])
+            timings.update({k: v for k, v in figures.items() if k in timings or k.endswith("_s")})
+            self._record_compaction(waited)
+            return figures
+
+    def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0) -> np.ndarray:
+        """Admit sorted unique keys; return the mask of those that were new.
+
+        Requires: ``uniq`` sorted ascending, unique, uint64 (InvalidInputError
+        otherwise). All shards the batch touches are committed together, or none.
+        ``approx_answered``: keys a caller (the streaming stage) answered as seen
+        from a Bloom positive alone; added to the durable counter with this commit.
+        Every key is looked for in the runs, Bloom negatives too: the filter never
+        decides what is written, so a damaged one cannot put a key in two runs, and
+        the stage learns of a handed-out key that was stored (its anomaly check)."""
+        self._check_writable()
+        if not (isinstance(uniq, np.ndarray) and uniq.dtype == np.uint64 and uniq.ndim == 1):
+            raise InvalidInputError("add_sorted needs a 1-D uint64 array (use add for any keys)")
+        if len(uniq) > 1 and not bool(np.all(uniq[1:] > uniq[:-1])):
+            raise InvalidInputError(
+                "add_sorted needs keys sorted ascending and unique (use add for any keys)")
+        with self._mutex:
+            waited = self._join_compactor()
+            is_new = self._add_sorted(uniq, progress, approx_answered)
+            self._record_compaction(waited)
+            return is_new
+
+    # ------------------------------------------------------------ the batch path
+    def _admit(self, keys: np.ndarray, progress) -> np.ndarray:
+        """Sort, check, write and commit ``keys``; return the new keys, sorted, each once.
+
+        Exact mode: the keys are only partitioned by shard here (one counting pass);
+        one thread then sorts and deduplicates the shards in order while the shards
+        already sorted are checked against their runs, so the sorting overlaps their
+        disk I/O. The Bloom insert of the raw keys runs on another thread meanwhile:
+        exact answers never wait for the filter (the runs decide), so the insert only
+        has to finish before return. Extra bits from a batch that then fails to
+        commit only cost a positive the disk answers. Approximate mode sorts the
+        whole batch first: the Bloom answers decide what is written at all."""
+        self._check_writable()
+        with self._mutex:
+            waited = self._join_compactor()
+            behind = None
+            if self.bloom is not None and self.mode == "exact" and len(keys):
+                behind = self._keeper.start_insert(keys)
+            try:
+                t0 = time.perf_counter()
+                if self.mode == "exact":
+                    part = np.empty(len(keys), dtype=np.uint64)
+                    bounds = np.empty((1 << self.shard_bits) + 1, dtype=np.int64)
+                    partition_top_bits(keys, self.shard_bits, part, bounds)
+                    t_sort = time.perf_counter() - t0
+                    new = self._add_partitioned(part, bounds, progress, behind)
+                else:
+                    uniq = prepare(keys, self.threads)
+                    t_sort = time.perf_counter() - t0
+                    is_new = self._add_sorted(uniq, progress)
+                    new = uniq[:compact_inplace(uniq, is_new)]
+            finally:
+                if behind is not None:
+                    self._keeper.finish_insert(behind)  # no-op when already waited for
+        self.last_timings["sort_s"] = t_sort
+        self.last_timings["offered"] = len(keys)
+        self._record_compaction(waited)
+        return new
+
+    def _record_compaction(self, waited: float) -> None:
+        """Book the compaction this call waited for in ``last_timings``: seconds, and
+        the bytes it read and wrote (between batches, paid for by earlier ones)."""
+        c = self.joined_compaction
+        self.last_timings["compact_wait_s"] = waited
+        self.last_timings["compact_bytes_read"] = c.get("bytes_read", 0)
+        self.last_timings["compact_bytes_written"] = c.get("bytes_written", 0)
+
+    def _new_timings(self, n: int) -> dict:
+        """The figures of one call (``last_timings``), zeroed; ``n`` keys offered."""
+        self.last_timings = {
+            "sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": 0.0,
+            "bloom_background_s": 0.0, "merge_s": 0.0, "shard_sort_s": 0.0, "commit_s": 0.0,
+            "compact_wait_s": 0.0,
+            "bytes_read": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
+            "bloom_negative": 0, "approx_answered": 0}
+        return self.last_timings
+
+    def _add_partitioned(self, part: np.ndarray, bounds: np.ndarray, progress,
+                         behind) -> np.ndarray:
+        """Merge and commit keys grouped by shard (``part``, shard s at
+        ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed); return the new keys,
+        sorted, each once, as a view of the front of ``part``. ``behind``: the
+        pending insert of these keys into the Bloom filter, or None (no filter)."""
+        timings = self._new_timings(len(part))
+        segs = self._write_batch(part, bounds, timings, progress, sort_parts=True)
+        timings["unique"] = sum(m for _, m, _ in segs)
+        n = 0
+        for lo, m, mask in segs:  # the new keys of every shard, in shard order, to the front
+            k = compact_inplace(part[lo:lo + m], mask)
+            part[n:n + k] = part[lo:lo + k]
+            n += k
+        self._after_merge(timings, behind, None)
+        return part[:n]
+
+    def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0) -> np.ndarray:
+        """Merge and commit sorted unique ``uniq``; return the mask of new keys. The
+        Bloom filter is asked (and in exact mode filled) before the merge."""
+        timings = self._new_timings(len(uniq))
+        is_new = np.zeros(len(uniq), dtype=np.bool_)
+        if len(uniq) == 0:
+            if approx_answered:
+                self._commit_counters(approx_answered, batches=0)
+            return is_new
+        t0 = time.perf_counter()
+        maybe = None
+        if self.bloom is not None and self.mode == "exact":
+            # Insert now, in the same pass as the query: every key of the batch is
+            # in the store once it commits, and if it does not, extra bits only
+            # make a positive that the disk check answers.
+            maybe = self._keeper.add_query(uniq)
+        elif self.bloom is not None:
+            maybe = self.bloom.query(uniq)
+        if self.bloom is not None:
+            timings["bloom_s"] = time.perf_counter() - t0
+        cand, n_approx = uniq, 0
+        if maybe is not None:
+            timings["bloom_negative"] = int(len(uniq) - maybe.sum())
+            if self.mode == "approximate":  # a Bloom positive counts as seen
+                cand = uniq[~maybe]
+                n_approx = len(uniq) - len(cand)
+        n_approx += approx_answered
+        timings["approx_answered"] = n_approx
+        cand_new = np.zeros(len(cand), dtype=np.bool_)
+        for lo, m, mask in self._write_batch(cand, self._shard_bounds(cand), timings,
+                                             progress):
+            cand_new[lo:lo + m] = mask
+        if cand is uniq:
+            is_new = cand_new
+        else:
+            is_new[~maybe] = cand_new
+        self._after_merge(timings, None, uniq[is_new] if self.mode == "approximate" else None)
+        return is_new
+
+    def _after_merge(self, timings: dict, behind, stored_new) -> None:
+        """Bloom upkeep once a batch committed: wait for the background insert
+        (``behind``), or insert ``stored_new`` (approximate mode: only what was stored);
+        then start the compaction this batch paid for."""
+        if behind is not None:  # the wait is the Bloom's share of this call's time
+            t1 = time.perf_counter()
+            timings["bloom_negative"] = self._keeper.finish_insert(behind)
+            timings["bloom_s"] += time.perf_counter() - t1
+            timings["bloom_background_s"] = behind.elapsed_s
+        if self.bloom is not None and timings["new"] and stored_new is not None:
+            t1 = time.perf_counter()
+            self._keeper.add(stored_new)
+            timings["bloom_s"] += time.perf_counter() - t1
+        if self.bloom is not None:
+            timings["bloom_layers"] = len(self.bloom.layers)
+            self._keeper.prepare_next()
+        if self.compact_between_batches and self._lock is not None:
+            self._compactor.start()
+
+    def _write_batch(self, keys: np.ndarray, bounds: np.ndarray, timings: dict,
+                     progress=None, sort_parts: bool = False) -> list:
+        """Check every shard's keys against its live runs, write the new ones as one new
+        run per shard (scheduling.write_shards, whose docstring says how ``keys``,
+        ``bounds`` and ``sort_parts`` are read) and commit; return ``(lo, m, mask)``
+        per shard that got keys: its keys are ``keys[lo:lo + m]``, sorted and unique,
+        ``mask`` True where new."""
+        jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
+        if not jobs:  # no key, or all answered by the Bloom filter alone (approximate)
+            if timings["offered"]:
+                self._commit_counters(timings["approx_answered"])
+            return []
+        gen = self.generation + 1
+        target = Target(self.path, gen, self.layout.host_bits, self.shard_bits,
+                        policy_digest(self.policy_id), self.run_format, self.sync)
+        try:
+            out = write_shards(keys, bounds, jobs, self._runs, target, self._buffers,
+                               self.chunk_keys, threads=self.threads,
+                               merge_threads=self.merge_threads, progress=progress,
+                               sort_parts=sort_parts)
+        except OSError as e:
+            raise io_error(e, f"{self.path}: writing runs") from e
+        t1 = time.perf_counter()
+        timings.update(merge_s=out.merge_s, shard_sort_s=out.shard_sort_s,
+                       bytes_read=out.bytes_read, bytes_written=out.bytes_written)
+        n_new = out.n_new
+        try:
+            if out.added:
+                c = {"batches": 1, "new": n_new, "bytes_written": out.bytes_written,
+                     "approx_answered": timings["approx_answered"]}
+                self._commit(gen, out.added, [], c)
+                self._compactor.earn(out.bytes_written)
+            else:  # nothing new: no run changes, but the batch and its counts are recorded
+                self._commit_counters(timings["approx_answered"])
+        except BaseException:
+            out.abort()
+            raise
+        timings["commit_s"] = time.perf_counter() - t1
+        timings["new"] = n_new
+        return out.segs

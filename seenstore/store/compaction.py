@@ -1,0 +1,191 @@
+"""Compaction: the size-tiered policy that decides which runs of a shard merge, and
+the ``Compactor`` that merges them between batches, paid for by the batches'
+credit (docs/architecture.md, "Tiered runs and compaction").
+
+A shard's runs are grouped by size class (``tier``); FANOUT runs of a tier merge
+(the k-way merge of runs.py) into one run about a tier up. Each merge of a shard is
+its own commit (commit.py), so the extra disk space is one shard's runs and an
+interrupted compaction leaves the store as before it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import warnings
+
+from ..layout import Layout
+from ..runformat import policy_digest
+from . import runs as runsmod
+from .commit import Live
+from .files import fault, io_error, run_name
+
+FANOUT = 4  # size-tiered: FANOUT runs of one tier merge into one run of the next
+MIN_TIER_KEYS = 1 << 16  # runs below this size share tier 0
+# Compaction credit: each batch earns compaction the right to read (and write)
+# COMPACT_CREDIT times the bytes of the new run(s) it wrote; unspent credit carries
+# over. After one batch, jobs run while they fit both the credit and COMPACT_CREDIT x
+# that batch's bytes (the first job only needs the credit): the compaction charged
+# to one batch stays a small multiple of its own writes, spread over the next batches.
+# Size-tiered at FANOUT 4 rewrites a key about log4(N / batch) times.
+COMPACT_CREDIT = 3
+
+
+def tier(count: int) -> int:
+    """Size class of a run of ``count`` keys: 0 below MIN_TIER_KEYS, then +1 per FANOUT x."""
+    if count < MIN_TIER_KEYS:
+        return 0
+    return 1 + int(math.log(count / MIN_TIER_KEYS, FANOUT) + 1e-9)
+
+
+def plan(runs: list, full: bool = False) -> list:
+    """Compaction jobs for a manifest's ``runs`` (dicts with shard, file, count): a list
+    of ``(shard, [run entries])``, at most one per shard, smallest input first.
+
+    Size-tiered: a shard's runs are grouped by ``tier``; the lowest tier holding
+    FANOUT or more runs is merged into one run (which usually lands one tier up).
+    Empty runs (left by format 1 stores) always go. ``full``: every shard with more
+    than one run (or an empty one) is merged into a single run."""
+    by_shard: dict[int, list] = {}
+    for r in runs:
+        by_shard.setdefault(r["shard"], []).append(r)
+    jobs = []
+    for shard, rs in sorted(by_shard.items()):
+        empty = [r for r in rs if r["count"] == 0]
+        live = [r for r in rs if r["count"]]
+        if full:
+            if len(live) > 1 or empty:
+                jobs.append((shard, rs if len(live) > 1 else empty))
+            continue
+        tiers: dict[int, list] = {}
+        for r in live:
+            tiers.setdefault(tier(r["count"]), []).append(r)
+        group = next((g for t, g in sorted(tiers.items()) if len(g) >= FANOUT), [])
+        if group or empty:
+            jobs.append((shard, group + empty))
+    jobs.sort(key=lambda j: job_bytes(j[1]))
+    return jobs
+
+
+def job_bytes(entries: list) -> int:
+    """Bytes a compaction job reads (and, the runs being disjoint, writes)."""
+    return sum(8 * r["count"] for r in entries)
+
+
+def pending(doc: dict) -> dict:
+    """What the size-tiered policy would merge now in manifest ``doc``: jobs, runs, bytes."""
+    jobs = plan(doc["runs"])
+    return {"jobs": len(jobs), "runs": sum(len(e) for _, e in jobs),
+            "bytes": sum(job_bytes(e) for _, e in jobs)}
+
+
+class Compactor:
+    """Merges the runs of ``live`` (a writer's), in ``run_format``, one commit per
+    shard; in the background between batches (``start``/``join``) or now (``run``).
+    Not thread-safe: the store calls it under its write mutex."""
+
+    def __init__(self, live: Live, run_format: int) -> None:
+        self.live = live
+        self.run_format = run_format
+        self.credit = 0  # bytes compaction may still read (earned by batches)
+        self.credit_step = 0  # what the last batch earned: one round's spending limit
+        self.last: dict = {}  # figures of the last background compaction
+        self.joined: dict = {}  # ... of the one the last join waited for
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def earn(self, bytes_written: int) -> None:
+        """A batch that wrote ``bytes_written`` of new runs pays for compaction."""
+        self.credit_step = COMPACT_CREDIT * bytes_written
+        self.credit += self.credit_step
+
+    def run(self, jobs: list, paid: bool = False) -> dict:
+        """Run compaction ``jobs`` (``plan``) in order. ``paid``: spend the batches'
+        credit — stop before a job that does not fit what is left of it, or that
+        would take this round past ``credit_step`` (a first job may)."""
+        t0 = time.perf_counter()
+        done = {"jobs": 0, "runs_merged": 0, "bytes_read": 0, "bytes_written": 0}
+        for shard, entries in jobs:
+            cost = job_bytes(entries)
+            if paid:
+                if cost > self.credit or (done["jobs"] and done["bytes_read"] + cost
+                                          > self.credit_step):
+                    break
+                self.credit -= cost
+            written = self._merge_shard(shard, entries)
+            done["jobs"] += 1
+            done["runs_merged"] += len(entries)
+            done["bytes_read"] += cost
+            done["bytes_written"] += written
+        done["seconds"] = time.perf_counter() - t0
+        return done
+
+    def _merge_shard(self, shard: int, entries: list) -> int:
+        """Merge the runs ``entries`` of ``shard`` into one new run and commit.
+        Returns the bytes written."""
+        live = self.live
+        doc = live.doc
+        gen = live.generation + 1
+        files = [e["file"] for e in entries]
+        readers = [r for r in live.runs.get(shard, []) if r.name in files]
+        count = sum(r.count for r in readers)
+        added, w, written = [], None, 0
+        try:
+            if count:
+                w = runsmod.new_writer(os.path.join(live.path, run_name(shard, gen)),
+                                       Layout.from_dict(doc["layout"]).host_bits,
+                                       doc["shard_bits"], shard,
+                                       policy_digest(doc["policy_id"]), self.run_format)
+                for chunk in runsmod.merged_chunks(readers):
+                    w.write(chunk)
+                    fault("compact-write")
+                header, sparse, written = runsmod.finish(w, live.sync)
+                fault("compact-written")
+                added = [(shard, header, sparse)]
+            live.commit(gen, added, files,
+                        {"compactions": 1, "bytes_compacted": written}, step="compact-")
+            return written
+        except OSError as e:
+            if w is not None:
+                w.abort()
+            raise io_error(e, f"{live.path}: compacting shard {shard}") from e
+        except BaseException:
+            if w is not None:
+                w.abort()
+            raise
+
+    def start(self) -> None:
+        """After a batch: run the pending size-tiered jobs its credit pays for on a
+        background thread (joined by the next write, ``close``), so compaction
+        overlaps the caller's own work between batches."""
+        jobs = plan(self.live.doc["runs"])
+        if not jobs or job_bytes(jobs[0][1]) > self.credit:
+            return
+
+        def run():
+            try:
+                self.last = self.run(jobs, paid=True)
+            except BaseException as e:  # reported by the join; the store stays consistent
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="compact", daemon=True)
+        self._thread.start()
+
+    def join(self) -> float:
+        """Wait for the background compaction; return the seconds waited. A failed
+        compaction warns (nothing was lost: its runs are leftovers of an uncommitted
+        generation, removed by the next open). ``joined``: the figures of the
+        compaction joined (empty if none)."""
+        t0 = time.perf_counter()
+        self.joined = {}
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            self.joined = self.last
+        if self._error is not None:
+            e, self._error = self._error, None
+            warnings.warn(f"background compaction failed ({e}); the store is unchanged "
+                          "by it and the next write retries")
+        return time.perf_counter() - t0

@@ -1,0 +1,77 @@
+"""What a store directory holds, by name, and the two seams every step shares.
+
+Names: ``run_name`` (``sNNNN-gGGGGGGGGGG.run``), MANIFEST (manifest.py), BLOOM and
+its layers, LOCK, temporary files; ``remove_leftovers`` deletes what an interrupted
+batch, compaction or upgrade left. ``io_error`` turns an OSError into the typed
+error of a failed write (nothing committed). ``fault`` is the crash-test seam:
+``SEENSTORE_FAULT=point[@n]`` SIGKILLs the process at the n-th pass through
+``point`` (tests/test_crash.py; the cluster actor arms it through ``_FAULT``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from ..errors import DiskFullError, SeenStoreError, StoreIOError
+from ..lock import NAME as LOCK_NAME
+
+BLOOM_NAME = "BLOOM"
+RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
+TMP_RE = re.compile(r"^(MANIFEST\.tmp|BLOOM(\.L\d+)?\.tmp\.\d+)$")
+BLOOM_RE = re.compile(r"^BLOOM(\.L\d+)?$")
+# test seam: "point" or "point@n" -> SIGKILL self at the (n-th) pass through there
+_FAULT, _, _FAULT_AT = os.environ.get("SEENSTORE_FAULT", "").partition("@")
+_fault_hits: dict = {}
+
+
+def fault(point: str) -> None:
+    """Crash on purpose at a named step (tests only; see tests/test_crash.py)."""
+    if _FAULT == point:
+        _fault_hits[point] = _fault_hits.get(point, 0) + 1
+        if _fault_hits[point] >= int(_FAULT_AT or 1):
+            import signal
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_name(shard: int, generation: int) -> str:
+    return f"s{shard:04d}-g{generation:010d}.run"
+
+
+def io_error(e: OSError, what: str) -> SeenStoreError:
+    if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return DiskFullError(f"{what}: {e.strerror}; nothing was committed")
+    return StoreIOError(f"{what}: {e.strerror or e}; nothing was committed")
+
+
+def size(path: str, missing=0):
+    """Size of ``path`` in bytes, or ``missing`` when it does not exist (any more)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return missing
+
+
+def stray_files(path: str) -> list:
+    """Names in directory ``path`` that no store (nor an interrupted creation) holds."""
+    from .. import spill  # spill.py imports the store's run helpers: import it late
+
+    names = os.listdir(path) if os.path.isdir(path) else []
+    return [n for n in names if not (RUN_RE.match(n) or TMP_RE.match(n) or n == LOCK_NAME
+                                     or spill.SPILL_RE.match(n))]
+
+
+def remove_leftovers(path: str, live: set) -> None:
+    """Delete files of an interrupted merge, compaction or upgrade: runs not in
+    ``live`` (the manifest's), temporary manifests and Bloom files, the spill
+    folders of a batch bigger than memory (``add_new_file``)."""
+    from .. import spill
+
+    spill.remove_leftovers(path)
+    for name in os.listdir(path):
+        if (RUN_RE.match(name) and name not in live) or TMP_RE.match(name):
+            try:
+                os.unlink(os.path.join(path, name))
+            except OSError as e:
+                raise io_error(e, f"{name}: cannot remove leftover") from e

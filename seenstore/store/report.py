@@ -1,0 +1,116 @@
+"""What the store says about itself: ``stats`` figures and the ``verify`` check of one
+committed generation (its manifest and live runs), both read-only.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import manifest, wal as walmod
+from ..errors import CorruptionError, StoreIOError
+from ..layout import Layout
+from ..runformat import MAJOR as RUN_MAJOR, MINOR as RUN_MINOR
+from ..sorting import describe as sort_description
+from . import runs as runsmod
+from .compaction import pending
+from .runs import merged_chunks
+from .files import BLOOM_RE, size
+
+
+def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
+    """The figures of ``SeenStore.stats`` (its docstring) for generation ``doc`` and
+    its live ``runs``; ``bloom``: the Bloom filter's (bloom/keeper.py)."""
+    path = store.path
+    files = [r["file"] for r in doc["runs"]] + [manifest.NAME]
+    disk = sum(size(os.path.join(path, name)) for name in files)
+    bloom_file = sum(size(os.path.join(path, n)) for n in os.listdir(path)
+                     if BLOOM_RE.match(n))  # BLOOM and its layers' BLOOM.Li
+    keys = sum(r.count for rs in runs.values() for r in rs)
+    per_shard = {shard: len(rs) for shard, rs in runs.items()}
+    c = {"approx_answered": 0, **doc["counters"]}
+    wal_sizes = [size(p, None) for _, p in walmod.list_segments(path)]  # a merge may delete one
+    layout = Layout.from_dict(doc["layout"])
+    return {
+        "path": path,
+        "store_id": doc.get("store_id"),
+        "keys": keys,
+        "files": len(files),
+        "bytes_on_disk": disk,  # runs + manifest
+        "bytes_per_key": (disk / keys) if keys else None,
+        "bloom_file_bytes": bloom_file,
+        "bytes_on_disk_with_bloom": disk + bloom_file,
+        "bytes_per_key_with_bloom": ((disk + bloom_file) / keys) if keys else None,
+        "layout": layout.describe(),
+        "host_bits": layout.host_bits,
+        "shard_bits": doc["shard_bits"],
+        "shards": 1 << doc["shard_bits"],
+        "largest_shard_keys": max((sum(r.count for r in rs) for rs in runs.values()),
+                                  default=0),
+        "runs": sum(per_shard.values()),
+        "max_runs_per_shard": max(per_shard.values(), default=0),
+        "runs_per_shard": {str(s): n for s, n in sorted(per_shard.items())},
+        # run bytes written by batches and compactions over the bytes of the keys
+        "write_amplification": ((c.get("bytes_written", 0) + c.get("bytes_compacted", 0))
+                                / (8 * c["new"]) if c.get("new") else None),
+        "pending_compaction": pending(doc),
+        "policy_id": doc["policy_id"],
+        "generation": doc["generation"],
+        # what this writer writes new runs as, and the formats of the live runs
+        "run_format": "2.0" if store.run_format == 2 else f"{RUN_MAJOR}.{RUN_MINOR}",
+        "run_formats": runsmod.count_formats(runsmod.all_readers(runs)),
+        "manifest_format": f"{doc.get('major', manifest.MAJOR)}.{doc.get('minor', 0)}",
+        "upgrade_pending": doc.get("major", manifest.MAJOR) < manifest.MAJOR,
+        # batches: every add/merge call of at least one key that committed
+        "counters": c,
+        # keys a DedupStage handed out but has not merged yet (replayed by the next
+        # writer's open, counted present by contains)
+        "wal_segments": sum(1 for n in wal_sizes if n is not None),
+        "wal_bytes": sum(n for n in wal_sizes if n is not None),
+        "mode": store.mode,
+        "threads": store.threads,
+        "sort": sort_description(measure=False),
+        "bloom": bloom,
+        "created": doc.get("created"),
+        "updated": doc.get("updated"),
+    }
+
+
+def verify(path: str, doc: dict, runs: dict) -> dict:
+    """The check of ``SeenStore.verify`` (its docstring) of generation ``doc`` and its
+    live ``runs``, and of the WAL segments in ``path``."""
+    sb = doc["shard_bits"]
+    for shard, readers in sorted(runs.items()):
+        if len(readers) == 1:
+            readers[0].verify()
+        else:  # the k-way merge checks order, disjointness and checksums
+            for _ in merged_chunks(readers):
+                pass
+        for reader in readers:
+            if reader.count and sb:
+                first, last = runsmod.first_last(reader)
+                lo, hi = first >> (64 - sb), last >> (64 - sb)
+                if lo != shard or hi != shard:
+                    raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
+    segments = 0
+    for _, seg in walmod.list_segments(path):
+        try:
+            walmod.read_segment(seg)
+        except StoreIOError as e:
+            if isinstance(e.__cause__, FileNotFoundError):
+                continue  # merged and removed meanwhile
+            raise
+        segments += 1
+    return {"keys": sum(r.count for rs in runs.values() for r in rs),
+            "runs": sum(len(rs) for rs in runs.values()),
+            "generation": doc["generation"], "wal_segments": segments}
+
+
+def member(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """Mask over ``needles``: True where the key is in sorted unique ``haystack``."""
+    if len(haystack) == 0:
+        return np.zeros(len(needles), dtype=np.bool_)
+    pos = np.searchsorted(haystack, needles)
+    pos[pos == len(haystack)] = len(haystack) - 1
+    return haystack[pos] == needles

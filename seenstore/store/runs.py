@@ -1,0 +1,266 @@
+"""A shard's live runs: opening and writing either run format, checking a batch
+against them, streaming their union (docs/architecture.md, "Tiered runs").
+
+A shard holds any number of live runs, pairwise disjoint (a batch writes only the
+keys that none of them holds). ``check_runs`` marks the batch keys some run already
+holds: one sequential, checksum-checked sweep per run (the batch sorted alongside),
+or, when the batch is small against a run, point lookups through the run's sparse
+index. ``merged_chunks`` streams the union of several runs in order (k-way merge,
+checking order, disjointness and checksums): compaction writes it to one new run,
+``verify`` only reads it. ``readers_for`` opens the runs a manifest names, each
+checked against it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+
+from ..dispatch import merge as _kernels  # numpy twins below dispatch.SMALL items
+from ..errors import CorruptionError
+from ..kernels.status import KWAY_BAD, KWAY_DONE
+from ..layout import Layout
+from ..runformat import (ALIGN, HEADER_SIZE, MAGIC, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR,
+                         SPARSE_STRIDE, aligned_empty, policy_digest, whole_blocks)
+from ..runreader import RunReader
+from ..runwriter import RunWriter
+
+RUN_FORMATS = (1, 2)  # 1: raw keys (runformat.py), 2: compressed (runcodec.py)
+DEFAULT_RUN_FORMAT = 1  # 2 once measured not slower (docs/architecture.md)
+
+
+# -- the two run formats behind one contract (docs/format.md) ---------------------
+def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: bytes,
+               run_format: int, buf: np.ndarray | None = None):
+    """A writer of a new run in ``run_format`` (1 raw, 2 compressed); ``buf``: the
+    raw writer's block buffer (the compressed one keeps its own)."""
+    if run_format == 1:
+        return RunWriter(path, host_bits, shard_bits, shard, pdigest, buf=buf)
+    from ..runcodec import CompressedRunWriter  # imports numba: only for compressed runs
+
+    return CompressedRunWriter(path, host_bits, shard_bits, shard, pdigest)
+
+
+def finish(writer, sync: bool):
+    """(header, sparse index or None, file bytes) of a finished writer."""
+    h = writer.finish(sync=sync)
+    if not isinstance(writer, RunWriter):
+        return h, None, h.file_size
+    return h, writer.sparse_index(), HEADER_SIZE + 8 * h.count
+
+
+def open_reader(path: str, sparse: np.ndarray | None = None):
+    """A reader of either format (a raw run given its writer's sparse index). The
+    codec (and numba with it) is imported only when a compressed run is there, so a
+    store of raw runs opens without the JIT (dispatch.py)."""
+    if sparse is None:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(10)
+        except OSError:
+            head = b""  # RunReader reports the missing or unreadable file
+        if head[:8] == MAGIC and head[8:10] == (2).to_bytes(2, "little"):
+            from ..runcodec import open_run
+
+            return open_run(path)
+    return RunReader(path, sparse)
+
+
+def compressed(reader) -> bool:
+    return not isinstance(reader, RunReader)
+
+
+def run_bytes(reader) -> int:
+    """Bytes of the run's file (what a sweep reads)."""
+    return reader.header.file_size if compressed(reader) else HEADER_SIZE + 8 * reader.count
+
+
+def min_buffer_keys(reader) -> int:
+    """The smallest buffer ``reader.chunks`` takes (a compressed run: one block)."""
+    return reader.header.block_keys if compressed(reader) else 1
+
+
+def sample_keys(reader, m: int) -> np.ndarray:
+    """Up to ``m`` stored keys spread over the run (first, last and evenly between):
+    of a compressed run the first keys of its blocks (no block decoded)."""
+    keys = reader._first if compressed(reader) else reader.keys
+    n = len(keys)
+    if not n:
+        return np.empty(0, np.uint64)
+    return np.ascontiguousarray(keys[np.linspace(0, n - 1, min(n, m)).astype(np.int64)],
+                                dtype=np.uint64)
+
+kway_step, sparse_member, sweep_step = (_kernels.kway_step, _kernels.sparse_member,
+                                        _kernels.sweep_step)
+
+# A run is swept when the keys to check are at least 1/PROBE_RATIO of its keys; fewer
+# are looked up one by one (sparse index, then one 4 KiB page each). A lookup reads a
+# page for one key where the sweep reads it for 512, but a random read costs several
+# sequential ones: the value kept from the rewrite design's probe rule (not re-measured).
+PROBE_RATIO = 64
+MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows together
+
+
+def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
+    """Set ``found`` where sorted unique ``needles`` are in the run (point lookups):
+    a compressed run decodes only the blocks the needles fall in; a raw run goes
+    through its sparse index and one page each when it has one (runs this process
+    wrote), else by a binary search in its memory map (log2 N page touches per key,
+    the top levels cached) rather than reading the whole run to build the index."""
+    if not (reader.count and len(needles)):
+        return
+    if compressed(reader):
+        found |= reader.lookup(needles)
+    elif reader.has_sparse:
+        sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
+    else:
+        keys = reader.keys
+        pos = np.minimum(np.searchsorted(keys, needles), reader.count - 1)
+        found |= np.asarray(keys[pos]) == needles
+
+
+def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
+    """Set ``found`` where sorted unique ``batch`` keys are in the run, reading it once
+    sequentially through ``buf`` (checksum and order checked). Returns bytes read."""
+    if len(buf) < min_buffer_keys(reader):
+        buf = aligned_empty(min_buffer_keys(reader))
+    j, prev, have = 0, np.uint64(0), False
+    for n in reader.chunks(buf):
+        j, prev, have, ok = _kernels.sweep_step(buf, n, batch, j, found, prev, have)
+        prev = np.uint64(prev)  # numba hands uint64 back as a Python int
+        if not ok:
+            raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
+    return run_bytes(reader)
+
+
+def check_runs(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndarray,
+               probe_ratio: int = PROBE_RATIO) -> int:
+    """Mark in ``found`` the keys of sorted unique ``batch`` held by any of ``readers``
+    (one shard's live runs). Each run is swept, or probed key by key when the keys
+    still unanswered are fewer than 1/``probe_ratio`` of it. Returns bytes swept."""
+    read = 0
+    for reader in readers:
+        if reader.count == 0:
+            continue
+        todo = np.flatnonzero(~found)
+        if len(todo) == 0:
+            break
+        if len(todo) * probe_ratio < reader.count:
+            sub = np.zeros(len(todo), dtype=np.bool_)
+            lookup(reader, batch[todo], sub)
+            found[todo[sub]] = True
+        else:
+            read += sweep(reader, batch, found, buf)
+    return read
+
+
+def merged_chunks(readers: list, out_keys: int = 1 << 20,
+                  buffer_bytes: int = MERGE_BUFFER_BYTES) -> Iterator[np.ndarray]:
+    """The union of ``readers`` (disjoint sorted runs of one shard), ascending, as
+    successive views of one output buffer (use each before asking for the next).
+
+    Reads each run sequentially (O_DIRECT where allowed) through its row of one
+    ``buffer_bytes`` block; raises CorruptionError when a run fails its checksum, is
+    out of order, or two runs share a key."""
+    k = len(readers)
+    if k == 0:
+        return
+    row = max(ALIGN // 8, (buffer_bytes // 8 // k) // (ALIGN // 8) * (ALIGN // 8),
+              max((min_buffer_keys(r) for r in readers), default=0))
+    bufs = aligned_empty(k * row).reshape(k, row)
+    pos = np.zeros(k, np.int64)
+    fill = np.zeros(k, np.int64)
+    last = np.zeros(k, np.bool_)
+    gens = [r.chunks(bufs[i]) for i, r in enumerate(readers)]
+    seen = [0] * k
+
+    def refill(r: int) -> None:
+        if seen[r] < readers[r].count:
+            n = next(gens[r])
+            seen[r] += n
+            pos[r], fill[r] = 0, n
+        if seen[r] == readers[r].count:
+            last[r] = True
+            for _ in gens[r]:  # runs the generator to its end: the body checksum
+                pass
+
+    for r in range(k):
+        refill(r)
+    out = np.empty(out_keys, np.uint64)
+    prev, have = np.uint64(0), False
+    while True:
+        n, status, prev, have = _kernels.kway_step(bufs, pos, fill, last, out, prev, have)
+        prev = np.uint64(prev)
+        if n:
+            yield out[:n]
+        if status >= 0:
+            refill(status)
+        elif status == KWAY_DONE:
+            return
+        elif status == KWAY_BAD:
+            names = ", ".join(r.name for r in readers)
+            raise CorruptionError(f"{names}: keys out of order or held by two runs")
+
+
+def readers_for(path: str, doc: dict, have: dict | None = None) -> dict:
+    """Readers of the live runs manifest ``doc`` names (in store directory ``path``),
+    by shard, oldest first, each checked against it (CorruptionError otherwise);
+    ``have``: readers already open by file name (kept: their sparse index is built)."""
+    runs: dict[int, list] = {}
+    pd = policy_digest(doc["policy_id"])
+    host_bits = Layout.from_dict(doc["layout"]).host_bits
+    for r in doc["runs"]:
+        reader = (have or {}).get(r["file"])
+        if reader is None:
+            reader = open_reader(os.path.join(path, r["file"]))
+        h = reader.header
+        if (h.count != r["count"] or f"{h.body_checksum:016x}" != r["checksum"]
+                or h.shard != r["shard"] or h.policy_digest != pd
+                or h.host_bits != host_bits or h.shard_bits != doc["shard_bits"]):
+            raise CorruptionError(f"{r['file']}: header does not match the manifest")
+        runs.setdefault(r["shard"], []).append(reader)
+    return runs
+
+
+def all_readers(runs: dict) -> list:
+    """Every run of ``runs`` (by shard), shard by shard, oldest first."""
+    return [r for shard in sorted(runs) for r in runs[shard]]
+
+
+def first_last(reader) -> tuple[int, int]:
+    """The first and last key of a non-empty run (of a compressed run: its last
+    block decoded, through its checked lookup path)."""
+    if not compressed(reader):
+        return int(reader.keys[0]), int(reader.keys[-1])
+    return int(reader._first[0]), int(reader.last_key())
+
+
+def count_formats(readers: list) -> dict:
+    """``{"major.minor": runs}`` of ``readers``."""
+    out: dict = {}
+    for r in readers:
+        v = f"{r.header.major}.{r.header.minor}" if compressed(r) else f"{RUN_MAJOR}.{RUN_MINOR}"
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def spread_samples(readers: list, m: int) -> Iterator[np.ndarray]:
+    """About ``m`` stored keys in all, spread over every non-empty run in proportion
+    to its size (at least 2 per run: its first and last), one array per run."""
+    total = max(sum(r.count for r in readers), 1)
+    for reader in readers:
+        if reader.count:
+            yield sample_keys(reader, max(2, m * reader.count // total))
+
+
+def iter_keys(readers: list, max_chunk_keys: int) -> Iterator[np.ndarray]:
+    """Every key of ``readers``, run by run, as views of one reused buffer of at most
+    ``max_chunk_keys`` (or a compressed run's block) keys: use each before the next."""
+    total = max(1, sum(r.count for r in readers))
+    buf = aligned_empty(max([min(max_chunk_keys, whole_blocks(8 * total) // 8)]
+                            + [min_buffer_keys(r) for r in readers]))
+    for reader in readers:
+        for n in reader.chunks(buf):
+            yield buf[:n]

@@ -1,0 +1,159 @@
+"""The threads of one batch: shards sorted, checked against their live runs and their
+new keys written as one new run each, side by side (docs/architecture.md, "One
+batch" steps 1-2).
+
+``write_shards`` takes a batch grouped by shard and returns, per shard, which of
+its keys are new and the run written for them (fsynced, not yet committed: the
+caller commits, commit.py). ``threads`` threads sort the shards in order
+(``sorting.sort_shards``) while up to ``merge_threads`` check the shards already
+sorted: the kernels, the sort and the O_DIRECT I/O release the GIL, so sorting
+overlaps the disk. Buffers come from a ``BufferPool`` reused across batches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..merge import MergeBuffers
+from ..sorting import sort_shards
+from . import runs as runsmod
+from .files import run_name
+
+
+class BufferPool:
+    """A shard check's buffers (one set per checking thread), reused across batches."""
+
+    def __init__(self) -> None:
+        self._free: list[MergeBuffers] = []
+
+    def take(self, chunk_keys: int) -> MergeBuffers:
+        """A free set of ``chunk_keys`` buffers, or a new one."""
+        while self._free:
+            try:
+                bufs = self._free.pop()  # list.append/pop are atomic
+            except IndexError:
+                break
+            if bufs.chunk_keys == chunk_keys:
+                return bufs
+        return MergeBuffers(chunk_keys)
+
+    def give(self, bufs: MergeBuffers) -> None:
+        self._free.append(bufs)
+
+
+@dataclass
+class Written:
+    """What ``write_shards`` did: ``segs`` ``(lo, m, mask)`` per shard that got keys
+    (its keys are ``keys[lo:lo + m]``, sorted and unique, ``mask`` True where new);
+    ``added`` ``(shard, header, sparse)`` per new run; figures."""
+
+    segs: list = field(default_factory=list)
+    added: list = field(default_factory=list)
+    writers: dict = field(default_factory=dict)
+    merge_s: float = 0.0
+    shard_sort_s: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    @property
+    def n_new(self) -> int:
+        return sum(int(mask.sum()) for _, _, mask in self.segs)
+
+    def abort(self) -> None:
+        """Delete the new runs (the batch did not commit)."""
+        for w in self.writers.values():
+            w.abort()
+
+
+@dataclass
+class Target:
+    """Where and how a batch's new runs are written: store directory, generation,
+    identity fields of the run headers, run format, fsync or not."""
+
+    path: str
+    generation: int
+    host_bits: int
+    shard_bits: int
+    policy_digest: bytes
+    run_format: int
+    sync: bool
+
+
+def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
+                 target: Target, pool: BufferPool, chunk_keys: int, *, threads: int,
+                 merge_threads: int, progress=None, sort_parts: bool = False) -> Written:
+    """Check the keys of every shard in ``jobs`` against its live runs (``runs``,
+    shard -> readers) and write the new ones as one new run per shard.
+
+    ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique, or with
+    ``sort_parts`` in any order with repeats (``threads`` threads then sort and
+    deduplicate them in place, shards side by side, while the shards already sorted
+    are checked). Every key is looked for in the runs, whatever a Bloom filter said
+    of it: only keys no live run holds are written, so the runs of a shard stay
+    disjoint even under a damaged filter. On any failure the new runs are deleted
+    and the error raised (OSError as is: the caller names it)."""
+    out = Written()
+    t0 = time.perf_counter()
+    finished = [0]
+    finished_lock = threading.Lock()
+
+    def job(shard: int):
+        try:
+            return check_shard(shard)
+        finally:
+            with finished_lock:
+                finished[0] += 1
+                if progress is not None:
+                    progress(finished[0], len(jobs))
+
+    def check_shard(shard: int):
+        lo, hi = int(bounds[shard]), int(bounds[shard + 1])
+        sort_s = 0.0
+        if sort_parts:
+            hi, sort_s = sorted_parts[shard].result()
+        part = keys[lo:hi]
+        found = np.zeros(hi - lo, dtype=np.bool_)
+        bufs = pool.take(chunk_keys)
+        try:
+            read = runsmod.check_runs(runs.get(shard, []), part, found, bufs.old)
+            header = sparse = None
+            nbytes = 0
+            if not found.all():
+                w = runsmod.new_writer(
+                    os.path.join(target.path, run_name(shard, target.generation)),
+                    target.host_bits, target.shard_bits, shard, target.policy_digest,
+                    target.run_format, buf=bufs.write)
+                out.writers[shard] = w
+                w.write(part[~found])  # only the new keys
+                # fsync here, in the shard's thread: the fsyncs of several shards
+                # overlap each other and the checks still running
+                header, sparse, nbytes = runsmod.finish(w, target.sync)
+        finally:
+            pool.give(bufs)
+        return shard, header, sparse, (lo, hi - lo, ~found), sort_s, read, nbytes
+
+    sorter, sorted_parts = None, {}
+    try:
+        if sort_parts:
+            sorter, sorted_parts = sort_shards(keys, bounds, jobs, threads)
+        with ThreadPoolExecutor(max_workers=max(merge_threads, threads)) as tp:
+            done = list(tp.map(job, jobs))
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        if sorter is not None:
+            sorter.shutdown(cancel_futures=True)
+    out.merge_s = time.perf_counter() - t0
+    out.shard_sort_s = sum(d[4] for d in done)
+    out.added = [(s, h, sp) for s, h, sp, _, _, _, _ in done if h is not None]
+    out.bytes_read = sum(d[5] for d in done)
+    out.bytes_written = sum(d[6] for d in done)
+    out.segs = [d[3] for d in done]
+    return out
