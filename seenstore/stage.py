@@ -515,7 +515,9 @@ class DedupStage:
         parts, buf.held = buf.held, []
         held = np.concatenate(parts) if parts else _EMPTY
         del parts
-        if (self.store.mode == "exact" and not buf.n_approx
+        # spilled merges need a single store's add_new_file (a ShardedStore has none)
+        if (getattr(self.store, "mode", None) == "exact" and not buf.n_approx
+                and hasattr(self.store, "add_new_file")
                 and len(certain) + len(held) > SPILL_BUFFERS * self.buffer_keys):
             return self._merge_spilled(certain, held, buf)
         every = np.concatenate([certain, held])
