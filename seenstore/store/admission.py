@@ -83,6 +83,11 @@ class Admission:
             timings = self._new_timings(figures["offered"])
             timings.update({k: v for k, v in figures.items() if k in timings or k.endswith("_s")})
             self._record_compaction(waited)
+            # like add(): the credit this batch earned pays for size-tiered jobs between
+            # batches (a spilled batch never started them: 12 batches at 1e10 left 12
+            # runs per shard, each read by every later batch)
+            if self.compact_between_batches and self._lock is not None:
+                self._compactor.start()
             return figures
 
     def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0) -> np.ndarray:
