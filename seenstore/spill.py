@@ -257,7 +257,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
     and its compaction joined. ``fault``: the store's crash-test seam. ``path``: a batch
     file, or an iterable of uint64 arrays (``source_chunks``: a batch generated as it
     is spilled, never whole in memory or on disk but for the spill buckets)."""
-    from .store import COMPACT_CREDIT, run_name
+    from .store import run_name
 
     budget = Budget(int(memory))
     t0 = time.perf_counter()
@@ -333,8 +333,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
             store._commit(gen, added, [], {"batches": 1, "new": figures["new"],
                                            "bytes_written": figures["bytes_written"]})
             writers.clear()  # committed: the runs are the store's now
-            store._credit_step = COMPACT_CREDIT * figures["bytes_written"]
-            store._credit += store._credit_step
+            store._compactor.earn(figures["bytes_written"])
         elif figures["offered"]:
             store._commit_counters(0)
         if new_out is not None:

@@ -86,8 +86,7 @@ class Admission:
             # like add(): the credit this batch earned pays for size-tiered jobs between
             # batches (a spilled batch never started them: 12 batches at 1e10 left 12
             # runs per shard, each read by every later batch)
-            if self.compact_between_batches and self._lock is not None:
-                self._compactor.start()
+            self._start_compaction()
             return figures
 
     def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0) -> np.ndarray:
@@ -241,6 +240,11 @@ class Admission:
         if self.bloom is not None:
             timings["bloom_layers"] = len(self.bloom.layers)
             self._keeper.prepare_next()
+        self._start_compaction()
+
+    def _start_compaction(self) -> None:
+        """After a committed batch: start the size-tiered jobs its credit pays for, on
+        the background thread (when compacting between batches, and writable)."""
         if self.compact_between_batches and self._lock is not None:
             self._compactor.start()
 

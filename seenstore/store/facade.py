@@ -260,10 +260,6 @@ class SeenStore(Admission):
     _bloom_state = property(lambda self: self._keeper.state)
     _bloom_dirty = property(lambda self: self._keeper.dirty,
                             lambda self, v: setattr(self._keeper, "dirty", v))
-    _credit = property(lambda self: self._compactor.credit,
-                       lambda self, v: setattr(self._compactor, "credit", v))
-    _credit_step = property(lambda self: self._compactor.credit_step,
-                            lambda self, v: setattr(self._compactor, "credit_step", v))
     last_compaction = property(lambda self: self._compactor.last)
     joined_compaction = property(lambda self: self._compactor.joined)
 
