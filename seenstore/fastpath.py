@@ -9,6 +9,7 @@ through the scalar ``try_normalise``, and the results are merged in input order.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -115,10 +116,12 @@ def iter_batches(
     Raises InvalidInputError for a bad ``base``, like ``normalise_many``."""
     check_base(base)
     threads = check_threads(threads)
+    read = 0
     for ub in URLBuffer.iter_file(source, pairs=pairs, base=base, chunk_urls=batch_lines,
                                   max_line=line_cap(max_length, pairs) if max_line is None
                                   else max_line):
-        yield normalise_buffer(ub, policy, layout, max_length, threads)
+        yield normalise_buffer(ub, policy, layout, max_length, threads, stream_urls=read)
+        read += len(ub)
 
 
 def line_cap(max_length: int, pairs: bool = False) -> int:
@@ -127,13 +130,23 @@ def line_cap(max_length: int, pairs: bool = False) -> int:
     return (2 * max_length + 1 if pairs else max_length) + 1
 
 
+def _kernel_loaded() -> bool:
+    """True when normalise_batch already runs in this process (loaded or compiled):
+    calling it on a small input then costs nothing more than the twin would."""
+    module = sys.modules.get("seenstore.kernels.url")
+    return module is not None and bool(module.normalise_batch.signatures)
+
+
 def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH, host_bits: int = 20,
-               threads: int | None = None):
+               threads: int | None = None, *, stream_urls: int = 0):
     """The kernel alone: (out bytes, out offsets, status int8, keys uint64) for every
     URL of ``ub``; URL i's output is out[offsets[i]:offsets[i+1]], empty and without
     a key unless status[i] == OK. With ``threads`` > 1 (None: the cores), contiguous
     chunks of URLs run on that many threads, each into its own output buffer, and
-    the buffers are joined in input order (same result as one thread, tested)."""
+    the buffers are joined in input order (same result as one thread, tested).
+    Below ``dispatch.SMALL`` URLs (``ub``'s plus ``stream_urls``, those already read
+    from the stream ``ub`` comes from) the twin runs, ROUTE for every URL, unless the
+    kernel is already loaded in this process."""
     n = len(ub)
     if ub.bases is None:
         (bdata, boffs), ids = _NO_BASE, np.full(n, -1, dtype=np.int64)
@@ -143,7 +156,7 @@ def run_kernel(ub: URLBuffer, max_length: int = DEFAULT_MAX_LENGTH, host_bits: i
     keys = np.zeros(n, dtype=np.uint64)
     out_offsets = np.empty(n + 1, dtype=np.int64)
     out_offsets[0] = 0
-    if n < dispatch.SMALL:  # the twin of the kernel: every URL to the scalar path
+    if not n or (n + stream_urls < dispatch.SMALL and not _kernel_loaded()):  # the twin
         status[:] = ROUTE
         out_offsets[:] = 0
         return np.zeros(0, dtype=np.uint8), out_offsets, status, keys
@@ -209,15 +222,18 @@ def normalise_buffer(
     layout: Layout = DEFAULT_LAYOUT,
     max_length: int = DEFAULT_MAX_LENGTH,
     threads: int | None = None,
+    *,
+    stream_urls: int = 0,
 ) -> FastBatch:
     """Canonical URLs, keys and rejections of every URL of ``ub`` (see module doc).
     Per-URL bases are ``ub.base(i)``; a base that does not parse rejects its URLs
     (``unparsable``) as the scalar ``try_normalise`` does; a URL in ``ub.too_long``
     (a line over the reader's limit) is rejected ``too-long``. Never raises per URL.
-    ``threads``: the kernel's threads (``run_kernel``); the result does not depend on it."""
+    ``threads``, ``stream_urls``: see ``run_kernel``; the result depends on neither."""
     policy = policy or DEFAULT_POLICY
     t0 = time.perf_counter()
-    out, out_offsets, status, keys = run_kernel(ub, max_length, layout.host_bits, threads)
+    out, out_offsets, status, keys = run_kernel(ub, max_length, layout.host_bits, threads,
+                                                 stream_urls=stream_urls)
     if policy.rules:
         _route_policy_hosts(out, out_offsets, status, policy)
     if ub.too_long is not None:

@@ -26,6 +26,7 @@ from seenstore.layout import DEFAULT_LAYOUT
 from seenstore.normalise import DEFAULT_MAX_LENGTH
 from seenstore.policy import DEFAULT_POLICY
 from seenstore.store import SeenStore
+from seenstore.urlbuffer import URLBuffer
 
 PIECES = ["http://a.example/x", "HTTP://A.example:80/x#f", "/rel?q=1", "rel/../y", "?q", "#f",
           "mailto:x@y", "http://é.example/", "http://1.2.3.4/", "http://u@a.example/", "a b",
@@ -202,3 +203,39 @@ def test_cli_loads_numba_without_scipy_and_leaves_it_importable():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_add_fast_small_pieces_of_a_large_stream_take_the_kernel(monkeypatch):
+    """Below dispatch.SMALL URLs the twin routes every URL to the scalar path (no JIT
+    for a small input); but a piece of a large stream (here the tail of a batch, or
+    any piece of --batch-lines below SMALL) is not a small input: once SMALL URLs of
+    the stream are read, every piece takes the kernel. Before, each batch's last
+    piece (~13 % of a 1e6-line batch of real links) ran through the scalar path."""
+    from seenstore import fastpath
+
+    monkeypatch.setattr(url_cmds, "SUB_LINES", 20)
+    monkeypatch.setattr(dispatch, "SMALL", 50)
+    monkeypatch.setattr(fastpath, "_kernel_loaded", lambda: False)  # as in a fresh process
+    routed: list[tuple[int, int]] = []
+    normalise = url_cmds.normalise_buffer
+
+    def recording(ub, *args, **kw):
+        fb = normalise(ub, *args, **kw)
+        routed.append((kw["stream_urls"], fb.routed))
+        return fb
+
+    monkeypatch.setattr(url_cmds, "normalise_buffer", recording)
+    with open(REAL, "rb") as f:
+        lines = f.readlines()[:120]
+    text = b"".join(lines)
+    rec = _Recorder()
+    _add_fast(rec, text, 30, 1)
+    # pieces of 20 lines, cut at the batch ends (30, 60, 90): URLs read before each
+    assert [s for s, _ in routed] == [0, 20, 30, 40, 60, 80, 90, 100]
+    assert [r for _, r in routed][:3] == [20, 10, 10]  # the twin: all routed
+    tail = URLBuffer.from_bytes(b"".join(lines[40:]), pairs=True)
+    by_kernel = fastpath.normalise_buffer(tail, stream_urls=50).routed
+    assert sum(r for _, r in routed[3:]) == by_kernel < 40  # the kernel ran on the rest
+    whole = _Recorder()
+    _add_fast(whole, text, 10**6, 1)
+    assert b"".join(rec.sent) == b"".join(whole.sent)

@@ -99,7 +99,8 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
                 take = batch_lines - have
                 head, ub = (ub, None) if len(ub) <= take else \
                     (ub.slice(0, take), ub.slice(take, len(ub)))
-                fb = normalise_buffer(head, policy, store.layout, max_length, threads)
+                fb = normalise_buffer(head, policy, store.layout, max_length, threads,
+                                      stream_urls=read)
                 for k, v in fb.seconds.items():
                     t[k] = t.get(k, 0.0) + v
                 read += fb.n
