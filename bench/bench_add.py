@@ -46,7 +46,10 @@ import time
 
 import numpy as np
 
-os.environ.setdefault("SEENSTORE_JIT_MIN", "0")  # kernels for every size (dispatch.py)
+# the command runs get the caller's environment (dispatch.SMALL as a user has it); this
+# process and the start-up run take the kernels at every size (dispatch.py)
+COMMAND_ENV = dict(os.environ)
+os.environ.setdefault("SEENSTORE_JIT_MIN", "0")
 import seenstore.cli.url_cmds  # noqa: E402
 import seenstore.fastpath  # noqa: E402
 from seenstore.cli.url_cmds import add_fast  # noqa: E402
@@ -109,7 +112,7 @@ def cli(src: str, tmp: str, name: str, *extra: str, env: dict | None = None
     """Run ``seenstore add --pairs`` on ``src`` into a fresh store: (wall s, CPU s of the
     child over all its threads, output path)."""
     store_dir, out_path = os.path.join(tmp, f"cstore-{name}"), os.path.join(tmp, f"cout-{name}")
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    env = dict(COMMAND_ENV, PYTHONPATH=REPO + os.pathsep + COMMAND_ENV.get("PYTHONPATH", ""),
                **(env or {}))
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
