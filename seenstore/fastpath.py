@@ -203,12 +203,17 @@ def _route_policy_hosts(out, out_offsets, status, policy: Policy) -> None:
     if not len(ok):
         return
     hh = _fp_kernels.kernel("host_hashes")(out, out_offsets, ok)  # only after the kernel ran
-    uniq, first, inverse = np.unique(hh, return_index=True, return_inverse=True)
-    risky = np.zeros(len(uniq), dtype=bool)
-    for u, j in enumerate(first):
+    # the hosts grouped by sorting (np.unique's inverse hashes on numpy 2.4: ~4x slower)
+    order = np.argsort(hh)
+    sorted_hh = hh[order]
+    head = np.empty(len(hh), dtype=bool)  # the first URL of each host, in sorted order
+    head[0] = True
+    np.not_equal(sorted_hh[1:], sorted_hh[:-1], out=head[1:])
+    risky = np.zeros(int(head.sum()), dtype=bool)
+    for u, j in enumerate(order[head].tolist()):
         url = out[out_offsets[ok[j]] : out_offsets[ok[j] + 1]].tobytes().decode("ascii")
         risky[u] = _rule_applies(url, policy)
-    status[ok[risky[inverse]]] = ROUTE
+    status[ok[order[risky[np.cumsum(head) - 1]]]] = ROUTE
 
 
 def _rule_applies(canonical: str, policy: Policy) -> bool:
