@@ -51,6 +51,11 @@ def listing(ub: URLBuffer):
 @example(BOM + b"a\n", False, None, 1, 5, True)  # the BOM arrives a byte at a time
 @example(b"x" * 50 + b"\r\nb\n", True, None, 3, 10, True)  # over-long across many blocks
 @example(b"x" * 11 + b"\r", False, None, 4, 11, True)  # the '\r' makes it fit only at EOF
+# a line that starts with the last base (its TAB found without a scan), or almost
+@example(b"pp\tx\npp\ty\npp\t\tz\npp\npp\r\tw\npq\tw\npp\tv\np\tu\n\tt\n\ts\npp", True, None, 5,
+         40, True)
+@example(b"http://g.example/\tq\tz\nhttp://g.example/\tq\tz\n", True, "http://g.example/\tq", 7,
+         40, True)  # a line that starts with the global base (which may hold a TAB)
 def test_stream_matches_twin(text, pairs, base, block, max_line, readinto):
     src = io.BytesIO(text)
     if not readinto:

@@ -116,10 +116,18 @@ def split_lines(buf, n, final, pairs, max_line, skip, at_start, gbase_id, limit,
     consumed = i
     while i < n and nu < limit:
         tab = -1
-        j = _stop(bp, i, n, pairs)
-        if pairs and j < n and buf[j] == TAB:
-            tab = j
-            j = _stop(bp, j + 1, n, False)
+        same = False  # the line starts with the last base of a line, then a TAB
+        if pairs and nb and nb - 1 != gbase_id:  # such a base holds no TAB, no '\n'
+            k = boffsets[nb] - boffsets[nb - 1]
+            same = i + k < n and buf[i + k] == TAB and _equal(bp, i, bdp, boffsets[nb - 1], k)
+        if same:
+            tab = i + k
+            j = _stop(bp, tab + 1, n, False)
+        else:
+            j = _stop(bp, i, n, pairs)
+            if pairs and j < n and buf[j] == TAB:
+                tab = j
+                j = _stop(bp, j + 1, n, False)
         if j == n and not final:  # an incomplete line: wait for more, or reject it now
             if j - i > max_line + 1:  # too long even if its last byte is a '\r'
                 too_long[nt] = nu
@@ -141,8 +149,7 @@ def split_lines(buf, n, final, pairs, max_line, skip, at_start, gbase_id, limit,
             else:
                 s = i
                 if tab >= 0:
-                    if nb and boffsets[nb] - boffsets[nb - 1] == tab - i and \
-                            _equal(bp, i, bdp, boffsets[nb - 1], tab - i):
+                    if same:
                         base_ids[nu] = nb - 1
                     else:
                         nbd = _copy(bp, i, tab, bdp, nbd)
