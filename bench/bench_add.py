@@ -46,20 +46,19 @@ import time
 
 import numpy as np
 
-# the command runs get the caller's environment (dispatch.SMALL as a user has it); this
-# process and the start-up run take the kernels at every size (dispatch.py)
-COMMAND_ENV = dict(os.environ)
-os.environ.setdefault("SEENSTORE_JIT_MIN", "0")
-import seenstore.cli.url_cmds  # noqa: E402
-import seenstore.fastpath  # noqa: E402
-from seenstore.cli.url_cmds import add_fast  # noqa: E402
-from seenstore.fastpath import run_kernel  # noqa: E402
-from seenstore.kernels.status import ROUTE  # noqa: E402
-from seenstore.normalise import DEFAULT_MAX_LENGTH  # noqa: E402
-from seenstore.parallel import keep_freed_memory  # noqa: E402
-from seenstore.policy import DEFAULT_POLICY  # noqa: E402
-from seenstore.store import SeenStore  # noqa: E402
-from seenstore.urlbuffer import URLBuffer  # noqa: E402
+# dispatch.SMALL is left as a user has it (SEENSTORE_JIT_MIN unset: 100,000), here and
+# in the command's runs; only the start-up run takes every kernel (JIT_MIN=0)
+import seenstore.cli.url_cmds
+import seenstore.fastpath
+from seenstore import dispatch
+from seenstore.cli.url_cmds import add_fast
+from seenstore.fastpath import run_kernel
+from seenstore.kernels.status import ROUTE
+from seenstore.normalise import DEFAULT_MAX_LENGTH
+from seenstore.parallel import keep_freed_memory
+from seenstore.policy import DEFAULT_POLICY
+from seenstore.store import SeenStore
+from seenstore.urlbuffer import URLBuffer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRATCH = os.path.join(REPO, "scratch")
@@ -112,7 +111,7 @@ def cli(src: str, tmp: str, name: str, *extra: str, env: dict | None = None
     """Run ``seenstore add --pairs`` on ``src`` into a fresh store: (wall s, CPU s of the
     child over all its threads, output path)."""
     store_dir, out_path = os.path.join(tmp, f"cstore-{name}"), os.path.join(tmp, f"cout-{name}")
-    env = dict(COMMAND_ENV, PYTHONPATH=REPO + os.pathsep + COMMAND_ENV.get("PYTHONPATH", ""),
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
                **(env or {}))
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -226,9 +225,11 @@ def main() -> None:
     outs = {} if a.no_cli else {f"command, {t} thread(s)": o
                                 for t, o in command(a.data, n, threads, a.reps, tmp).items()}
     keep_freed_memory()  # as seenstore add does
-    # load the JIT cache in this process (a first run compiles or loads every kernel)
-    in_process(head(a.data, 20_000, tmp), 2, tmp)
-    in_process(head(a.data, 20_000, tmp), 1, tmp)
+    # load the JIT cache in this process (a first run compiles or loads every kernel;
+    # above dispatch.SMALL lines, so that the kernels run, not their twins)
+    warm = head(a.data, 2 * dispatch.SMALL, tmp, "warm.tsv")
+    in_process(warm, 2, tmp)
+    in_process(warm, 1, tmp)
     for t in threads:
         wall, cpu, n, sec, outs[f"add_fast, {t} thread(s)"] = in_process(a.data, t, tmp)
         split = "  ".join(f"{k} {sec.get(k, 0.0) / n * 1e9:.0f}" for k in STAGES)
