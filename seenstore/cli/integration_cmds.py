@@ -104,8 +104,10 @@ def input_batches(sources, *, warc: bool, parquet: bool, column: str, base_colum
         report = None
         buffers = iter_parquet_buffers(sources[0], column, base_column, batch_rows=batch_lines,
                                        base=base)
+    read = 0
     for ub in buffers:
-        yield normalise_buffer(ub, policy, layout, max_length)
+        yield normalise_buffer(ub, policy, layout, max_length, stream_urls=read)
+        read += len(ub)  # the kernel, not its twin, once the input is not small
     if report is not None:
         _report_warc(report, False)
 
