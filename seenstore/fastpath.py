@@ -203,7 +203,7 @@ def _route_policy_hosts(out, out_offsets, status, policy: Policy) -> None:
     if not len(ok):
         return
     hh = _fp_kernels.kernel("host_hashes")(out, out_offsets, ok)  # only after the kernel ran
-    # the hosts grouped by sorting (np.unique's inverse hashes on numpy 2.4: ~4x slower)
+    # the hosts grouped by sorting (np.unique with an inverse hashes on numpy 2.4: 1.5x slower)
     order = np.argsort(hh)
     sorted_hh = hh[order]
     head = np.empty(len(hh), dtype=bool)  # the first URL of each host, in sorted order
