@@ -243,7 +243,7 @@ def _sample_from_counts(counts):
     return (g << np.uint64(56)) | np.arange(len(g), dtype=np.uint64)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(counts=group_counts_st, bits=st.integers(0, 8))
 def test_balanced_ranges_cover_in_order_and_share_evenly(counts, bits):
     """Balanced ranges cover 0..256 in order, none empty, and no shard gets more than

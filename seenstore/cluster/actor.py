@@ -66,6 +66,7 @@ class ShardActor:
         # time per step of admissions since start (the answer log's, the store's)
         self.timings = {"log_s": 0.0, "admit_s": 0.0, "batches": 0}
         self.store_timings: dict = {}  # the store's last_timings summed over batches
+        self.last: dict = {}  # the last admission's figures (``last_admit``)
         self._error: SeenStoreError | None = None
         if os.path.exists(os.path.join(self.dir, SHARD_NAME)):
             try:  # a restart: reopen (the store's commit gives pre- or post-state)
@@ -137,6 +138,7 @@ class ShardActor:
         first run (until acknowledged). ``sorted_unique``: keys are sorted and unique.
         ``acked``: earlier batch ids whose answers the client has read (as ``ack``),
         dropped first, so their entries need not be resolved by this batch."""
+        t_in, c_in = time.time(), time.process_time()
         with self._lock:
             st = self._need()
             log = self.log
@@ -164,6 +166,9 @@ class ShardActor:
                 log.resolve(e, st)  # void (or committed if the failure came after it)
                 raise
             t2 = time.perf_counter()
+            self.last = {"enter": t_in, "exit": time.time(), "log_s": t1 - t0,
+                         "admit_s": t2 - t1, "cpu_s": time.process_time() - c_in,
+                         "store": dict(st.last_timings)}
             self._admit_s += t2 - t1
             self.timings["log_s"] += t1 - t0
             self.timings["admit_s"] += t2 - t1
@@ -173,6 +178,13 @@ class ShardActor:
                     self.store_timings[k] = self.store_timings.get(k, 0.0) + v
             self._crash_if("after-commit")
             return new
+
+    def last_admit(self) -> dict:
+        """The last admission's figures: wall-clock ``enter`` and ``exit`` (time.time),
+        seconds in the answer log and in the store, the process's CPU seconds over the
+        call (every thread: the store's sorts and Bloom insert too), the store's
+        ``last_timings``."""
+        return self.last
 
     def ack(self, batch_ids: list) -> None:
         """The client has read these batches' answers: drop their entries and snapshots."""
