@@ -347,3 +347,12 @@ def test_shard_of_unequal_range_verifies_its_bounds_and_splits_in_halves(tmp_pat
     with pytest.raises(InvalidInputError, match="cannot be split"):
         one.split_into([str(tmp_path / "x0"), str(tmp_path / "x1")], 1000)
     one.close()
+
+
+@pytest.mark.parametrize("shards", [[], [1, 2], [{"dir": "a"}] * 3, "x", [{"dir": 5}]])
+def test_cluster_file_without_a_shard_list_refused(tmp_path, shards):
+    from seenstore.cluster.sharded import read_cluster
+
+    write_sealed(str(tmp_path / "CLUSTER"), "seenstore-cluster", {"shards": shards}, False, 2)
+    with pytest.raises(CorruptionError, match="shards"):
+        read_cluster(str(tmp_path))

@@ -3,8 +3,9 @@ same verified stream, in one run.
 
 Each configuration gets a new store (or cluster) in the working folder and the same
 ``CrawlStream``; a cluster's key ranges are cut from a sample of the stream's first
-batch (``ShardedStore.open(sample=)``: the stream's top bits are host-skewed); every answer (``add_new``: the sorted new keys) is checked against
-the stream's exact expectation. Figures per configuration: time inside the calls,
+batch (``ShardedStore.open(sample=)``: the stream's top bits are host-skewed);
+every answer (``add_new``: the sorted new keys) is checked against the stream's
+exact expectation. Figures per configuration: time inside the calls,
 keys/s, ratio to the plain store, bytes through Ray's object store per offered key,
 and per shard: its key range, keys offered, time inside the actor's ``add_new`` and
 in its answer log, its process's CPU time over those calls, and its time idle while

@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..batch import as_keys
-from ..errors import (CorruptionError, InvalidInputError, MismatchError, NotAStoreError, SeenStoreError,
-                      StoreIOError, StoreNotFoundError)
+from ..errors import (CorruptionError, InvalidInputError, MismatchError, NotAStoreError,
+                      SeenStoreError, StoreIOError, StoreNotFoundError)
 from ..kernels.batch import (count_top_bits, mark_first_new, mark_members,
                              partition_top_bits, scatter_top_bits)
 from ..layout import DEFAULT_LAYOUT, Layout
@@ -30,8 +30,8 @@ from ..sorting import default_threads
 from ..store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
 from .actor import ShardActor
 from .files import RANGE_MAJOR, read_sealed, write_sealed
-from .ranges import (GROUPS, RANGE_BITS, balanced_ranges, check_ranges, equal_ranges, key_bounds,
-                     shard_of_group)
+from .ranges import (GROUPS, RANGE_BITS, balanced_ranges, check_ranges, equal_ranges,
+                     key_bounds, shard_of_group)
 
 CLUSTER_NAME = "CLUSTER"
 CLUSTER_FORMAT = "seenstore-cluster"
@@ -64,9 +64,10 @@ def read_cluster(root: str) -> dict:
             raise NotAStoreError(f"{root}: not a seenstore cluster (no {CLUSTER_NAME})") from None
         raise StoreNotFoundError(f"{root}: no cluster here (create one with create=True)") from None
     shards = doc.get("shards")
-    if not isinstance(shards, list) or not shards:
-        raise CorruptionError(f"{path}: no shards listed")
-    n = len(shards)
+    n = len(shards) if isinstance(shards, list) else 0
+    if not n or n & (n - 1) or n > 1 << MAX_CLUSTER_BITS or not all(
+            isinstance(s, dict) and isinstance(s.get("dir"), str) for s in shards):
+        raise CorruptionError(f"{path}: its shards are not a list of 2^b directories")
     if doc["major"] < RANGE_MAJOR:
         ranges = equal_ranges(1 << cluster_bits(n))
     else:
