@@ -37,13 +37,24 @@ def spread_keys(rng, n, pool=None):
     return k
 
 
-class Twin:
-    """A plain SeenStore and sharded ones fed the same calls."""
+def skewed_sample(rng, hot_group, share, n=4000):
+    """Keys whose top 8 bits are ``hot_group`` for ``share`` of them, else anything:
+    balanced ranges cut from it are unequal, some one group wide."""
+    k = rng.integers(0, 2**64, n, dtype=np.uint64)
+    hot = rng.random(n) < share
+    k[hot] = (k[hot] & np.uint64(2**56 - 1)) | np.uint64(hot_group << 56)
+    return k
 
-    def __init__(self, tmp, shard_counts):
+
+class Twin:
+    """A plain SeenStore and sharded ones fed the same calls (``samples[n]``: the
+    n-shard store's ranges are cut from it; else equal ranges)."""
+
+    def __init__(self, tmp, shard_counts, samples=None):
         self.plain = SeenStore.open(str(tmp / "plain"), create=True, sync=False)
         self.sharded = [ShardedStore.open(str(tmp / f"c{n}"), shards=n, create=True,
-                                          sync=False) for n in shard_counts]
+                                          sync=False, sample=(samples or {}).get(n))
+                        for n in shard_counts]
 
     def close(self):
         self.plain.close()
@@ -60,7 +71,11 @@ op_st = st.tuples(st.sampled_from(["add", "add_new", "contains"]),
 
 @pytest.fixture(scope="module")
 def twins(ray_cluster, tmp_path_factory):
-    t = Twin(tmp_path_factory.mktemp("oracle"), [1, 2, 4, 8])
+    rng = np.random.default_rng(1)  # 2 and 8 shards: unequal ranges; 4: equal
+    t = Twin(tmp_path_factory.mktemp("oracle"), [1, 2, 4, 8],
+             {2: skewed_sample(rng, 0x31, 0.4), 8: skewed_sample(rng, 0x85, 0.6)})
+    assert t.sharded[1].ranges == [[0, 0x32], [0x32, 256]]
+    assert [hi - lo for lo, hi in t.sharded[3].ranges] == [85, 48, 1, 1, 1, 1, 37, 82]
     yield t
     t.close()
 

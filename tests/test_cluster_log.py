@@ -8,11 +8,15 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seenstore.cluster.actor import ShardActor, digest
 from seenstore.cluster.answers import AnswerLog
 from seenstore.cluster.files import read_sealed, write_sealed
-from seenstore.errors import CorruptionError, InvalidInputError, NotSupportedError
+from seenstore.cluster.ranges import balanced_ranges, check_ranges, equal_ranges
+from seenstore.errors import (CorruptionError, InvalidInputError, MismatchError,
+                              NotSupportedError)
 from seenstore.layout import DEFAULT_LAYOUT
 from seenstore.store import SeenStore
 from naive import setdiff, uniq
@@ -227,3 +231,128 @@ def test_shard_threads_share_each_nodes_cpus():
     assert _threads_per_shard(fake, [{"node_ip": None}] * 2) == 2  # one per live node
     assert _threads_per_shard(fake, [{"node_ip": None}] * 8) == 1
     assert _threads_per_shard(fake, [{"node_ip": "c"}]) == 2  # dead node: spread
+
+
+# ------------------------------------------------------------- key ranges
+group_counts_st = st.lists(st.integers(0, 50), min_size=256, max_size=256)
+
+
+def _sample_from_counts(counts):
+    """Keys with ``counts[g]`` keys of top 8 bits g (low bits: the key's rank)."""
+    g = np.repeat(np.arange(256, dtype=np.uint64), counts)
+    return (g << np.uint64(56)) | np.arange(len(g), dtype=np.uint64)
+
+
+@settings(max_examples=30, deadline=None)
+@given(counts=group_counts_st, bits=st.integers(0, 8))
+def test_balanced_ranges_cover_in_order_and_share_evenly(counts, bits):
+    """Balanced ranges cover 0..256 in order, none empty, and no shard gets more than
+    its equal share of the sample plus twice the largest group (a group is never cut)."""
+    n = 1 << bits
+    sample = _sample_from_counts(counts)
+    ranges = balanced_ranges(sample, n)
+    assert check_ranges(ranges, n, "test") == ranges
+    got = [sum(counts[lo:hi]) for lo, hi in ranges]
+    assert max(got) <= len(sample) / n + 2 * max(counts)
+
+
+def test_balanced_ranges_even_out_the_crawl_streams_host_skew():
+    """The bench stream's top bits are a host hash: equal halves give one shard 54 % of
+    a batch; ranges cut from a sample of the first batch give each about half."""
+    from seenstore.workload import CrawlStream
+
+    s = CrawlStream(2_000_000, 1_000_000)
+    first, later = (s.batch(*p).keys for p in list(s.plan())[:2])
+
+    def shares(ranges, keys):
+        g = (keys >> np.uint64(56)).astype(np.int64)
+        return [float(np.mean((g >= lo) & (g < hi))) for lo, hi in ranges]
+
+    assert max(shares(equal_ranges(2), later)) > 0.53
+    for n in (2, 4):
+        assert max(shares(balanced_ranges(first[::16], n), later)) < 1 / n + 0.01
+    assert balanced_ranges(np.empty(0, dtype=np.uint64), 4) == equal_ranges(4)
+
+
+@pytest.mark.parametrize("bad", [[[0, 128]], [[0, 100], [101, 256]], [[0, 0], [0, 256]],
+                                 [[0, 200], [100, 256]], [[0, 128], [128, 255]],
+                                 [[0, 128.0], [128, 256]], "x"])
+def test_bad_ranges_refused(tmp_path, bad):
+    from seenstore.cluster.sharded import read_cluster, write_cluster
+
+    with pytest.raises(CorruptionError, match="ranges"):
+        check_ranges(bad, 2, "x")
+    shards = [{"dir": "a", "node_ip": None, "range": r} for r in (bad if isinstance(
+        bad, list) else [bad, bad])]
+    write_cluster(str(tmp_path), {"layout": {}, "policy_id": "p", "shards": shards})
+    with pytest.raises(CorruptionError, match="ranges"):
+        read_cluster(str(tmp_path))
+
+
+def test_cluster_and_shard_files_of_major_1_read_as_equal_ranges(tmp_path, rng):
+    """Files written before ranges were recorded (major 1) hold equal ranges; a newer
+    major than this seenstore reads is refused."""
+    from seenstore.cluster.sharded import read_cluster
+
+    doc = {"layout": {}, "policy_id": "p", "shards": [{"dir": "a"}, {"dir": "b"}]}
+    write_sealed(str(tmp_path / "CLUSTER"), "seenstore-cluster", doc, False, 1)
+    assert [s["range"] for s in read_cluster(str(tmp_path))["shards"]] == [[0, 128], [128, 256]]
+    write_sealed(str(tmp_path / "CLUSTER"), "seenstore-cluster", doc, False, 3)
+    with pytest.raises(NotSupportedError, match="version 3"):
+        read_cluster(str(tmp_path))
+    d = tmp_path / "s"
+    a = shard(d, index=1, bits=1)
+    a.admit("b", np.array([2**63 + 1], dtype=np.uint64))
+    a.close()
+    write_sealed(str(d / "SHARD"), "seenstore-shard", {"index": 1, "shard_bits": 1}, False, 1)
+    b = ShardActor(str(d), 1, 1, KW)
+    assert b.range == [128, 256] and b.verify()["keys"] == 1
+    b.close()
+    with pytest.raises(MismatchError, match="key range"):
+        ShardActor(str(d), 1, 1, KW, [100, 256]).verify()
+
+
+def test_shard_of_unequal_range_verifies_its_bounds_and_splits_in_halves(tmp_path, rng):
+    """A shard of range [0x13, 0x40): verify finds a key just below or at its upper
+    bound; its split writes each key into the half holding it; a one-group range
+    cannot be split."""
+    lo, hi = 0x13 << 56, 0x40 << 56
+    a = ShardActor(str(tmp_path / "p"), 0, 1, KW, [0x13, 0x40])
+    a.create(DEFAULT_LAYOUT.to_dict(), "safe-v1")
+    k = rng.integers(lo, hi, 5000, dtype=np.uint64)
+    k[:2] = [lo, hi - 1]
+    a.admit("b", k)
+    assert a.verify()["keys"] == len(uniq(k))
+    kids = [str(tmp_path / "c0"), str(tmp_path / "c1")]
+    res = a.split_into(kids, 1000)
+    assert res["ranges"] == [[0x13, 0x29], [0x29, 0x40]]
+    assert sum(res["children"]) == res["parent"] == len(uniq(k))
+    for j, d in enumerate(kids):
+        c = ShardActor(d, j, 2, KW, res["ranges"][j])
+        c_lo, c_hi = res["ranges"][j][0] << 56, res["ranges"][j][1] << 56
+        inside = uniq(k[(k >= c_lo) & (k < c_hi)])
+        assert c.verify()["keys"] == len(inside) and c.contains(inside).tolist() == inside.tolist()
+        c.close()
+    a.close()
+    for j, bad in enumerate((lo - 1, hi)):
+        b = ShardActor(str(tmp_path / f"bad{j}"), 0, 1, KW, [0x13, 0x40])
+        b.create(DEFAULT_LAYOUT.to_dict(), "safe-v1")
+        b.admit("b", k[:10])
+        b.store.add(np.array([bad], dtype=np.uint64))  # behind the protocol
+        with pytest.raises(CorruptionError, match="outside shard 0"):
+            b.verify()
+        b.close()
+    one = ShardActor(str(tmp_path / "one"), 0, 1, KW, [0, 1])
+    one.create(DEFAULT_LAYOUT.to_dict(), "safe-v1")
+    with pytest.raises(InvalidInputError, match="cannot be split"):
+        one.split_into([str(tmp_path / "x0"), str(tmp_path / "x1")], 1000)
+    one.close()
+
+
+@pytest.mark.parametrize("shards", [[], [1, 2], [{"dir": "a"}] * 3, "x", [{"dir": 5}]])
+def test_cluster_file_without_a_shard_list_refused(tmp_path, shards):
+    from seenstore.cluster.sharded import read_cluster
+
+    write_sealed(str(tmp_path / "CLUSTER"), "seenstore-cluster", {"shards": shards}, False, 2)
+    with pytest.raises(CorruptionError, match="shards"):
+        read_cluster(str(tmp_path))

@@ -2,7 +2,8 @@
 
 A plain class; ``sharded.py`` runs it as a Ray actor (restarts enabled, a few
 threads so Bloom queries and ``contains`` run beside a merge). The directory holds
-``SHARD`` (which key range: the keys whose top ``shard_bits`` bits equal ``index``),
+``SHARD`` (which key range: shard ``index`` of 2^``shard_bits``, its ``range`` of
+the top 8 key bits, ranges.py),
 ``store/`` (a SeenStore, used through its public calls only) and ``answers/`` (the
 answer log that makes batches exactly-once, answers.py). Every admission answers
 with the sorted new keys; the client derives masks from them.
@@ -26,8 +27,10 @@ from ..errors import (CorruptionError, InvalidInputError, MismatchError, SeenSto
                       StoreNotFoundError)
 from ..layout import Layout
 from ..store import MAX_SHARD_BITS, SeenStore
+from ..store.runs import first_last, open_reader
 from .answers import AnswerLog
-from .files import read_sealed, write_sealed
+from .files import RANGE_MAJOR, read_sealed, write_sealed
+from .ranges import equal_ranges, key_bounds
 
 SHARD_NAME = "SHARD"
 SHARD_FORMAT = "seenstore-shard"
@@ -47,10 +50,13 @@ def digest(keys: np.ndarray) -> str:
 class ShardActor:
     """Requires: at most one live actor per directory (the store's lock enforces it)."""
 
-    def __init__(self, directory: str, index: int, shard_bits: int, store_kwargs: dict):
+    def __init__(self, directory: str, index: int, shard_bits: int, store_kwargs: dict,
+                 key_range: list | None = None):
         self.dir = os.path.abspath(directory)
         self.index = index
         self.shard_bits = shard_bits
+        # [lo, hi) of the top 8 key bits (default: equal ranges, the top bits = index)
+        self.range = list(key_range or equal_ranges(1 << shard_bits)[index])
         self.kw = dict(store_kwargs)
         self.store: SeenStore | None = None
         self.log: AnswerLog | None = None
@@ -60,6 +66,7 @@ class ShardActor:
         # time per step of admissions since start (the answer log's, the store's)
         self.timings = {"log_s": 0.0, "admit_s": 0.0, "batches": 0}
         self.store_timings: dict = {}  # the store's last_timings summed over batches
+        self.last: dict = {}  # the last admission's figures (``last_admit``)
         self._error: SeenStoreError | None = None
         if os.path.exists(os.path.join(self.dir, SHARD_NAME)):
             try:  # a restart: reopen (the store's commit gives pre- or post-state)
@@ -81,20 +88,25 @@ class ShardActor:
                                    shard_bits=inner_shard_bits(self.shard_bits),
                                    bloom=False, sync=self.kw.get("sync", True)).close()
                     write_sealed(path, SHARD_FORMAT,
-                                 {"index": self.index, "shard_bits": self.shard_bits},
-                                 self.kw.get("sync", True))
+                                 {"index": self.index, "shard_bits": self.shard_bits,
+                                  "range": self.range}, self.kw.get("sync", True), RANGE_MAJOR)
                 self._open()
             return self.info()
 
     def _open(self) -> None:
         try:
-            ident = read_sealed(os.path.join(self.dir, SHARD_NAME), SHARD_FORMAT)
+            ident = read_sealed(os.path.join(self.dir, SHARD_NAME), SHARD_FORMAT, RANGE_MAJOR)
         except FileNotFoundError:
             raise StoreNotFoundError(f"{self.dir}: no shard here") from None
         if (ident["index"], ident["shard_bits"]) != (self.index, self.shard_bits):
             raise MismatchError(
                 f"{self.dir}: holds shard {ident['index']} of {1 << ident['shard_bits']}, "
                 f"not shard {self.index} of {1 << self.shard_bits}")
+        if ident["major"] < RANGE_MAJOR:  # 1.x: equal ranges
+            ident["range"] = equal_ranges(1 << ident["shard_bits"])[ident["index"]]
+        if ident.get("range") != self.range:
+            raise MismatchError(f"{self.dir}: holds key range {ident.get('range')} of the "
+                                f"top 8 bits, not {self.range} (CLUSTER disagrees)")
         store = SeenStore.open(os.path.join(self.dir, STORE_DIR), **self.kw)
         try:
             log = AnswerLog(self.dir, sync=store.sync)
@@ -114,7 +126,7 @@ class ShardActor:
 
     def info(self) -> dict:
         st = self._need()
-        return {"index": self.index, "dir": self.dir, "node_ip": _node_ip(),
+        return {"index": self.index, "range": self.range, "dir": self.dir, "node_ip": _node_ip(),
                 "pid": os.getpid(), "layout": st.layout.to_dict(),
                 "policy_id": st.policy_id, "generation": st.generation}
 
@@ -126,6 +138,7 @@ class ShardActor:
         first run (until acknowledged). ``sorted_unique``: keys are sorted and unique.
         ``acked``: earlier batch ids whose answers the client has read (as ``ack``),
         dropped first, so their entries need not be resolved by this batch."""
+        t_in, c_in = time.time(), time.process_time()
         with self._lock:
             st = self._need()
             log = self.log
@@ -153,6 +166,9 @@ class ShardActor:
                 log.resolve(e, st)  # void (or committed if the failure came after it)
                 raise
             t2 = time.perf_counter()
+            self.last = {"enter": t_in, "exit": time.time(), "log_s": t1 - t0,
+                         "admit_s": t2 - t1, "cpu_s": time.process_time() - c_in,
+                         "store": dict(st.last_timings)}
             self._admit_s += t2 - t1
             self.timings["log_s"] += t1 - t0
             self.timings["admit_s"] += t2 - t1
@@ -162,6 +178,13 @@ class ShardActor:
                     self.store_timings[k] = self.store_timings.get(k, 0.0) + v
             self._crash_if("after-commit")
             return new
+
+    def last_admit(self) -> dict:
+        """The last admission's figures: wall-clock ``enter`` and ``exit`` (time.time),
+        seconds in the answer log and in the store, the process's CPU seconds over the
+        call (every thread: the store's sorts and Bloom insert too), the store's
+        ``last_timings``."""
+        return self.last
 
     def ack(self, batch_ids: list) -> None:
         """The client has read these batches' answers: drop their entries and snapshots."""
@@ -195,11 +218,16 @@ class ShardActor:
         with self._lock:
             st = self._need()
             v = st.verify()
-            inner = st.shard_bits - self.shard_bits  # the store's runs inside this range
-            if self.shard_bits and inner >= 0:
-                # every key within this shard's range of top bits (MANIFEST, docs/format.md)
-                for r in manifest.read(st.path).get("runs", []):
-                    if r.get("count") and r["shard"] >> inner != self.index:
+            lo, hi = key_bounds(self.range)
+            # every key within this shard's range: each run's first and last key
+            for r in manifest.read(st.path).get("runs", []):
+                if r.get("count"):
+                    reader = open_reader(os.path.join(st.path, r["file"]))
+                    try:
+                        first, last = first_last(reader)
+                    finally:
+                        reader.close()
+                    if first < lo or last >= hi:
                         raise CorruptionError(f"{self.dir}: run {r['file']} holds keys "
                                               f"outside shard {self.index}'s range")
             v["shard_index"] = self.index
@@ -218,21 +246,24 @@ class ShardActor:
 
     def split_into(self, children: list[str], chunk_keys: int) -> dict:
         """Write this shard's keys into two new shard directories ``children`` (shards
-        2i and 2i+1 of twice as many), from its runs in ascending order; this shard is
-        not modified. Leftovers at ``children`` are replaced. Raises CorruptionError if
-        the children's counts do not add up to this shard's."""
-        from .grow import iter_sorted_keys
+        2i and 2i+1 of twice as many, each half of this shard's range), from its runs in
+        ascending order; this shard is not modified. Leftovers at ``children`` are
+        replaced. Raises CorruptionError if the children's counts do not add up to this
+        shard's, InvalidInputError if its range is one group (cannot be halved)."""
+        from .grow import iter_sorted_keys, split_range
 
         with self._lock:
             st = self._need()
             bits = self.shard_bits + 1
+            halves = split_range(self.range)
             kids = []
             for j, d in enumerate(children):
                 shutil.rmtree(d, ignore_errors=True)
-                kid = ShardActor(d, 2 * self.index + j, bits, dict(self.kw, bloom=False))
+                kid = ShardActor(d, 2 * self.index + j, bits, dict(self.kw, bloom=False),
+                                 halves[j])
                 kid.create(st.layout.to_dict(), st.policy_id)
                 kids.append(kid)
-            mid = np.uint64(2 * self.index + 1) << np.uint64(64 - bits)
+            mid = np.uint64(key_bounds(halves[1])[0])
             try:
                 for chunk in iter_sorted_keys(st, chunk_keys):
                     cut = int(np.searchsorted(chunk, mid))
@@ -246,7 +277,7 @@ class ShardActor:
             if sum(counts) != len(st):
                 raise CorruptionError(f"{self.dir}: split wrote {sum(counts)} keys of "
                                       f"{len(st)}")
-            return {"parent": len(st), "children": counts}
+            return {"parent": len(st), "children": counts, "ranges": halves}
 
     def warm_up(self) -> float:
         """Load every kernel the store runs in this process (a throwaway store in this

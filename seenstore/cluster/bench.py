@@ -2,11 +2,14 @@
 same verified stream, in one run.
 
 Each configuration gets a new store (or cluster) in the working folder and the same
-``CrawlStream``; every answer (``add_new``: the sorted new keys) is checked against
-the stream's exact expectation. Figures per configuration: time inside the calls,
+``CrawlStream``; a cluster's key ranges are cut from a sample of the stream's first
+batch (``ShardedStore.open(sample=)``: the stream's top bits are host-skewed);
+every answer (``add_new``: the sorted new keys) is checked against the stream's
+exact expectation. Figures per configuration: time inside the calls,
 keys/s, ratio to the plain store, bytes through Ray's object store per offered key,
-and per shard: keys offered, new, time inside the actor's ``add_new`` and in its
-answer log.
+and per shard: its key range, keys offered, time inside the actor's ``add_new`` and
+in its answer log, its process's CPU time over those calls, and its time idle while
+another shard of the batch was still working.
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ import numpy as np
 from ..benchrun import _check, warm_up
 from ..store import SeenStore
 from ..workload import CrawlStream
+from .ranges import RANGE_BITS
 from .sharded import PARALLEL_MIN_KEYS, ShardedStore, cluster_bits, ensure_ray, partition
+
+SAMPLE_STRIDE = 16  # every 16th key of the first batch cuts the ranges
+WARM_UP_MIN_KEYS = 1_000_000  # smaller streams (tests) time nothing worth a warm-up
 
 
 def _drive(store, stream: CrawlStream, per_batch=None) -> dict:
@@ -58,7 +65,8 @@ def run_cluster_bench(stream: CrawlStream, work_dir: str, shard_counts: list[int
                       "ray_nodes": len([n for n in ray.nodes() if n.get("Alive")]),
                       "ray_cpus": ray.cluster_resources().get("CPU")},
            "runs": []}
-    out["warmup_s"] = warm_up(work_dir)
+    warm = stream.total_keys >= WARM_UP_MIN_KEYS
+    out["warmup_s"] = warm_up(work_dir) if warm else 0.0
     if plain:
         path = os.path.join(work_dir, "plain-store")
         try:
@@ -68,25 +76,35 @@ def run_cluster_bench(stream: CrawlStream, work_dir: str, shard_counts: list[int
         finally:
             shutil.rmtree(path, ignore_errors=True)
         out["runs"].append(dict(r, name="plain SeenStore", shards=0))
+    sample = None
+    for plan in stream.plan():  # the first batch: what the operator has before creating
+        sample = stream.batch(*plan).keys[::SAMPLE_STRIDE].copy()
+        break
     for n in shard_counts:
         root = os.path.join(work_dir, f"cluster-{n}")
         try:
-            with ShardedStore.open(root, shards=n, create=True,
-                                   bloom_capacity=bloom_capacity) as st:
+            with ShardedStore.open(root, shards=n, create=True, bloom_capacity=bloom_capacity,
+                                   sample=sample) as st:
                 # each actor's process loads its kernels first, as this one did, and
                 # this one the client's partition kernels (a first call loads them)
-                st._call(range(n), lambda i: st.actors[i].warm_up.remote())
-                if n > 1:
-                    partition(np.arange(2 * PARALLEL_MIN_KEYS, dtype=np.uint64), st.shard_bits,
+                if warm:
+                    st._call(range(n), lambda i: st.actors[i].warm_up.remote())
+                if n > 1 and warm:
+                    partition(np.arange(2 * PARALLEL_MIN_KEYS, dtype=np.uint64), RANGE_BITS,
                               st._pool, st.threads)
-                shard_rows = [{"offered": 0} for _ in range(n)]
+                shard_rows = [{"offered": 0, "idle_s": 0.0, "cpu_s": 0.0} for _ in range(n)]
                 busy0 = [(s["admit_s"], s["timings"]["log_s"]) for s in st.shard_stats()]
 
                 client = {"partition_s": 0.0, "put_s": 0.0}
 
-                def per_batch():
-                    for i, k in st.last_timings["shard_keys"].items():
+                def per_batch():  # (after the batch's timed call)
+                    keys = st.last_timings["shard_keys"]
+                    last = st._call(keys, lambda i: st.actors[i].last_admit.remote())
+                    end = max(a["exit"] for a in last.values())
+                    for i, k in keys.items():
                         shard_rows[i]["offered"] += k
+                        shard_rows[i]["cpu_s"] += last[i]["cpu_s"]
+                        shard_rows[i]["idle_s"] += end - last[i]["exit"]  # the slower's wait
                     for k in client:
                         client[k] += st.last_timings[k]
 
@@ -97,6 +115,7 @@ def run_cluster_bench(stream: CrawlStream, work_dir: str, shard_counts: list[int
                          + st.counters["object_store_bytes_out"] - base["object_store_bytes_out"])
                 for i, s in enumerate(stats["per_shard"]):
                     shard_rows[i].update(keys=s["keys"], node_ip=s["node_ip"], pid=s["pid"],
+                                         range=stats["ranges"][i],
                                          admit_s=s["admit_s"] - busy0[i][0],
                                          log_s=s["timings"]["log_s"] - busy0[i][1],
                                          bytes_on_disk=s["bytes_on_disk"])
@@ -131,8 +150,13 @@ def format_text(res: dict) -> list[str]:
             lines.append(f"    client: partition {r['client']['partition_s']:.2f} s, "
                          f"ray.put {r['client']['put_s']:.2f} s")
         for i, s in enumerate(r.get("per_shard", [])):
-            lines.append(f"    shard {i}: offered {s['offered']:,} in {s['admit_s']:.2f} s of "
-                         f"add_new (+ {s['log_s']:.2f} s answer log), stored {s['keys']:,} keys, "
+            lo, hi = s["range"]
+            lines.append(f"    shard {i} (top 8 bits {lo:#04x}..{hi - 1:#04x}): offered "
+                         f"{s['offered']:,} ({s['offered'] / max(1, r['offered']):.1%}) in "
+                         f"{s['admit_s']:.2f} s of "
+                         f"add_new (+ {s['log_s']:.2f} s answer log; {s['cpu_s']:.2f} s of CPU; "
+                         f"then {s['idle_s']:.2f} s idle, the others finishing), "
+                         f"stored {s['keys']:,} keys, "
                          f"{s['bytes_on_disk']:,} bytes on disk (node {s['node_ip']}, "
                          f"pid {s['pid']})")
     lines.append(f"JIT warm-up      {res['warmup_s']:.2f} s (not in timings)")

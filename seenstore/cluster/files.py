@@ -5,6 +5,8 @@ answer-log entries.
 shard directory) records which key range that directory holds; an answer-log entry
 (``answers/NNNNNNNNNNNN.ans``) records one batch. All are JSON sealed by an xxh3-64
 checksum and replaced atomically (temp, fsync, rename, fsync the directory).
+``CLUSTER`` and ``SHARD`` are at major 2 (each shard's key ``range``; a 1.x file
+is read as equal ranges), answer-log entries at major 1.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import xxhash
 from ..errors import CorruptionError, NotSupportedError, StoreIOError
 from ..manifest import fsync_dir
 
-MAJOR = 1
+MAJOR = 1  # answer-log entries
 MINOR = 0
+RANGE_MAJOR = 2  # CLUSTER and SHARD: major 2 added each shard's key range
 
 
 def _canonical(doc: dict) -> bytes:
@@ -37,17 +40,20 @@ def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
-def write_sealed(path: str, fmt: str, doc: dict, sync: bool = True) -> None:
-    """Write ``doc`` as a sealed JSON document of format ``fmt`` (atomically)."""
-    body = dict(doc, format=fmt, major=MAJOR, minor=MINOR)
+def write_sealed(path: str, fmt: str, doc: dict, sync: bool = True,
+                 major: int = MAJOR) -> None:
+    """Write ``doc`` as a sealed JSON document of format ``fmt``, version ``major``.0
+    (atomically)."""
+    body = dict(doc, format=fmt, major=major, minor=MINOR)
     body.pop("checksum", None)
     sealed = dict(body, checksum=xxhash.xxh3_64_hexdigest(_canonical(body)))
     write_atomic(path, json.dumps(sealed, sort_keys=True, indent=1).encode() + b"\n", sync)
 
 
-def read_sealed(path: str, fmt: str) -> dict:
-    """Read a sealed JSON document of format ``fmt``. FileNotFoundError when missing;
-    NotSupportedError for a foreign file or newer major; CorruptionError for damage."""
+def read_sealed(path: str, fmt: str, major: int = MAJOR) -> dict:
+    """Read a sealed JSON document of format ``fmt`` and a major up to ``major``.
+    FileNotFoundError when missing; NotSupportedError for a foreign file or newer
+    major; CorruptionError for damage."""
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
@@ -60,9 +66,9 @@ def read_sealed(path: str, fmt: str) -> dict:
     version = doc.get("major") if isinstance(doc, dict) else None
     if version is None or doc.get("format") != fmt:
         raise NotSupportedError(f"{path}: not a {fmt} file")
-    if not isinstance(version, int) or version > MAJOR:
+    if not isinstance(version, int) or version > major:
         raise NotSupportedError(f"{path}: version {version} is newer than this "
-                                f"seenstore reads ({MAJOR}.x); upgrade seenstore")
+                                f"seenstore reads ({major}.x); upgrade seenstore")
     want = doc.pop("checksum", None)
     if want != xxhash.xxh3_64_hexdigest(_canonical(doc)):
         raise CorruptionError(f"{path}: checksum mismatch")

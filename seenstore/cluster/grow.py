@@ -1,7 +1,8 @@
 """Grow a cluster from N to 2N shards by splitting every shard's key range in two.
 
-Shards are ranges of the top key bits, so shard i of N (top b bits = i) becomes
-shards 2i and 2i+1 of 2N (top b+1 bits). The procedure (docs/cluster.md,
+Shards are ranges of the top key bits, so shard i of N (range [lo, hi) of the top
+8 bits; equal ranges: top b bits = i) becomes shards 2i and 2i+1 of 2N, its
+range's halves [lo, mid) and [mid, hi), mid = (lo + hi) // 2. The procedure (docs/cluster.md,
 "Splitting") never modifies a live shard, and has one commit point:
 1. each shard actor (on its own node, holding its store's lock) writes its two
    children beside its directory (``shard-JJJJ-of-2N``; leftovers of an earlier
@@ -23,6 +24,7 @@ import numpy as np
 
 from .. import manifest
 from ..store.runs import merged_chunks, open_reader
+from ..errors import InvalidInputError
 from .sharded import (ShardedStore, cluster_bits, ensure_ray, read_cluster, shard_dir_name,
                       write_cluster)
 
@@ -48,6 +50,17 @@ def iter_sorted_keys(store, chunk_keys: int = DEFAULT_CHUNK_KEYS):
                 reader.close()
 
 
+def split_range(rng) -> list[list[int]]:
+    """The two halves of a shard's range of the top 8 bits (InvalidInputError when it
+    is one value wide: a range cannot be cut below the top 8 bits)."""
+    lo, hi = rng
+    if hi - lo < 2:
+        raise InvalidInputError(f"a shard of range {list(rng)} (one value of the top 8 key "
+                                "bits) cannot be split")
+    mid = (lo + hi) // 2
+    return [[lo, mid], [mid, hi]]
+
+
 def child_dirs(parent_dir: str, index: int, n: int) -> list[str]:
     """The two directories shard ``index`` of ``n`` splits into, beside it."""
     up = os.path.dirname(os.path.abspath(parent_dir))
@@ -67,14 +80,16 @@ def split(root: str, ray_address: str | None = None, chunk_keys: int = DEFAULT_C
     doc = read_cluster(root)
     n = len(doc["shards"])
     cluster_bits(2 * n)
+    for s in doc["shards"]:  # every range can be halved: refused before anything is written
+        split_range(s["range"])
     children = [child_dirs(s["dir"], i, n) for i, s in enumerate(doc["shards"])]
     with ShardedStore.open(root, bloom=False, sync=sync) as st:
         counts = st._call(range(n), lambda i: st.actors[i].split_into.remote(
             children[i], chunk_keys))
         total = sum(int(c["parent"]) for c in counts.values())
     new_doc = dict(doc, epoch=doc.get("epoch", 0) + 1, shards=[
-        {"dir": children[i][j], "node_ip": doc["shards"][i].get("node_ip")}
-        for i in range(n) for j in (0, 1)])
+        {"dir": children[i][j], "node_ip": doc["shards"][i].get("node_ip"),
+         "range": counts[i]["ranges"][j]} for i in range(n) for j in (0, 1)])
     write_cluster(root, new_doc, sync)  # the commit point
     remove = ray.remote(num_cpus=0)(_remove_tree)
     ray.get([_on_node(ray, remove, s.get("node_ip")).remote(s["dir"]) for s in doc["shards"]])
@@ -93,4 +108,4 @@ def _on_node(ray, fn, node_ip: str | None):
     return fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
 
 
-__all__ = ["split", "iter_sorted_keys", "child_dirs"]
+__all__ = ["split", "iter_sorted_keys", "child_dirs", "split_range"]

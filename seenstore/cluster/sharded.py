@@ -1,9 +1,10 @@
 """ShardedStore: a SeenStore's calls over N shard actors on a Ray cluster.
 
-The key space is cut into N = 2^b ranges by the top b key bits; shard i (a
-ShardActor, actor.py) owns the keys whose top bits equal i, in its own directory
-on its node's disk. A batch is partitioned on the caller's side (one counting and
-one scatter pass, no Python loop per key), each part is put once into Ray's object
+The key space is cut into N = 2^b ranges of the top 8 key bits (ranges.py: equal,
+the top b bits, or balanced by a sample of keys); shard i (a ShardActor, actor.py)
+owns the keys of range i, in its own directory on its node's disk. A batch is
+partitioned on the caller's side by its top 8 bits (one counting and one scatter
+pass, no Python loop per key), each part is put once into Ray's object
 store (the actor reads it without a copy), the shards merge in parallel, and the
 answers (each shard's sorted new keys) are reassembled in the caller's order.
 Every batch carries an id: a retry after a timeout or an actor restart gets the
@@ -20,22 +21,23 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..batch import as_keys
-from ..errors import (InvalidInputError, MismatchError, NotAStoreError, SeenStoreError,
-                      StoreIOError, StoreNotFoundError)
+from ..errors import (CorruptionError, InvalidInputError, MismatchError, NotAStoreError,
+                      SeenStoreError, StoreIOError, StoreNotFoundError)
 from ..kernels.batch import (count_top_bits, mark_first_new, mark_members,
                              partition_top_bits, scatter_top_bits)
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..sorting import default_threads
 from ..store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
 from .actor import ShardActor
-from .files import read_sealed, write_sealed
+from .files import RANGE_MAJOR, read_sealed, write_sealed
+from .ranges import (GROUPS, RANGE_BITS, balanced_ranges, check_ranges, equal_ranges,
+                     key_bounds, shard_of_group)
 
 CLUSTER_NAME = "CLUSTER"
 CLUSTER_FORMAT = "seenstore-cluster"
 MAX_CLUSTER_BITS = 8
 DEFAULT_RESTARTS = 4
 DEFAULT_RETRIES = 8
-PARTITION_BITS = 4  # the client groups a batch by at least this many top bits
 PARALLEL_MIN_KEYS = 1 << 20  # keys per thread below which one thread partitions
 
 
@@ -52,17 +54,30 @@ def cluster_bits(n) -> int:
 
 
 def read_cluster(root: str) -> dict:
-    """The CLUSTER document of ``root`` (StoreNotFoundError when there is none)."""
+    """The CLUSTER document of ``root`` (StoreNotFoundError when there is none), every
+    shard's ``range`` filled in (a 1.x file: equal ranges) and checked."""
+    path = os.path.join(root, CLUSTER_NAME)
     try:
-        return read_sealed(os.path.join(root, CLUSTER_NAME), CLUSTER_FORMAT)
+        doc = read_sealed(path, CLUSTER_FORMAT, RANGE_MAJOR)
     except FileNotFoundError:
         if os.path.isdir(root):
             raise NotAStoreError(f"{root}: not a seenstore cluster (no {CLUSTER_NAME})") from None
         raise StoreNotFoundError(f"{root}: no cluster here (create one with create=True)") from None
+    shards = doc.get("shards")
+    n = len(shards) if isinstance(shards, list) else 0
+    if not n or n & (n - 1) or n > 1 << MAX_CLUSTER_BITS or not all(
+            isinstance(s, dict) and isinstance(s.get("dir"), str) for s in shards):
+        raise CorruptionError(f"{path}: its shards are not a list of 2^b directories")
+    if doc["major"] < RANGE_MAJOR:
+        ranges = equal_ranges(1 << cluster_bits(n))
+    else:
+        ranges = check_ranges([s.get("range") for s in shards], n, path)
+    doc["shards"] = [dict(s, range=r) for s, r in zip(shards, ranges)]
+    return doc
 
 
 def write_cluster(root: str, doc: dict, sync: bool = True) -> None:
-    write_sealed(os.path.join(root, CLUSTER_NAME), CLUSTER_FORMAT, doc, sync)
+    write_sealed(os.path.join(root, CLUSTER_NAME), CLUSTER_FORMAT, doc, sync, RANGE_MAJOR)
 
 
 def ensure_ray(address: str | None):
@@ -75,7 +90,10 @@ def ensure_ray(address: str | None):
         # No address: a new local instance, asked for the loopback address (Ray 2.60
         # resolves 127.0.0.1 to this machine's own interface address and listens on
         # every interface all the same: docs/cluster.md); an address joins that cluster.
-        local = {"address": "local", "_node_ip_address": "127.0.0.1"} if address is None else {}
+        # Its workers (the shard actors: the store's own work) at the caller's
+        # priority, not Ray's default niceness 15 (docs/cluster.md).
+        local = {"address": "local", "_node_ip_address": "127.0.0.1",
+                 "_system_config": {"worker_niceness": 0}} if address is None else {}
         ray.init(**({"address": address} | local), include_dashboard=False,
                  logging_level="WARNING", log_to_driver=False)
     return ray
@@ -147,6 +165,9 @@ class ShardedStore:
         self.dirs = dirs
         self.root = root
         self.shard_bits = cluster_bits(len(actors))
+        self.ranges = [s["range"] for s in doc["shards"]]
+        self._shard_of = shard_of_group(self.ranges)  # top 8 bits -> shard
+        self._cuts = np.array([r[0] for r in self.ranges] + [GROUPS])
         self.layout = Layout.from_dict(doc["layout"])
         self.policy_id = doc["policy_id"]
         self.path = wal_dir or root  # where a DedupStage on top keeps its write-ahead log
@@ -183,7 +204,8 @@ class ShardedStore:
              bloom_fpr: float = DEFAULT_BLOOM_FPR, bloom_capacity: int | None = None,
              sync: bool = True, wait: float | None = 0.0, max_restarts: int = DEFAULT_RESTARTS,
              retries: int = DEFAULT_RETRIES, wal_dir: str | None = None,
-             pin_nodes: bool = True, threads: int | None = None) -> "ShardedStore":
+             pin_nodes: bool = True, threads: int | None = None,
+             sample=None) -> "ShardedStore":
         """Open (``create=True``: create) a sharded store and start its shard actors.
 
         ``paths_or_uri``: a cluster root directory (str; it holds ``CLUSTER``, which
@@ -200,6 +222,9 @@ class ShardedStore:
         storage, or moved by hand: docs/cluster.md). ``threads``: each shard
         store's sort threads (default: its node's CPUs over the shards placed on
         that node, at least 1, so shards sharing a node do not oversubscribe it).
+        ``sample``: with ``create`` (of a cluster root), keys like those the store
+        will get (e.g. its first batch): the shards' key ranges are cut so that each
+        gets about the same share of them (default: equal ranges; ranges.py).
         Raises what ``SeenStore.open`` raises, plus InvalidInputError."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
@@ -207,7 +232,7 @@ class ShardedStore:
         root = None
         if isinstance(paths_or_uri, (str, os.PathLike)):
             root = os.path.abspath(os.fspath(paths_or_uri))
-            doc = cls._cluster_doc(root, shards, create, layout, policy_id, sync)
+            doc = cls._cluster_doc(root, shards, create, layout, policy_id, sync, sample)
             dirs = [s["dir"] for s in doc["shards"]]
             if not pin_nodes:
                 doc["shards"] = [dict(s, node_ip=None) for s in doc["shards"]]
@@ -215,10 +240,13 @@ class ShardedStore:
             dirs = [os.path.abspath(os.fspath(p)) for p in paths_or_uri]
             if shards is not None and shards != len(dirs):
                 raise MismatchError(f"{len(dirs)} shard directories given for shards={shards}")
-            cluster_bits(len(dirs))
+            if sample is not None:
+                raise InvalidInputError("sample= needs a cluster root (its CLUSTER records "
+                                        "the ranges); shard directories get equal ranges")
             doc = {"layout": (layout or DEFAULT_LAYOUT).to_dict(),
                    "policy_id": policy_id or DEFAULT_POLICY_ID,
-                   "shards": [{"dir": d, "node_ip": None} for d in dirs]}
+                   "shards": [{"dir": d, "node_ip": None, "range": r}
+                              for d, r in zip(dirs, equal_ranges(1 << cluster_bits(len(dirs))))]}
         n = len(dirs)
         kw = {"bloom": bloom, "bloom_fpr": bloom_fpr, "sync": sync, "wait": wait,
               "bloom_capacity": -(-bloom_capacity // n) if bloom_capacity else None,
@@ -247,9 +275,9 @@ class ShardedStore:
         return st
 
     @staticmethod
-    def _cluster_doc(root, shards, create, layout, policy_id, sync) -> dict:
+    def _cluster_doc(root, shards, create, layout, policy_id, sync, sample) -> dict:
         if os.path.exists(os.path.join(root, CLUSTER_NAME)) or not create:
-            doc = read_cluster(root)
+            doc = read_cluster(root)  # an existing cluster keeps its ranges (sample unused)
             if shards is not None and shards != len(doc["shards"]):
                 raise MismatchError(f"{root}: cluster has {len(doc['shards'])} shards, "
                                     f"not {shards}")
@@ -263,10 +291,11 @@ class ShardedStore:
             os.makedirs(root, exist_ok=True)
         except OSError as e:
             raise StoreIOError(f"{root}: cannot create: {e.strerror}") from e
+        ranges = equal_ranges(n) if sample is None else balanced_ranges(as_keys(sample), n)
         doc = {"layout": (layout or DEFAULT_LAYOUT).to_dict(),
                "policy_id": policy_id or DEFAULT_POLICY_ID, "epoch": 0,
-               "shards": [{"dir": os.path.join(root, shard_dir_name(i, n)), "node_ip": None}
-                          for i in range(n)]}
+               "shards": [{"dir": os.path.join(root, shard_dir_name(i, n)), "node_ip": None,
+                           "range": ranges[i]} for i in range(n)]}
         write_cluster(root, doc, sync)
         return doc
 
@@ -294,7 +323,7 @@ class ShardedStore:
         else:
             opts["scheduling_strategy"] = "SPREAD"
         return ray.remote(ShardActor).options(**opts).remote(
-            self.dirs[i], i, self.shard_bits, self._store_kwargs)
+            self.dirs[i], i, self.shard_bits, self._store_kwargs, self.ranges[i])
 
     # ------------------------------------------------------------ remote calls
     def _call(self, shards, submit) -> dict:
@@ -343,17 +372,15 @@ class ShardedStore:
 
     def _parts(self, keys: np.ndarray, sorted_unique: bool) -> tuple[np.ndarray, np.ndarray]:
         """(keys grouped by shard, start of each shard's group + the end)."""
-        b = self.shard_bits
-        if b == 0:
+        if len(self.ranges) == 1:
             return keys, np.array([0, len(keys)], dtype=np.int64)
         if sorted_unique:
-            starts = np.arange(1 << b, dtype=np.uint64) << np.uint64(64 - b)
+            starts = np.array([key_bounds(r)[0] for r in self.ranges], dtype=np.uint64)
             return keys, np.append(np.searchsorted(keys, starts), len(keys)).astype(np.int64)
-        # grouped by at least 4 top bits: as fast as by 1 (whose scatter is a chain of
-        # stores to 2 slots), and each shard's part arrives grouped by its store's runs
-        fine = max(b, PARTITION_BITS)
-        part, bounds = partition(keys, fine, self._pool, self.threads)
-        return part, bounds[::1 << (fine - b)]
+        # grouped by the top 8 bits (as fast as by 1, whose scatter is a chain of stores
+        # to 2 slots); a shard's part is its ranges' groups, consecutive
+        part, bounds = partition(keys, RANGE_BITS, self._pool, self.threads)
+        return part, bounds[self._cuts]
 
     def _put(self, parts: dict) -> dict:
         """Each part into Ray's object store (a copy each), on the client's threads."""
@@ -438,17 +465,17 @@ class ShardedStore:
         """Mask over ``keys``: False where certainly never admitted (each shard's Bloom
         filter). What a DedupStage on top asks as ``store.bloom.query``."""
         keys = as_keys(keys)
-        b = self.shard_bits
-        if b == 0 or len(keys) == 0:
+        n = len(self.ranges)
+        if n == 1 or len(keys) == 0:
             order = None
             part, bounds = keys, np.array([0, len(keys)], dtype=np.int64)
-            if b:
-                bounds = np.zeros((1 << b) + 1, dtype=np.int64)
+            if n > 1:
+                bounds = np.zeros(n + 1, dtype=np.int64)
         else:
-            sid = keys >> np.uint64(64 - b)
+            sid = self._shard_of[(keys >> np.uint64(64 - RANGE_BITS)).astype(np.int64)]
             order = np.argsort(sid, kind="stable")
             part = keys[order]
-            bounds = np.searchsorted(sid[order], np.arange((1 << b) + 1, dtype=np.uint64))
+            bounds = np.searchsorted(sid[order], np.arange(n + 1))
         jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
         res = self._call(jobs, lambda i: self.actors[i].maybe_contains.remote(
             part[bounds[i]:bounds[i + 1]]))
@@ -476,6 +503,7 @@ class ShardedStore:
                 "bytes_per_key": disk / keys if keys else None,
                 "layout": self.layout.describe(), "policy_id": self.policy_id,
                 "largest_shard_keys": max(s["keys"] for s in per),
+                "ranges": [list(r) for r in self.ranges],
                 "client": dict(self.counters), "per_shard": per}
 
     def verify(self) -> dict:
