@@ -304,3 +304,42 @@ def test_every_block_is_one_cache_line(tmp_path):
         assert f.words.ctypes.data % 64 == 0
         assert np.array_equal(f.words, bf.words) and f.query(np.arange(1000, dtype=np.uint64)).all()
     assert gen == 3
+
+
+def _vm_flags(addr: int) -> str | None:
+    """VmFlags of the mapping holding ``addr`` (Linux /proc/self/smaps), or None."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and not line.startswith("VmFlags"):
+                lo, _, hi = head.partition("-")
+                try:
+                    inside = int(lo, 16) <= addr < int(hi, 16)
+                except ValueError:
+                    pass
+            elif inside and line.startswith("VmFlags:"):
+                return line
+    return None
+
+
+def test_large_filters_start_on_a_huge_page_and_ask_for_huge_pages():
+    """Filters of 4 MiB and more start on a 2 MiB boundary and are advised to
+    transparent huge pages (with 4 KiB pages every probe also misses the TLB: 1.5x
+    slower at 341 MiB); small ones stay 64-byte aligned only."""
+    from seenstore.bloom.sizing import HUGE_MIN_BYTES, HUGE_PAGE, block_aligned
+
+    numpy_hint = np._core.multiarray._set_madvise_hugepage(False)  # only the filter's own
+    try:
+        big, small = block_aligned(HUGE_MIN_BYTES // 8), block_aligned(HUGE_MIN_BYTES // 16)
+    finally:
+        np._core.multiarray._set_madvise_hugepage(numpy_hint)
+    assert big.ctypes.data % HUGE_PAGE == 0 and small.ctypes.data % 64 == 0
+    assert not big.any() and not small.any()
+    try:
+        thp = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return  # no THP on this platform: the alignment is all that is promised
+    flags = _vm_flags(big.ctypes.data)
+    if "[never]" not in thp and flags is not None:
+        assert " hg" in flags, flags
