@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seenstore.bloom import BloomCounters, BloomFilter, blocked_fpr, classic_fpr, size_for
+from seenstore.bloom import (BloomCounters, BloomFilter, blocked_fpr, classic_fpr, max_loads,
+                             size_for)
 from seenstore.errors import CorruptionError, InvalidInputError
 
 M64 = 2**64 - 1
@@ -70,13 +71,30 @@ def test_measured_fpr_matches_theory_on_uniform_and_host_skewed_keys(keys_fn):
 
 @settings(max_examples=15, deadline=None)
 @given(n_keys=st.integers(0, 10**10), log_fpr=st.floats(-9, math.log10(0.5)))
-def test_size_for_meets_target_and_is_minimal(n_keys, log_fpr):
+def test_size_for_meets_target_within_the_memory_slack_with_the_fewest_hashes(n_keys, log_fpr):
+    """Meets the target; any filter MEMORY_SLACK smaller misses it with every k; no
+    smaller k meets it in as many blocks (each bit costs time, docs/bloom.md)."""
+    from seenstore.bloom.sizing import MEMORY_SLACK
+
     fpr = 10**log_fpr
     n_blocks, k = size_for(n_keys, fpr)
     n = max(n_keys, 1)
     assert blocked_fpr(n / n_blocks, k) <= fpr
-    if n_blocks > 1:  # one block fewer misses the target with every k
-        assert all(blocked_fpr(n / (n_blocks - 1), kk) > fpr for kk in range(1, 33))
+    if n_blocks > 1:  # one block fewer misses the target with this k
+        assert blocked_fpr(n / (n_blocks - 1), k) > fpr
+    smaller = math.ceil(n_blocks / (1 + MEMORY_SLACK)) - 1
+    if smaller >= 1:
+        assert all(blocked_fpr(n / smaller, kk) > fpr for kk in range(1, 33))
+    assert all(blocked_fpr(n / n_blocks, kk) > fpr for kk in range(1, k))
+
+
+def test_size_for_trades_a_little_memory_for_fewer_hashes():
+    """The store's first layer (0.05%): k = 8, not the fewest-bits k = 10, for <= 2.5%
+    more memory (docs/bloom.md "Memory budget")."""
+    blocks, k = size_for(10**9, 5e-4)
+    assert k == 8 and blocked_fpr(1e9 / blocks, 8) <= 5e-4
+    fewest = min(math.ceil(1e9 / load) for _, load in max_loads(5e-4))
+    assert fewest < blocks <= 1.025 * fewest
 
 
 def test_for_capacity_figures():
