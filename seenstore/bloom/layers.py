@@ -68,6 +68,10 @@ class _PendingLayers:
     def elapsed_s(self) -> float:
         return self._pending.elapsed_s
 
+    @property
+    def cpu_s(self) -> float:
+        return self._pending.cpu_s
+
     def wait(self) -> int:
         return self._pending.wait()
 
