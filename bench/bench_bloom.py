@@ -220,9 +220,11 @@ def store_part(a: argparse.Namespace) -> None:
     """The Bloom work of ``seenstore bench --keys N --batch B`` alone: the same key
     stream (seenstore.workload.CrawlStream: re-offers, repeats, host skew), a
     LayeredBloom sized as the bench sizes it (the stream's distinct keys, 0.1%), and
-    per batch what the store does: ``reserve``, then the insert of every offered key,
-    here on the calling thread alone (``add``: the same region insert the store's
-    background thread runs; its waiter only helps once its merge is done). Thread CPU
+    per batch what the store does: the insert of every offered key (``fill``, growing
+    a layer only when the keys could overfill the newest), here on the calling thread
+    alone (``add``: the same steps the store's background thread runs; its waiter only
+    helps once its merge is done), then ``prepare`` of the next layer on a thread
+    (prefaulted, outside the timing, as the store does between batches). Thread CPU
     time of the insert per offered key."""
     from seenstore.bloom.sizing import prefault
     from seenstore.workload import CrawlStream
@@ -236,13 +238,13 @@ def store_part(a: argparse.Namespace) -> None:
     total_cpu = total_keys = 0
     for plan in stream.plan():
         keys = stream.batch(*plan).keys
-        grew = bf.reserve(len(keys))
-        if grew:  # the store builds a new layer ahead, off the batch's path
-            prefault(bf.layers[-1].words)
+        if bf._next is not None:
+            bf._next.take()  # built between batches in the store: not this batch's time
         t0, c0, before = time.perf_counter(), time.thread_time(), bf.n_added
         bf.add(keys)
         cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
         fresh = bf.n_added - before
+        bf.prepare(fresh)
         total_cpu += cpu
         total_keys += len(keys)
         top = bf.layers[-1]
