@@ -16,7 +16,11 @@ GROUP keys located ahead; the same on words 8 bytes off a 64-byte boundary
 alignment gave until the filter allocated its words aligned); without look-ahead
 (group 1); and the classic filter.
 
+Part 3 (alone, --store-stream KEYS BATCH): the Bloom work of `seenstore bench --keys
+KEYS --batch BATCH` without the store, thread CPU time per offered key per batch.
+
     python bench/bench_bloom.py [--fpr-keys 1e7] [--speed-keys 1e8] [--reps 3] [--quick]
+    python bench/bench_bloom.py --store-stream 1e8 1e7
 """
 
 from __future__ import annotations
@@ -212,6 +216,45 @@ def speed_part(a: argparse.Namespace) -> None:
           f"{np.median(CONTENTION):.2f}, max {max(CONTENTION):.2f} (1.00 = machine to ourselves)")
 
 
+def store_part(a: argparse.Namespace) -> None:
+    """The Bloom work of ``seenstore bench --keys N --batch B`` alone: the same key
+    stream (seenstore.workload.CrawlStream: re-offers, repeats, host skew), a
+    LayeredBloom sized as the bench sizes it (the stream's distinct keys, 0.1%), and
+    per batch what the store does: the insert of every offered key (``fill``, growing
+    a layer only when the keys could overfill the newest), here on the calling thread
+    alone (``add``: the same steps the store's background thread runs; its waiter only
+    helps once its merge is done), then ``prepare`` of the next layer on a thread
+    (prefaulted, outside the timing, as the store does between batches). Thread CPU
+    time of the insert per offered key."""
+    from seenstore.bloom.sizing import prefault
+    from seenstore.workload import CrawlStream
+
+    n, b = int(a.store_stream[0]), int(a.store_stream[1])
+    stream = CrawlStream(n, b, 0.5, 0.1, seed=0)
+    bf = B.LayeredBloom.for_capacity(stream.expected_total_new, 1e-3)
+    prefault(bf.layers[0].words)
+    print(f"\n== the store's Bloom work in `seenstore bench --keys {n:.0e} --batch {b:.0e}` "
+          f"(first layer {bf.layers[0].nbytes / 2**20:.0f} MiB, k={bf.n_hashes}) ==")
+    total_cpu = total_keys = 0
+    for plan in stream.plan():
+        keys = stream.batch(*plan).keys
+        if bf._next is not None:
+            bf._next.take()  # built between batches in the store: not this batch's time
+        t0, c0, before = time.perf_counter(), time.thread_time(), bf.n_added
+        bf.add(keys)
+        cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+        fresh = bf.n_added - before
+        bf.prepare(fresh)
+        total_cpu += cpu
+        total_keys += len(keys)
+        top = bf.layers[-1]
+        print(f"batch {plan[0]}: {len(keys):,} keys, "
+              f"{fresh:,} set a bit; layers {len(bf.layers)}, top {top.nbytes / 2**20:.0f} MiB "
+              f"k={top.n_hashes}: {cpu / len(keys) * 1e9:.1f} ns/key CPU, "
+              f"wall {wall / len(keys) * 1e9:.1f}", flush=True)
+    print(f"all batches: {total_cpu / total_keys * 1e9:.1f} ns per offered key (thread CPU)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -225,12 +268,18 @@ def main() -> None:
     ap.add_argument("--skip-fpr", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--quick", action="store_true", help="1e6 keys everywhere, 1 rep")
+    ap.add_argument("--store-stream", type=float, nargs=2, metavar=("KEYS", "BATCH"),
+                    help="only the store's Bloom work of `seenstore bench --keys KEYS "
+                    "--batch BATCH` (e.g. 1e8 1e7), per offered key")
     a = ap.parse_args()
     if a.quick:
         a.fpr_keys = a.probes = a.speed_keys = 1e6
         a.reps = 1
     print(f"JIT warm-up (numba compile or cache load; excluded from every timing): "
           f"{warm_up():.2f} s")
+    if a.store_stream:
+        store_part(a)
+        return
     if not a.skip_fpr:
         fpr_part(a)
     if not a.skip_speed:

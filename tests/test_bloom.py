@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seenstore.bloom import BloomCounters, BloomFilter, blocked_fpr, classic_fpr, size_for
+from seenstore.bloom import (BloomCounters, BloomFilter, blocked_fpr, classic_fpr, max_loads,
+                             size_for)
 from seenstore.errors import CorruptionError, InvalidInputError
 
 M64 = 2**64 - 1
@@ -70,13 +71,30 @@ def test_measured_fpr_matches_theory_on_uniform_and_host_skewed_keys(keys_fn):
 
 @settings(max_examples=15, deadline=None)
 @given(n_keys=st.integers(0, 10**10), log_fpr=st.floats(-9, math.log10(0.5)))
-def test_size_for_meets_target_and_is_minimal(n_keys, log_fpr):
+def test_size_for_meets_target_within_the_memory_slack_with_the_fewest_hashes(n_keys, log_fpr):
+    """Meets the target; any filter MEMORY_SLACK smaller misses it with every k; no
+    smaller k meets it in as many blocks (each bit costs time, docs/bloom.md)."""
+    from seenstore.bloom.sizing import MEMORY_SLACK
+
     fpr = 10**log_fpr
     n_blocks, k = size_for(n_keys, fpr)
     n = max(n_keys, 1)
     assert blocked_fpr(n / n_blocks, k) <= fpr
-    if n_blocks > 1:  # one block fewer misses the target with every k
-        assert all(blocked_fpr(n / (n_blocks - 1), kk) > fpr for kk in range(1, 33))
+    if n_blocks > 1:  # one block fewer misses the target with this k
+        assert blocked_fpr(n / (n_blocks - 1), k) > fpr
+    smaller = math.ceil(n_blocks / (1 + MEMORY_SLACK)) - 1
+    if smaller >= 1:
+        assert all(blocked_fpr(n / smaller, kk) > fpr for kk in range(1, 33))
+    assert all(blocked_fpr(n / n_blocks, kk) > fpr for kk in range(1, k))
+
+
+def test_size_for_trades_a_little_memory_for_fewer_hashes():
+    """The store's first layer (0.05%): k = 8, not the fewest-bits k = 10, for <= 2.5%
+    more memory (docs/bloom.md "Memory budget")."""
+    blocks, k = size_for(10**9, 5e-4)
+    assert k == 8 and blocked_fpr(1e9 / blocks, 8) <= 5e-4
+    fewest = min(math.ceil(1e9 / load) for _, load in max_loads(5e-4))
+    assert fewest < blocks <= 1.025 * fewest
 
 
 def test_for_capacity_figures():
@@ -226,7 +244,7 @@ def test_background_insert_equals_add_and_reports_fresh_keys():
     fresh = pending.wait()
     assert pending.wait() == fresh  # idempotent
     assert np.array_equal(a.words, b.words) and fresh == a.n_added == b.n_added
-    assert pending.elapsed_s > 0
+    assert pending.elapsed_s > 0 and 0 < pending.cpu_s < 60  # thread CPU, both threads
 
 
 def test_background_insert_hands_its_error_to_the_waiter(monkeypatch):
@@ -304,3 +322,42 @@ def test_every_block_is_one_cache_line(tmp_path):
         assert f.words.ctypes.data % 64 == 0
         assert np.array_equal(f.words, bf.words) and f.query(np.arange(1000, dtype=np.uint64)).all()
     assert gen == 3
+
+
+def _vm_flags(addr: int) -> str | None:
+    """VmFlags of the mapping holding ``addr`` (Linux /proc/self/smaps), or None."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and not line.startswith("VmFlags"):
+                lo, _, hi = head.partition("-")
+                try:
+                    inside = int(lo, 16) <= addr < int(hi, 16)
+                except ValueError:
+                    pass
+            elif inside and line.startswith("VmFlags:"):
+                return line
+    return None
+
+
+def test_large_filters_start_on_a_huge_page_and_ask_for_huge_pages():
+    """Filters of 4 MiB and more start on a 2 MiB boundary and are advised to
+    transparent huge pages (with 4 KiB pages every probe also misses the TLB: 1.5x
+    slower at 341 MiB); small ones stay 64-byte aligned only."""
+    from seenstore.bloom.sizing import HUGE_MIN_BYTES, HUGE_PAGE, block_aligned
+
+    numpy_hint = np._core.multiarray._set_madvise_hugepage(False)  # only the filter's own
+    try:
+        big, small = block_aligned(HUGE_MIN_BYTES // 8), block_aligned(HUGE_MIN_BYTES // 16)
+    finally:
+        np._core.multiarray._set_madvise_hugepage(numpy_hint)
+    assert big.ctypes.data % HUGE_PAGE == 0 and small.ctypes.data % 64 == 0
+    assert not big.any() and not small.any()
+    try:
+        thp = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return  # no THP on this platform: the alignment is all that is promised
+    flags = _vm_flags(big.ctypes.data)
+    if "[never]" not in thp and flags is not None:
+        assert " hg" in flags, flags

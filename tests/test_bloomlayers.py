@@ -150,3 +150,22 @@ def test_store_builds_the_next_layer_between_batches(tmp_path, rng):
         assert prepared >= 2 and len(s.bloom.layers) >= 3
         everything = np.fromiter(seen, np.uint64)
         assert s.bloom.query(everything).all() and s.contains(everything).all()
+
+
+def test_fill_adds_a_layer_only_for_keys_that_could_overfill_the_newest(rng):
+    """A batch of mostly re-offered keys fills the last room without a new layer (the
+    keeper's reserve(len(batch)) used to add one); keys that do overfill get a layer;
+    no layer passes its capacity and no key is lost."""
+    bf = LayeredBloom.for_capacity(200_000, 1e-3)
+    first = rng.integers(0, 2**64, 150_000, dtype=np.uint64)
+    bf.add(first)
+    again = np.concatenate([first[:110_000], rng.integers(0, 2**64, 40_000, dtype=np.uint64)])
+    pending = bf.add_in_background(again)
+    fresh = pending.wait()
+    assert len(bf.layers) == 1 and 39_900 <= fresh <= 40_000 and pending.cpu_s > 0
+    more = rng.integers(0, 2**64, 100_000, dtype=np.uint64)
+    pending = bf.add_in_background(more)
+    assert pending.wait() >= 99_900 and len(bf.layers) == 2
+    for layer in bf.layers:
+        assert layer.n_added <= layer.capacity
+    assert bf.query(np.concatenate([first, again, more])).all()

@@ -40,7 +40,7 @@ class BloomKeeper:
         self.bf: LayeredBloom | None = None
         self.dirty = False
         self.state = "off"
-        self._last_batch = 0  # keys of the last batch inserted: the next one's guess
+        self._last_batch = 0  # keys of the last batch that set a bit: the next one's guess
 
     def open(self, path: str, generation: int, binding: Binding, n_keys: int, fpr: float,
              capacity: int | None, samples: Callable[[int], Iterable[np.ndarray]],
@@ -82,16 +82,17 @@ class BloomKeeper:
         self.dirty = True
 
     def start_insert(self, keys: np.ndarray):
-        """Make room for ``keys`` (a new layer if they would overfill the newest: the
-        FPR target holds at every moment; no rebuild, layers.py) and insert them on a
-        background thread; return the handle for ``finish_insert``."""
-        self._reserve(len(keys))
+        """Insert ``keys`` on a background thread (``LayeredBloom.fill``: a new layer only
+        once they could overfill the newest: the FPR target holds at every moment; no
+        rebuild, layers.py); return the handle for ``finish_insert``."""
+        self.dirty = True
         return self.bf.add_in_background(keys)
 
     def add(self, keys: np.ndarray) -> None:
-        """Make room for ``keys`` and insert them now."""
-        self._reserve(len(keys))
+        """Insert ``keys`` now (``fill``: room is made as they go in)."""
+        self.dirty = True
         self.bf.add(keys)
+        self._last_batch = len(keys)
 
     def add_query(self, keys: np.ndarray) -> np.ndarray:
         """Make room for ``keys``; answer whether each was maybe present, inserting it."""
@@ -104,7 +105,8 @@ class BloomKeeper:
         self._last_batch = n
 
     def prepare_next(self) -> None:
-        """Between batches: if a batch like the last would need a new layer, build it
+        """Between batches: if a batch like the last (as many keys setting a bit: its
+        re-offered and repeated keys need no room) would need a new layer, build it
         ahead on a thread (layers.py ``prepare``), off the next batch's path."""
         if self.bf is not None and self._last_batch:
             self.bf.prepare(self._last_batch)
@@ -120,7 +122,9 @@ class BloomKeeper:
         if self.bf is None or behind.dropped:
             return 0
         try:
-            return behind.wait()
+            fresh = behind.wait()
+            self._last_batch = fresh  # the next batch's guess (prepare_next)
+            return fresh
         except Exception as e:
             warnings.warn(f"Bloom filter insert failed ({e!r}); filter dropped, the next "
                           "open rebuilds it from the runs")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import sys
 import threading
 
 import numpy as np
@@ -23,13 +24,42 @@ MAX_BLOCKS = 2**32 - 1  # block index is ((w >> 32) * n_blocks) >> 32: 256 GiB a
 MAX_HASHES = 32  # sizing searches k in 1..MAX_HASHES; files may hold up to 64
 
 
+HUGE_PAGE = 2 << 20  # x86-64 transparent huge page
+HUGE_MIN_BYTES = 4 << 20  # smaller filters fit the TLB with 4 KiB pages anyway
+MADV_HUGEPAGE = 14  # linux/mman.h
+
+
+def _advise_huge(words: np.ndarray) -> bool:
+    """Ask Linux to back ``words`` with transparent huge pages (madvise MADV_HUGEPAGE);
+    True if it accepted. A hint: without it (other OS, THP "never") nothing changes
+    but speed. numpy gives the same hint for large arrays unless told not to
+    (NUMPY_MADVISE_HUGEPAGE=0); the filter asks itself, so it never depends on that."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        return libc.madvise(words.ctypes.data, words.nbytes, MADV_HUGEPAGE) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def block_aligned(n_words: int, zero: bool = True) -> np.ndarray:
     """A uint64 array of ``n_words`` whose data starts on a 64-byte boundary, so every
     8-word block of the filter is exactly one cache line. numpy's own alignment (16
     bytes) made each block straddle two lines, and the kernels prefetch one: key-order
     inserts ran 60 ns/key against 23 aligned (1e7 keys into 124 MB,
-    bench/bench_bloom.py). ``zero``: zeroed (lazily, by the OS) rather than left as is."""
-    return aligned_empty(n_words, align=8 * WORDS_PER_BLOCK, zero=zero)
+    bench/bench_bloom.py). ``zero``: zeroed (lazily, by the OS) rather than left as is.
+
+    Arrays of HUGE_MIN_BYTES or more start on a 2 MiB boundary and are advised to
+    transparent huge pages (``_advise_huge``): a probe is a random access, and with
+    4 KiB pages each one is also a TLB miss (1e7 keys into 341 MiB, k = 11: insert 63
+    against 43 ns/key, query 56 against 40, docs/bloom.md)."""
+    if 8 * n_words < HUGE_MIN_BYTES:
+        return aligned_empty(n_words, align=8 * WORDS_PER_BLOCK, zero=zero)
+    words = aligned_empty(n_words, align=HUGE_PAGE, zero=zero)
+    _advise_huge(words)
+    return words
 
 
 # ---------------------------------------------------------------------------
@@ -124,20 +154,24 @@ def max_loads(fpr: float) -> tuple:
     return tuple(out)
 
 
+# An insert or query costs time per bit (k of them: make the bit number, set or test
+# it; 2-3 ns each on the 2-core VM), memory only through the block's one cache line.
+# So ``size_for`` takes the smallest k whose filter is at most MEMORY_SLACK larger
+# than the smallest filter: at 0.05% (the store's first layer at its default 0.1%)
+# k = 8 instead of 10 for 2% more memory (docs/bloom.md).
+MEMORY_SLACK = 0.025
+
+
 @functools.lru_cache(maxsize=256)
 def size_for(n_keys: int, fpr: float) -> tuple[int, int]:
-    """``(n_blocks, k)`` of the smallest filter whose ``blocked_fpr`` at n_keys is <= fpr.
+    """``(n_blocks, k)``: the smallest k whose filter meeting ``fpr`` at n_keys has at
+    most (1 + MEMORY_SLACK) times the blocks of the smallest filter meeting it (any
+    k), with the fewest blocks that k needs.
 
-    Among equally small filters the one with the lowest FPR at n_keys wins (this
-    matters only for tiny filters). Requires: 1e-9 <= fpr <= 0.5.
+    Requires: 1e-9 <= fpr <= 0.5.
     """
     n = max(int(n_keys), 1)
-    best: tuple[int, float, int] | None = None
-    for k, load in max_loads(float(fpr)):
-        n_blocks = max(1, math.ceil(n / load))
-        cand = (n_blocks, blocked_fpr(n / n_blocks, k), k)
-        best = cand if best is None or cand < best else best
-    assert best is not None  # k = 1 always meets any fpr >= 1e-9 at some load
-    return best[0], best[2]
-
-
+    sizes = [(max(1, math.ceil(n / load)), k) for k, load in max_loads(float(fpr))]
+    fewest = min(blocks for blocks, _ in sizes)  # k = 1 always meets fpr >= 1e-9
+    return min(((blocks, k) for blocks, k in sizes
+                if blocks <= fewest * (1 + MEMORY_SLACK)), key=lambda bk: bk[1])
