@@ -1,0 +1,54 @@
+"""The batch path's scheduling: the Bloom filter is fed only a batch's new keys, shard
+by shard (store/scheduling.py BloomFeed), and a failing insert never fails a batch."""
+
+import numpy as np
+import pytest
+
+from seenstore.store import SeenStore
+
+
+def _feed_recorder(store):
+    """Record every array the store hands its Bloom keeper to insert."""
+    fed, start = [], store._keeper.start_insert
+
+    def start_insert(keys):
+        fed.append(np.array(keys))
+        return start(keys)
+
+    store._keeper.start_insert = start_insert
+    return fed
+
+
+def test_bloom_is_fed_only_the_new_keys(tmp_path, rng):
+    with SeenStore.open(tmp_path / "s", create=True, shard_bits=4) as s:
+        old = np.unique(rng.integers(0, 2**64, 5000, dtype=np.uint64))
+        s.add_new(old)
+        fed = _feed_recorder(s)
+        fresh = np.setdiff1d(np.unique(rng.integers(0, 2**64, 3000, dtype=np.uint64)), old)
+        batch = np.concatenate([old[:2000], fresh, fresh[:100], old[:10]])
+        rng.shuffle(batch)
+        new = s.add_new(batch)
+        assert np.array_equal(new, fresh)
+        # each new key once, no stored key, no repeat: the filter already held the rest
+        assert np.array_equal(np.sort(np.concatenate(fed)), fresh)
+        assert len(fed) <= 16  # one insert per shard at most (queued shards go together)
+        assert s.bloom.query(np.concatenate([old, fresh])).all()  # no false negative
+        # new keys set a clear bit unless they were false positives (FPR 1e-3)
+        assert 0.99 * len(fresh) <= s.last_timings["bloom_negative"] <= len(fresh)
+        fed.clear()
+        assert len(s.add_new(batch)) == 0 and not fed  # nothing new: nothing inserted
+
+
+def test_a_failing_bloom_insert_drops_the_filter_not_the_batch(tmp_path, rng):
+    with SeenStore.open(tmp_path / "s", create=True) as s:
+        def fail(keys):
+            raise MemoryError("no room for a layer")
+
+        s._keeper.start_insert = fail
+        keys = rng.integers(0, 2**64, 4000, dtype=np.uint64)
+        with pytest.warns(UserWarning, match="filter dropped"):
+            mask = s.add(keys)
+        assert mask.all() and s.bloom is None and len(s) == len(np.unique(keys))
+        assert not s.add(keys).any()  # the runs answer without the filter
+    with SeenStore.open(tmp_path / "s") as s:  # rebuilt from the runs at the next open
+        assert s.bloom is not None and s.bloom.query(keys).all()
