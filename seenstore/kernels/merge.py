@@ -76,6 +76,19 @@ def is_strictly_increasing(a):
 
 
 @njit(cache=True, nogil=True)
+def first_above(a, lo, hi, x):
+    """The first position in ``a[lo:hi]`` (sorted ascending) whose key is above ``x``
+    (``hi`` if none): a binary search."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
 def sweep_step(old, n_old, batch, j, found, prev, have_prev):
     """Mark the keys of ``batch[j:]`` present in ``old[:n_old]`` (one chunk of a run).
 
@@ -105,14 +118,7 @@ def sweep_step(old, n_old, batch, j, found, prev, have_prev):
     if bad:
         return j, prev, have_prev, False
     last = old[n_old - 1]
-    lo, hi = j, n_batch  # jend: the first batch key above the chunk
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if batch[mid] <= last:
-            lo = mid + 1
-        else:
-            hi = mid
-    jend = lo
+    jend = first_above(batch, j, n_batch, last)  # the first batch key above the chunk
     i = 0
     if (jend - j) * 4 < n_old:  # dense run: skip it 8 keys at a time
         full = n_old - 8
@@ -191,14 +197,7 @@ def sparse_member(run, sparse, stride, needles, found):
     ns = sparse.shape[0]
     for i in range(needles.shape[0]):
         x = needles[i]
-        lo, hi = 0, ns  # last sparse entry <= x
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if sparse[mid] <= x:
-                lo = mid + 1
-            else:
-                hi = mid
-        b = lo - 1
+        b = first_above(sparse, 0, ns, x) - 1  # last sparse entry <= x
         if b < 0:
             continue
         lo = b * stride
