@@ -122,13 +122,17 @@ class Admission:
         its check finds them (``BloomFeed``: the filter holds every stored key, so only
         new keys change it): exact answers never wait for the filter (the runs
         decide), so the insert only has to finish before return. Extra bits from a
-        batch that then fails to commit only cost a positive the disk answers. Approximate mode sorts the
-        whole batch first: the Bloom answers decide what is written at all."""
+        batch that then fails to commit only cost a positive the disk answers.
+        Approximate mode sorts the whole batch first: the Bloom answers decide what is
+        written at all."""
         self._check_writable()
         with self._mutex:
             waited = self._join_compactor()
             feed = None
             if self.bloom is not None and self.mode == "exact" and len(keys):
+                # room for the whole batch first, as when every key was inserted: the
+                # feed's inserts, shard by shard, then grow no layer of their own
+                self.bloom.reserve(len(keys))
                 feed = BloomFeed(self._keeper)  # fed each shard's new keys as found
             try:
                 t0 = time.perf_counter()
@@ -235,10 +239,10 @@ class Admission:
             timings["bloom_negative"] = feed.close()
             timings["bloom_s"] += time.perf_counter() - t1
             timings["bloom_background_s"] = feed.busy_s
-            if self.bloom is not None and timings["new"]:
-                # the feed reserved room shard by shard: build the layer a batch like
-                # this one would need ahead, as the keeper does for whole batches
-                self.bloom.prepare(timings["new"])
+            if self.bloom is not None:
+                # build ahead the layer a batch like this one would need (the keeper
+                # saw only the shards' inserts)
+                self.bloom.prepare(timings["offered"])
         if self.bloom is not None and timings["new"] and stored_new is not None:
             t1 = time.perf_counter()
             self._keeper.add(stored_new)
