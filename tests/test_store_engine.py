@@ -1,5 +1,8 @@
 """The batch path's scheduling: the Bloom filter is fed only a batch's new keys, shard
-by shard (store/scheduling.py BloomFeed), and a failing insert never fails a batch."""
+by shard (store/scheduling.py BloomFeed), a failing insert never fails a batch, and a
+new filter faults its pages in beside the caller, every insert waiting for that."""
+
+import time
 
 import numpy as np
 import pytest
@@ -52,3 +55,30 @@ def test_a_failing_bloom_insert_drops_the_filter_not_the_batch(tmp_path, rng):
         assert not s.add(keys).any()  # the runs answer without the filter
     with SeenStore.open(tmp_path / "s") as s:  # rebuilt from the runs at the next open
         assert s.bloom is not None and s.bloom.query(keys).all()
+
+
+def test_a_new_filter_faults_in_beside_the_caller_and_inserts_wait_for_it(
+        tmp_path, rng, monkeypatch):
+    from seenstore.store import facade
+
+    events = []
+
+    def slow_prefault(words):
+        time.sleep(0.3)  # longer than the batch takes to reach its first insert
+        facade.__dict__["_real_prefault"](words)
+        events.append("prefaulted")
+
+    monkeypatch.setitem(facade.__dict__, "_real_prefault", facade.prefault)
+    monkeypatch.setattr(facade, "prefault", slow_prefault)
+    path = tmp_path / "s"
+    keys = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    with SeenStore.open(path, create=True, bloom_capacity=4_000_000) as s:  # ~7 MiB
+        assert s._prefault is not None and s.bloom.nbytes >= facade.PREFAULT_MIN_BYTES
+        fed = _feed_recorder(s)
+        start = s._keeper.start_insert
+        s._keeper.start_insert = lambda k: (events.append("insert"), start(k))[1]
+        assert s.add(keys).all()
+        assert events[0] == "prefaulted" and "insert" in events and fed
+        assert s._prefault is None and s.bloom.query(keys).all()
+    with SeenStore.open(path) as s:  # a loaded filter holds keys: never written over
+        assert s._prefault is None and s.bloom.query(keys).all()

@@ -79,6 +79,7 @@ class Admission:
         self._check_writable()
         with self._mutex:
             waited = self._join_compactor()
+            self._bloom_ready()
             figures = spill.admit_file(self, path, memory, fault, new_out)
             timings = self._new_timings(figures["offered"])
             timings.update({k: v for k, v in figures.items() if k in timings or k.endswith("_s")})
@@ -107,6 +108,7 @@ class Admission:
                 "add_sorted needs keys sorted ascending and unique (use add for any keys)")
         with self._mutex:
             waited = self._join_compactor()
+            self._bloom_ready()
             is_new = self._add_sorted(uniq, progress, approx_answered)
             self._record_compaction(waited)
             return is_new
@@ -128,6 +130,7 @@ class Admission:
         self._check_writable()
         with self._mutex:
             waited = self._join_compactor()
+            self._bloom_ready()
             feed = None
             if self.bloom is not None and self.mode == "exact" and len(keys):
                 # room for the whole batch first, as when every key was inserted: the
