@@ -25,10 +25,9 @@ from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL key
 from ..errors import InvalidInputError
 from ..runformat import policy_digest
 from .files import fault, io_error
-from .scheduling import BloomFeed, Target, write_shards
+from .scheduling import BloomFeed, Target, partition, write_shards
 
-compact_inplace, mark_first_new, partition_top_bits = (
-    _kernels.compact_inplace, _kernels.mark_first_new, _kernels.partition_top_bits)
+compact_inplace, mark_first_new = _kernels.compact_inplace, _kernels.mark_first_new
 
 
 class Admission:
@@ -140,9 +139,7 @@ class Admission:
             try:
                 t0 = time.perf_counter()
                 if self.mode == "exact":
-                    part = np.empty(len(keys), dtype=np.uint64)
-                    bounds = np.empty((1 << self.shard_bits) + 1, dtype=np.int64)
-                    partition_top_bits(keys, self.shard_bits, part, bounds)
+                    part, bounds = partition(keys, self.shard_bits, self.threads)
                     t_sort = time.perf_counter() - t0
                     new = self._add_partitioned(part, bounds, progress, feed)
                 else:
