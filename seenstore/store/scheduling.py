@@ -1,13 +1,15 @@
-"""The threads of one batch: shards sorted, checked against their live runs and their
-new keys written as one new run each, side by side (docs/architecture.md, "One
-batch" steps 1-2).
+"""The threads of one batch: keys partitioned by shard, shards sorted, checked against
+their live runs and their new keys written as one new run each and fed to the Bloom
+filter, side by side (docs/architecture.md, "One batch" steps 1-2).
 
-``write_shards`` takes a batch grouped by shard and returns, per shard, which of
-its keys are new and the run written for them (fsynced, not yet committed: the
-caller commits, commit.py). ``threads`` threads sort the shards in order
-(``sorting.sort_shards``) while up to ``merge_threads`` check the shards already
-sorted: the kernels, the sort and the O_DIRECT I/O release the GIL, so sorting
-overlaps the disk. Buffers come from a ``BufferPool`` reused across batches.
+``partition`` groups a batch by shard on ``threads`` threads. ``write_shards`` takes
+a batch grouped by shard and returns, per shard, which of its keys are new and the
+run written for them (fsynced, not yet committed: the caller commits, commit.py).
+``threads`` threads sort the shards in order (``sorting.sort_shards``) while up to
+``merge_threads`` check the shards already sorted: the kernels, the sort and the
+O_DIRECT I/O release the GIL, so sorting overlaps the disk. Each shard's new keys go
+to a ``BloomFeed``, whose thread inserts them while later shards are checked.
+Buffers come from a ``BufferPool`` reused across batches.
 """
 
 from __future__ import annotations
