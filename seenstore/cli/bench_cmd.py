@@ -55,8 +55,8 @@ def _print_text(r: dict) -> None:
              f"{ns['shard_sort']:.1f} ns/key, ran on a thread of its own inside merge,")
         echo("                 beside the disk I/O of the shards already sorted)")
     if ns.get("bloom_background"):
-        echo(f"                 (bloom = time waited for the Bloom insert, which ran "
-             f"{ns['bloom_background']:.1f} ns/key on a second thread beside sort and merge)")
+        echo(f"                 (bloom = time waited for the Bloom insert of the new keys, "
+             f"which ran {ns['bloom_background']:.1f} ns/key beside merge, shard by shard)")
     echo(f"bytes read       {r['bytes_read']:,}   written {r['bytes_written']:,}")
     bpk = r["disk_bytes_per_key"]
     echo(f"on disk          {r['disk_bytes']:,} bytes for {r['store_keys']:,} keys"

@@ -25,10 +25,9 @@ from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL key
 from ..errors import InvalidInputError
 from ..runformat import policy_digest
 from .files import fault, io_error
-from .scheduling import Target, write_shards
+from .scheduling import BloomFeed, Target, partition, write_shards
 
-compact_inplace, mark_first_new, partition_top_bits = (
-    _kernels.compact_inplace, _kernels.mark_first_new, _kernels.partition_top_bits)
+compact_inplace, mark_first_new = _kernels.compact_inplace, _kernels.mark_first_new
 
 
 class Admission:
@@ -79,6 +78,7 @@ class Admission:
         self._check_writable()
         with self._mutex:
             waited = self._join_compactor()
+            self._bloom_ready()
             figures = spill.admit_file(self, path, memory, fault, new_out)
             timings = self._new_timings(figures["offered"])
             timings.update({k: v for k, v in figures.items() if k in timings or k.endswith("_s")})
@@ -107,6 +107,7 @@ class Admission:
                 "add_sorted needs keys sorted ascending and unique (use add for any keys)")
         with self._mutex:
             waited = self._join_compactor()
+            self._bloom_ready()
             is_new = self._add_sorted(uniq, progress, approx_answered)
             self._record_compaction(waited)
             return is_new
@@ -118,33 +119,37 @@ class Admission:
         Exact mode: the keys are only partitioned by shard here (one counting pass);
         one thread then sorts and deduplicates the shards in order while the shards
         already sorted are checked against their runs, so the sorting overlaps their
-        disk I/O. The Bloom insert of the raw keys runs on another thread meanwhile:
-        exact answers never wait for the filter (the runs decide), so the insert only
-        has to finish before return. Extra bits from a batch that then fails to
-        commit only cost a positive the disk answers. Approximate mode sorts the
-        whole batch first: the Bloom answers decide what is written at all."""
+        disk I/O. Each shard's new keys go to the Bloom filter on another thread as
+        its check finds them (``BloomFeed``: the filter holds every stored key, so only
+        new keys change it): exact answers never wait for the filter (the runs
+        decide), so the insert only has to finish before return. Extra bits from a
+        batch that then fails to commit only cost a positive the disk answers.
+        Approximate mode sorts the whole batch first: the Bloom answers decide what is
+        written at all."""
         self._check_writable()
         with self._mutex:
             waited = self._join_compactor()
-            behind = None
+            self._bloom_ready()
+            feed = None
             if self.bloom is not None and self.mode == "exact" and len(keys):
-                behind = self._keeper.start_insert(keys)
+                # room for the whole batch first, as when every key was inserted: the
+                # feed's inserts, shard by shard, then grow no layer of their own
+                self.bloom.reserve(len(keys))
+                feed = BloomFeed(self._keeper)  # fed each shard's new keys as found
             try:
                 t0 = time.perf_counter()
                 if self.mode == "exact":
-                    part = np.empty(len(keys), dtype=np.uint64)
-                    bounds = np.empty((1 << self.shard_bits) + 1, dtype=np.int64)
-                    partition_top_bits(keys, self.shard_bits, part, bounds)
+                    part, bounds = partition(keys, self.shard_bits, self.threads)
                     t_sort = time.perf_counter() - t0
-                    new = self._add_partitioned(part, bounds, progress, behind)
+                    new = self._add_partitioned(part, bounds, progress, feed)
                 else:
                     uniq = prepare(keys, self.threads)
                     t_sort = time.perf_counter() - t0
                     is_new = self._add_sorted(uniq, progress)
                     new = uniq[:compact_inplace(uniq, is_new)]
             finally:
-                if behind is not None:
-                    self._keeper.finish_insert(behind)  # no-op when already waited for
+                if feed is not None:
+                    feed.close()  # no-op when already waited for
         self.last_timings["sort_s"] = t_sort
         self.last_timings["offered"] = len(keys)
         self._record_compaction(waited)
@@ -169,20 +174,21 @@ class Admission:
         return self.last_timings
 
     def _add_partitioned(self, part: np.ndarray, bounds: np.ndarray, progress,
-                         behind) -> np.ndarray:
+                         feed) -> np.ndarray:
         """Merge and commit keys grouped by shard (``part``, shard s at
         ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed); return the new keys,
-        sorted, each once, as a view of the front of ``part``. ``behind``: the
-        pending insert of these keys into the Bloom filter, or None (no filter)."""
+        sorted, each once, as a view of the front of ``part``. ``feed``: the
+        BloomFeed the shards' new keys go to, or None (no filter)."""
         timings = self._new_timings(len(part))
-        segs = self._write_batch(part, bounds, timings, progress, sort_parts=True)
+        segs = self._write_batch(part, bounds, timings, progress, sort_parts=True,
+                                 on_new=None if feed is None else feed.put)
         timings["unique"] = sum(m for _, m, _ in segs)
         n = 0
         for lo, m, mask in segs:  # the new keys of every shard, in shard order, to the front
             k = compact_inplace(part[lo:lo + m], mask)
             part[n:n + k] = part[lo:lo + k]
             n += k
-        self._after_merge(timings, behind, None)
+        self._after_merge(timings, feed, None)
         return part[:n]
 
     def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0) -> np.ndarray:
@@ -224,15 +230,19 @@ class Admission:
         self._after_merge(timings, None, uniq[is_new] if self.mode == "approximate" else None)
         return is_new
 
-    def _after_merge(self, timings: dict, behind, stored_new) -> None:
-        """Bloom upkeep once a batch committed: wait for the background insert
-        (``behind``), or insert ``stored_new`` (approximate mode: only what was stored);
+    def _after_merge(self, timings: dict, feed, stored_new) -> None:
+        """Bloom upkeep once a batch committed: wait for the inserts of the new keys
+        (``feed``), or insert ``stored_new`` (approximate mode: only what was stored);
         then start the compaction this batch paid for."""
-        if behind is not None:  # the wait is the Bloom's share of this call's time
+        if feed is not None:  # the wait is the Bloom's share of this call's time
             t1 = time.perf_counter()
-            timings["bloom_negative"] = self._keeper.finish_insert(behind)
+            timings["bloom_negative"] = feed.close()
             timings["bloom_s"] += time.perf_counter() - t1
-            timings["bloom_background_s"] = behind.elapsed_s
+            timings["bloom_background_s"] = feed.busy_s
+            if self.bloom is not None:
+                # build ahead the layer a batch like this one would need (the keeper
+                # saw only the shards' inserts)
+                self.bloom.prepare(timings["offered"])
         if self.bloom is not None and timings["new"] and stored_new is not None:
             t1 = time.perf_counter()
             self._keeper.add(stored_new)
@@ -249,7 +259,7 @@ class Admission:
             self._compactor.start()
 
     def _write_batch(self, keys: np.ndarray, bounds: np.ndarray, timings: dict,
-                     progress=None, sort_parts: bool = False) -> list:
+                     progress=None, sort_parts: bool = False, on_new=None) -> list:
         """Check every shard's keys against its live runs, write the new ones as one new
         run per shard (scheduling.write_shards, whose docstring says how ``keys``,
         ``bounds`` and ``sort_parts`` are read) and commit; return ``(lo, m, mask)``
@@ -267,12 +277,13 @@ class Admission:
             out = write_shards(keys, bounds, jobs, self._runs, target, self._buffers,
                                self.chunk_keys, threads=self.threads,
                                merge_threads=self.merge_threads, progress=progress,
-                               sort_parts=sort_parts)
+                               sort_parts=sort_parts, on_new=on_new)
         except OSError as e:
             raise io_error(e, f"{self.path}: writing runs") from e
         t1 = time.perf_counter()
         timings.update(merge_s=out.merge_s, shard_sort_s=out.shard_sort_s,
                        bytes_read=out.bytes_read, bytes_written=out.bytes_written)
+        timings["merge_parts"] = out.parts
         n_new = out.n_new
         try:
             if out.added:

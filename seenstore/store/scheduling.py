@@ -1,29 +1,71 @@
-"""The threads of one batch: shards sorted, checked against their live runs and their
-new keys written as one new run each, side by side (docs/architecture.md, "One
-batch" steps 1-2).
+"""The threads of one batch: keys partitioned by shard, shards sorted, checked against
+their live runs and their new keys written as one new run each and fed to the Bloom
+filter, side by side (docs/architecture.md, "One batch" steps 1-2).
 
-``write_shards`` takes a batch grouped by shard and returns, per shard, which of
-its keys are new and the run written for them (fsynced, not yet committed: the
-caller commits, commit.py). ``threads`` threads sort the shards in order
-(``sorting.sort_shards``) while up to ``merge_threads`` check the shards already
-sorted: the kernels, the sort and the O_DIRECT I/O release the GIL, so sorting
-overlaps the disk. Buffers come from a ``BufferPool`` reused across batches.
+``partition`` groups a batch by shard on ``threads`` threads. ``write_shards`` takes
+a batch grouped by shard and returns, per shard, which of its keys are new and the
+run written for them (fsynced, not yet committed: the caller commits, commit.py).
+``threads`` threads sort the shards in order (``sorting.sort_shards``) while up to
+``merge_threads`` check the shards already sorted: the kernels, the sort and the
+O_DIRECT I/O release the GIL, so sorting overlaps the disk. Each shard's new keys go
+to a ``BloomFeed``, whose thread inserts them while later shards are checked.
+Buffers come from a ``BufferPool`` reused across batches.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
+import warnings
+from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..dispatch import batch as _batch_kernels  # numpy twins below dispatch.SMALL keys
 from ..merge import MergeBuffers
 from ..sorting import sort_shards
 from . import runs as runsmod
 from .files import run_name
+
+partition_top_bits = _batch_kernels.partition_top_bits
+
+
+PARALLEL_PARTITION_KEYS = 1 << 20  # fewer keys are partitioned on one thread
+
+
+def partition(keys: np.ndarray, bits: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """``keys`` grouped by shard (their top ``bits`` bits; shards ascending, repeats
+    kept) and the start of each shard plus the end, as ``partition_top_bits`` gives.
+
+    With ``threads`` > 1 and at least PARALLEL_PARTITION_KEYS keys, each thread counts
+    then scatters its slice of the keys into its own slots of every shard (those the
+    slices before it leave): the partition was the one pass of a batch on one core
+    (~4 ns/key), the other idle, since the Bloom insert now waits for new keys. The
+    order inside a shard then differs from one thread's; its sort makes it the same."""
+    n = len(keys)
+    out = np.empty(n, dtype=np.uint64)
+    bounds = np.empty((1 << bits) + 1, dtype=np.int64)
+    t = min(threads, max(1, n // PARALLEL_PARTITION_KEYS)) if bits else 1
+    if t <= 1:
+        partition_top_bits(keys, bits, out, bounds)
+        return out, bounds
+    from ..kernels.batch import count_top_bits, scatter_top_bits  # JIT: a large batch
+
+    cuts = [n * j // t for j in range(t + 1)]
+    counts = np.zeros((t, 1 << bits), dtype=np.int64)
+    with ThreadPoolExecutor(t, thread_name_prefix="seenstore-partition") as ex:
+        list(ex.map(lambda j: count_top_bits(keys[cuts[j]:cuts[j + 1]], bits, counts[j]),
+                    range(t)))
+        bounds[0] = 0
+        np.cumsum(counts.sum(axis=0), out=bounds[1:])
+        slots = np.ascontiguousarray(bounds[:-1] + np.cumsum(counts, axis=0) - counts)
+        list(ex.map(lambda j: scatter_top_bits(keys[cuts[j]:cuts[j + 1]], bits, out,
+                                               slots[j]), range(t)))
+    return out, bounds
 
 
 class BufferPool:
@@ -60,6 +102,9 @@ class Written:
     shard_sort_s: float = 0.0
     bytes_read: int = 0
     bytes_written: int = 0
+    # summed over the shard threads: seconds waiting for a shard's sort, checking it
+    # against its runs (wall, and thread CPU), writing its new keys, its run's fsync
+    parts: dict = field(default_factory=dict)
 
     @property
     def n_new(self) -> int:
@@ -85,9 +130,96 @@ class Target:
     sync: bool
 
 
+class _Clock:
+    """Wall and thread-CPU seconds of the laps of one shard thread."""
+
+    def __init__(self) -> None:
+        self.laps: dict = {}
+        self._t, self._c = time.perf_counter(), time.thread_time()
+
+    def lap(self, name: str) -> None:
+        t, c = time.perf_counter(), time.thread_time()
+        self.laps[name + "_s"] = t - self._t
+        self.laps[name + "_cpu_s"] = c - self._c
+        self._t, self._c = t, c
+
+    def add_to(self, total: dict) -> None:
+        for k, v in self.laps.items():
+            total[k] = total.get(k, 0.0) + v
+
+
+class BloomFeed:
+    """The Bloom insert of a batch's new keys, fed shard by shard as the shards'
+    checks find them (exact mode, docs/architecture.md step 1b).
+
+    The filter already holds every stored key, so inserting only the keys no run
+    held leaves it as inserting the whole batch would (re-inserting a key sets no
+    clear bit; with layers, the newest layer is spared the keys an older one holds)
+    at ~45% of the work on a crawl-like stream. One thread takes what the shard
+    threads ``put`` (all that is queued, in one call) and inserts it through the
+    keeper (``start_insert`` / ``finish_insert``: the kernel on a second thread, this
+    one helping), so there is one writer at a time and the inserts overlap the
+    checks still running. ``close`` waits for the last insert and returns how many
+    keys set a clear bit (the batch's certainly-new count). A failed insert drops
+    the filter with a warning (keeper.py): exact answers never depend on it."""
+
+    def __init__(self, keeper) -> None:
+        self._keeper = keeper
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self.fresh = 0
+        self.busy_s = 0.0  # seconds this thread spent inserting
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="seenstore-bloom-feed",
+                                        daemon=True)
+        self._thread.start()
+
+    def put(self, keys: np.ndarray) -> None:
+        """Queue ``keys`` (new keys of one shard; not changed afterwards) for insertion."""
+        if len(keys):
+            self._q.put(keys)
+
+    def _run(self) -> None:
+        last = False
+        while not last:
+            got = [self._q.get()]
+            while True:
+                try:
+                    got.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            last = got[-1] is None  # close() queues None after every put
+            got = [k for k in got if k is not None]
+            if not got or self._keeper.bf is None:
+                continue
+            keys = got[0] if len(got) == 1 else np.concatenate(got)
+            t0 = time.perf_counter()
+            try:
+                self.fresh += self._keeper.finish_insert(self._keeper.start_insert(keys))
+            except Exception as e:  # start_insert's reserve (finish_insert drops by itself)
+                warnings.warn(f"Bloom filter insert failed ({e!r}); filter dropped, the next "
+                              "open rebuilds it from the runs")
+                self._keeper.drop(SimpleNamespace(dropped=False))
+            self.busy_s += time.perf_counter() - t0
+
+    def close(self) -> int:
+        """No more keys: wait for the inserts; return the keys that set a clear bit.
+        Idempotent. Interrupted while waiting, the filter is dropped (an insert may
+        still be running: a later insert beside it could lose bits) and it raises."""
+        if not self._closed:
+            self._closed = True
+            self._q.put(None)
+        try:
+            self._thread.join()
+        except BaseException:
+            self._keeper.drop(SimpleNamespace(dropped=False))
+            raise
+        return self.fresh
+
+
 def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                  target: Target, pool: BufferPool, chunk_keys: int, *, threads: int,
-                 merge_threads: int, progress=None, sort_parts: bool = False) -> Written:
+                 merge_threads: int, progress=None, sort_parts: bool = False,
+                 on_new=None) -> Written:
     """Check the keys of every shard in ``jobs`` against its live runs (``runs``,
     shard -> readers) and write the new ones as one new run per shard.
 
@@ -96,8 +228,10 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
     deduplicate them in place, shards side by side, while the shards already sorted
     are checked). Every key is looked for in the runs, whatever a Bloom filter said
     of it: only keys no live run holds are written, so the runs of a shard stay
-    disjoint even under a damaged filter. On any failure the new runs are deleted
-    and the error raised (OSError as is: the caller names it)."""
+    disjoint even under a damaged filter. ``on_new``: called with each shard's new
+    keys (sorted; a fresh array) as its thread found them (the Bloom feed). On any
+    failure the new runs are deleted and the error raised (OSError as is: the caller
+    names it)."""
     out = Written()
     t0 = time.perf_counter()
     finished = [0]
@@ -115,13 +249,16 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
     def check_shard(shard: int):
         lo, hi = int(bounds[shard]), int(bounds[shard + 1])
         sort_s = 0.0
+        clock = _Clock()
         if sort_parts:
             hi, sort_s = sorted_parts[shard].result()
+        clock.lap("sort_wait")
         part = keys[lo:hi]
         found = np.zeros(hi - lo, dtype=np.bool_)
         bufs = pool.take(chunk_keys)
         try:
             read = runsmod.check_runs(runs.get(shard, []), part, found, bufs.old)
+            clock.lap("check")
             header = sparse = None
             nbytes = 0
             if not found.all():
@@ -130,12 +267,19 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                     target.host_bits, target.shard_bits, shard, target.policy_digest,
                     target.run_format, buf=bufs.write)
                 out.writers[shard] = w
-                w.write(part[~found])  # only the new keys
+                new = part[~found]
+                w.write(new)  # only the new keys
+                if on_new is not None:
+                    on_new(new)
+                clock.lap("write")
                 # fsync here, in the shard's thread: the fsyncs of several shards
                 # overlap each other and the checks still running
                 header, sparse, nbytes = runsmod.finish(w, target.sync)
+                clock.lap("fsync")
         finally:
             pool.give(bufs)
+        with finished_lock:
+            clock.add_to(out.parts)
         return shard, header, sparse, (lo, hi - lo, ~found), sort_s, read, nbytes
 
     sorter, sorted_parts = None, {}

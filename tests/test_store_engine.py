@@ -1,0 +1,103 @@
+"""The batch path's scheduling: the Bloom filter is fed only a batch's new keys, shard
+by shard (store/scheduling.py BloomFeed), a failing insert never fails a batch, and a
+new filter faults its pages in beside the caller, every insert waiting for that."""
+
+import time
+
+import numpy as np
+import pytest
+
+from seenstore.store import SeenStore
+
+
+def _feed_recorder(store):
+    """Record every array the store hands its Bloom keeper to insert."""
+    fed, start = [], store._keeper.start_insert
+
+    def start_insert(keys):
+        fed.append(np.array(keys))
+        return start(keys)
+
+    store._keeper.start_insert = start_insert
+    return fed
+
+
+def test_bloom_is_fed_only_the_new_keys(tmp_path, rng):
+    with SeenStore.open(tmp_path / "s", create=True, shard_bits=4) as s:
+        old = np.unique(rng.integers(0, 2**64, 5000, dtype=np.uint64))
+        s.add_new(old)
+        fed = _feed_recorder(s)
+        fresh = np.setdiff1d(np.unique(rng.integers(0, 2**64, 3000, dtype=np.uint64)), old)
+        batch = np.concatenate([old[:2000], fresh, fresh[:100], old[:10]])
+        rng.shuffle(batch)
+        new = s.add_new(batch)
+        assert np.array_equal(new, fresh)
+        # each new key once, no stored key, no repeat: the filter already held the rest
+        assert np.array_equal(np.sort(np.concatenate(fed)), fresh)
+        assert len(fed) <= 16  # one insert per shard at most (queued shards go together)
+        assert s.bloom.query(np.concatenate([old, fresh])).all()  # no false negative
+        # new keys set a clear bit unless they were false positives (FPR 1e-3)
+        assert 0.99 * len(fresh) <= s.last_timings["bloom_negative"] <= len(fresh)
+        fed.clear()
+        assert len(s.add_new(batch)) == 0 and not fed  # nothing new: nothing inserted
+
+
+def test_a_failing_bloom_insert_drops_the_filter_not_the_batch(tmp_path, rng):
+    with SeenStore.open(tmp_path / "s", create=True) as s:
+        def fail(keys):
+            raise MemoryError("no room for a layer")
+
+        s._keeper.start_insert = fail
+        keys = rng.integers(0, 2**64, 4000, dtype=np.uint64)
+        with pytest.warns(UserWarning, match="filter dropped"):
+            mask = s.add(keys)
+        assert mask.all() and s.bloom is None and len(s) == len(np.unique(keys))
+        assert not s.add(keys).any()  # the runs answer without the filter
+    with SeenStore.open(tmp_path / "s") as s:  # rebuilt from the runs at the next open
+        assert s.bloom is not None and s.bloom.query(keys).all()
+
+
+def test_a_new_filter_faults_in_beside_the_caller_and_inserts_wait_for_it(
+        tmp_path, rng, monkeypatch):
+    from seenstore.store import facade
+
+    events = []
+
+    def slow_prefault(words):
+        time.sleep(0.3)  # longer than the batch takes to reach its first insert
+        facade.__dict__["_real_prefault"](words)
+        events.append("prefaulted")
+
+    monkeypatch.setitem(facade.__dict__, "_real_prefault", facade.prefault)
+    monkeypatch.setattr(facade, "prefault", slow_prefault)
+    path = tmp_path / "s"
+    keys = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    with SeenStore.open(path, create=True, bloom_capacity=4_000_000) as s:  # ~7 MiB
+        assert s._prefault is not None and s.bloom.nbytes >= facade.PREFAULT_MIN_BYTES
+        fed = _feed_recorder(s)
+        start = s._keeper.start_insert
+        s._keeper.start_insert = lambda k: (events.append("insert"), start(k))[1]
+        assert s.add(keys).all()
+        assert events[0] == "prefaulted" and "insert" in events and fed
+        assert s._prefault is None and s.bloom.query(keys).all()
+    with SeenStore.open(path) as s:  # a loaded filter holds keys: never written over
+        assert s._prefault is None and s.bloom.query(keys).all()
+
+
+@pytest.mark.parametrize("n, bits, threads", [(3 << 19, 4, 2), (5000, 8, 3), (5000, 0, 2),
+                                              (7, 4, 2), (0, 4, 2)])
+def test_partition_on_threads_groups_as_one_thread_does(n, bits, threads, rng, monkeypatch):
+    from conftest import EDGE_KEYS
+    from seenstore.kernels.batch import partition_top_bits
+    from seenstore.store import scheduling
+
+    monkeypatch.setattr(scheduling, "PARALLEL_PARTITION_KEYS", min(1 << 20, 1000))
+    keys = rng.integers(0, 2**64, n, dtype=np.uint64)
+    keys[:min(n, 6)] = EDGE_KEYS[:min(n, 6)]
+    keys[n // 2:n // 2 + n // 10] = keys[:n // 10]  # repeats, some across the slices
+    out, bounds = scheduling.partition(keys, bits, threads)
+    want, wb = np.empty(n, np.uint64), np.empty((1 << bits) + 1, np.int64)
+    partition_top_bits(keys, bits, want, wb)
+    assert np.array_equal(bounds, wb)
+    for s in range(1 << bits):
+        assert np.array_equal(np.sort(out[wb[s]:wb[s + 1]]), np.sort(want[wb[s]:wb[s + 1]]))
