@@ -132,9 +132,9 @@ class Admission:
             self._bloom_ready()
             feed = None
             if self.bloom is not None and self.mode == "exact" and len(keys):
-                # room for the whole batch first, as when every key was inserted: the
-                # feed's inserts, shard by shard, then grow no layer of their own
-                self.bloom.reserve(len(keys))
+                # no room reserved for the batch: each of the feed's inserts fills the
+                # newest layer and adds one only for keys that could overfill it
+                # (LayeredBloom.fill), so re-offered keys never grow the filter
                 feed = BloomFeed(self._keeper)  # fed each shard's new keys as found
             try:
                 t0 = time.perf_counter()
@@ -240,9 +240,9 @@ class Admission:
             timings["bloom_s"] += time.perf_counter() - t1
             timings["bloom_background_s"] = feed.busy_s
             if self.bloom is not None:
-                # build ahead the layer a batch like this one would need (the keeper
-                # saw only the shards' inserts)
-                self.bloom.prepare(timings["offered"])
+                # build ahead the layer a batch like this one would need: as many keys
+                # setting a bit as this batch's (the keeper saw only the shards' inserts)
+                self.bloom.prepare(timings["bloom_negative"])
         if self.bloom is not None and timings["new"] and stored_new is not None:
             t1 = time.perf_counter()
             self._keeper.add(stored_new)
