@@ -105,69 +105,71 @@ def _scatter(src, lo, hi, dst, fill, sh, mask):
     (1.55 against 0.96 ns/key for an in-cache pass, measured)."""
     s = src[lo:hi]
     for i in range(s.shape[0]):
-        k = s[i]
-        d = (k >> sh) & mask
-        p = fill[d]
-        dst[p] = k
-        fill[d] = p + np.uint64(1)
+        _put(dst, fill, s[i], sh, mask)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put(dst, fill, k, sh, mask):
+    """``dst[fill[d]++] = k``, ``d`` the digit ``(k >> sh) & mask``."""
+    d = (k >> sh) & mask
+    p = fill[d]
+    dst[p] = k
+    fill[d] = p + np.uint64(1)
 
 
 @njit(cache=True, nogil=True)
-def _insertion(a, lo, hi):
-    """Insertion sort of ``a[lo:hi]``: linear when only close keys are out of order."""
-    s = a[lo:hi]
-    if s.shape[0] == 0:
-        return
-    top = s[0]  # the largest key so far
-    for i in range(1, s.shape[0]):
+def _scatter_count(src, lo, hi, dst, fill, sh, mask, sh2, c2):
+    """``_scatter``, counting meanwhile the digit ``(k >> sh2) & mask`` of each key
+    into ``c2`` (the next LSD pass's histogram: no pass of its own over the keys)."""
+    s = src[lo:hi]
+    for i in range(s.shape[0]):
         k = s[i]
-        if top <= k:
-            top = k
-            continue
-        j = i - 1
-        while j > 0 and s[j - 1] > k:
-            j -= 1
-        for t in range(i, j, -1):
-            s[t] = s[t - 1]
-        s[j] = k
+        _put(dst, fill, k, sh, mask)
+        c2[(k >> sh2) & mask] += 1
 
 
 @njit(cache=True, nogil=True)
-def _lsd_digits(src, alt, out, lo, hi, start, nd, width, counts, fill):
+def _lsd_digits(src, alt, out, lo, hi, start, nd, width, vary, counts, fill):
     """Stable LSD sort of ``src[lo:hi]`` by its bits ``[start, start + nd * width)``
     into ``out[lo:hi]``, ``width``-bit digits, ping-ponging through ``alt[0:hi-lo]``;
-    a digit constant over the range costs no pass. Requires: ``out`` is neither
-    ``src`` nor ``alt``; ``counts`` of length >= nd * 2**width; ``fill`` uint64 of
+    a digit with no bit of ``vary`` (the range's varying bits) costs no pass. Each
+    scatter counts the next digit's histogram as it goes. Requires: ``out`` is neither
+    ``src`` nor ``alt``; ``counts`` of length >= 2 * 2**width; ``fill`` uint64 of
     length 2**width. ``src[lo:hi]`` is clobbered."""
     m = hi - lo
     size = 1 << width
     mask = np.uint64(size - 1)
-    counts[: nd * size] = 0
-    for d in range(nd):  # one loop per digit: a loop over the digits inside ran 2x slower
-        _count(src, lo, hi, np.uint64(start + d * width), mask, counts[d * size:(d + 1) * size])
-    first = src[lo]
     active = np.empty(nd, np.int64)
     na = 0
     for d in range(nd):
-        if counts[d * size + np.int64((first >> np.uint64(start + d * width)) & mask)] != m:
+        if (vary >> np.uint64(start + d * width)) & mask != np.uint64(0):
             active[na] = d
             na += 1
+    if na == 0:
+        out[lo:hi] = src[lo:hi]
+        return
+    cur = counts[:size]
+    nxt = counts[size:2 * size]
+    cur[:] = 0
+    _count(src, lo, hi, np.uint64(start + active[0] * width), mask, cur)
     in_src = True  # where the current order lives: src[lo:hi] or alt[0:m]
     for p in range(na):
-        d = active[p]
         last = p == na - 1
         t = np.uint64(lo if (last or not in_src) else 0)
         for j in range(size):
             fill[j] = t
-            t += np.uint64(counts[d * size + j])
-        sh = np.uint64(start + d * width)
-        if in_src:
-            _scatter(src, lo, hi, out if last else alt, fill, sh, mask)
+            t += np.uint64(cur[j])
+        sh = np.uint64(start + active[p] * width)
+        here, h0, h1 = (src, lo, hi) if in_src else (alt, 0, m)
+        there = out if last else (alt if in_src else src)
+        if last:
+            _scatter(here, h0, h1, there, fill, sh, mask)
         else:
-            _scatter(alt, 0, m, out if last else src, fill, sh, mask)
+            nxt[:] = 0
+            _scatter_count(here, h0, h1, there, fill, sh, mask,
+                           np.uint64(start + active[p + 1] * width), nxt)
+            cur, nxt = nxt, cur
         in_src = not in_src
-    if na == 0:
-        out[lo:hi] = src[lo:hi]
 
 
 @njit(cache=True, nogil=True)
@@ -201,33 +203,52 @@ def _sort_top(src, alt, out, lo, hi, extra, width, single, counts, fill, stack, 
         _scatter(src, lo, hi, out, fill, sh, mask)
         if hb == need:
             return top
-        for d in range(size):
-            if c[d] > SMALL:
-                stack[top, 0] = np.int64(fill[d]) - np.int64(c[d])
-                stack[top, 1] = np.int64(fill[d])
-                top += 1
-        return top
+        return _runs(out, lo, hi, sh, stack, top)
     nd = (need + width - 1) // width
     start = max(hb - nd * width, 0)
-    _lsd_digits(src, alt, out, lo, hi, start, nd, width, counts, fill)
+    _lsd_digits(src, alt, out, lo, hi, start, nd, width, v, counts, fill)
     if start == 0:
         return top
-    sh = np.uint64(start)
-    g0 = lo
-    prefix = out[lo] >> sh
-    for i in range(lo + 1, hi):
-        p = out[i] >> sh
+    return _runs(out, lo, hi, np.uint64(start), stack, top)
+
+
+@njit(cache=True, nogil=True)
+def _runs(out, lo, hi, sh, stack, top):
+    """Finish sorted-by-``key >> sh`` ``out[lo:hi]``: each run of keys alike in those
+    bits (``_run``). Returns the new top of ``stack``."""
+    s = out[lo:hi]  # a loop from 0 over a slice: no negative-index check
+    g0 = 0
+    prefix = s[0] >> sh
+    for i in range(1, s.shape[0]):
+        p = s[i] >> sh
         if p != prefix:
-            if i - g0 > SMALL:
-                stack[top, 0] = g0
-                stack[top, 1] = i
-                top += 1
+            if i - g0 > 1:
+                top = _run(s, g0, i, lo, stack, top)
             g0 = i
             prefix = p
-    if hi - g0 > SMALL:
-        stack[top, 0] = g0
-        stack[top, 1] = hi
-        top += 1
+    if s.shape[0] - g0 > 1:
+        top = _run(s, g0, s.shape[0], lo, stack, top)
+    return top
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _run(s, g0, g1, base, stack, top):
+    """A run ``s[g0:g1]`` of keys alike in the bits sorted so far: sorted now by
+    insertion when it has at most SMALL keys, else pushed onto ``stack`` (as
+    ``base + g0, base + g1``) to be sorted again on its own varying bits. Returns the
+    new top. (No slice here: a slice made per run costs two atomic reference counts,
+    ~4 ns/key on host-skewed leaves, measured.)"""
+    if g1 - g0 > SMALL:
+        stack[top, 0] = base + g0
+        stack[top, 1] = base + g1
+        return top + 1
+    for i in range(g0 + 1, g1):
+        k = s[i]
+        j = i
+        while j > g0 and s[j - 1] > k:
+            s[j] = s[j - 1]
+            j -= 1
+        s[j] = k
     return top
 
 
@@ -245,7 +266,6 @@ def _leaf(src, alt, out, lo, hi, extra, width, single, counts, fill, stack):
         g0, g1 = stack[top, 0], stack[top, 1]
         src[g0:g1] = out[g0:g1]
         top = _sort_top(src, alt, out, g0, g1, extra, width, single, counts, fill, stack, top)
-    _insertion(out, lo, hi)
 
 
 @njit(cache=True, nogil=True)
@@ -266,6 +286,31 @@ def _dedup(a, lo, hi, w):
 
 
 @njit(cache=True, nogil=True)
+def _push_parts(c, hi, bucket_keys, in_src, st_lo, st_hi, st_src, top):
+    """Push the parts of an MSD split ending at ``hi`` (part d has ``c[d]`` keys,
+    ascending) so that the lowest is on top; consecutive parts of at most
+    ``bucket_keys`` keys together go as one (a split of a bucket just above the leaf
+    size, or a large host's neighbours, leaves many small parts, each a leaf's fixed
+    costs otherwise). Returns the new top."""
+    end = np.int64(hi)
+    acc = np.int64(0)  # keys of the group ending at ``end``
+    for d in range(c.shape[0] - 1, -1, -1):
+        k = np.int64(c[d])
+        if k == 0:
+            continue
+        if acc + k > bucket_keys and acc > 0:
+            st_lo[top], st_hi[top], st_src[top] = end - acc, end, in_src
+            top += 1
+            end -= acc
+            acc = np.int64(0)
+        acc += k
+    if acc > 0:
+        st_lo[top], st_hi[top], st_src[top] = end - acc, end, in_src
+        top += 1
+    return top
+
+
+@njit(cache=True, nogil=True)
 def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, max_bits, unique, w):
     """Sort buckets ``b0 <= b < b1`` of ``src`` (bucket b is ``src[starts[b]:starts[b+1]]``,
     buckets ascending) into the same places of ``out``. With ``unique``, repeats are
@@ -277,23 +322,28 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
     own top varying bits, between ``src`` and ``out``, until every part fits the
     cache; parts are finished in ascending order, so the dedup can pack them as it goes."""
     leaf = 2 * bucket_keys
-    biggest = 0
-    for b in range(b0, b1):
-        biggest = max(biggest, starts[b + 1] - starts[b])
-    alt = np.empty(min(biggest, leaf), np.uint64)
-    nc = max(1 << single, ((64 + width - 1) // width) << width)
+    span = starts[b1] - starts[b0] if b1 > b0 else 0
+    alt = np.empty(min(span, leaf), np.uint64)
+    nc = max(1 << single, 2 << width)
     counts = np.empty(nc, np.int64)
     fill = np.empty(nc, np.uint64)
-    stack = np.empty((min(biggest, leaf) // SMALL + 2, 2), np.int64)
+    stack = np.empty((min(span, leaf) // SMALL + 2, 2), np.int64)
     # the parts still to do: (lo, hi, 1 if the part lives in src else 0); popped last-in first
     cap = 64 * ((1 << max_bits) + 1)
     st_lo = np.empty(cap, np.int64)
     st_hi = np.empty(cap, np.int64)
     st_src = np.empty(cap, np.uint8)
-    for b in range(b0, b1):
-        if starts[b + 1] == starts[b]:
+    b = b0
+    while b < b1:
+        # consecutive buckets of at most bucket_keys keys together make one leaf
+        e = b + 1
+        while e < b1 and starts[e + 1] - starts[b] <= bucket_keys:
+            e += 1
+        lo, hi = starts[b], starts[e]
+        b = e
+        if hi == lo:
             continue
-        st_lo[0], st_hi[0], st_src[0] = starts[b], starts[b + 1], 1
+        st_lo[0], st_hi[0], st_src[0] = lo, hi, 1
         top = 1
         while top > 0:
             top -= 1
@@ -314,12 +364,7 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
                         f[d] = t
                         t += c[d]
                     msd_scatter(here, lo, hi, there, f, shift, bits)
-                    for d in range((1 << bits) - 1, -1, -1):  # smallest part on top
-                        if c[d] > 0:
-                            st_lo[top] = np.int64(f[d] - c[d])
-                            st_hi[top] = np.int64(f[d])
-                            st_src[top] = 1 - in_src
-                            top += 1
+                    top = _push_parts(c, hi, bucket_keys, 1 - in_src, st_lo, st_hi, st_src, top)
                     continue
             if not in_src:  # the leaf sorts from src: move the part there
                 src[lo:hi] = out[lo:hi]
