@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 SMALL = 16  # a digit shared by at most this many keys is left to the insertion pass
+ALIKE = 0.25  # one more LSD digit when about this share of a leaf's keys would share their run
 
 
 @njit(cache=True, nogil=True)
@@ -129,47 +130,82 @@ def _scatter_count(src, lo, hi, dst, fill, sh, mask, sh2, c2):
 
 
 @njit(cache=True, nogil=True)
+def _count2(src, lo, hi, sh, c, sh2, c2, mask):
+    """``_count`` of two digits in one pass."""
+    s = src[lo:hi]
+    for i in range(s.shape[0]):
+        k = s[i]
+        c[(k >> sh) & mask] += 1
+        c2[(k >> sh2) & mask] += 1
+
+
+@njit(cache=True, nogil=True)
 def _lsd_digits(src, alt, out, lo, hi, start, nd, width, vary, counts, fill):
     """Stable LSD sort of ``src[lo:hi]`` by its bits ``[start, start + nd * width)``
     into ``out[lo:hi]``, ``width``-bit digits, ping-ponging through ``alt[0:hi-lo]``;
-    a digit with no bit of ``vary`` (the range's varying bits) costs no pass. Each
-    scatter counts the next digit's histogram as it goes. Requires: ``out`` is neither
-    ``src`` nor ``alt``; ``counts`` of length >= 2 * 2**width; ``fill`` uint64 of
-    length 2**width. ``src[lo:hi]`` is clobbered."""
+    a digit with no bit of ``vary`` (the range's varying bits) costs no pass. The
+    lowest and the top digit are counted in one pass, a digit between them while the
+    digit below it is scattered. When the top digit's counts say that many keys would
+    still be alike in the bits sorted (groups of keys sharing it, a few large hosts'
+    keys: each left to an insertion sort of its run), one more digit below ``start``
+    is sorted first. Returns the lowest bit sorted (``start`` or ``start - width``).
+    Requires: ``out`` is neither ``src`` nor ``alt``; ``counts`` of length >=
+    ``ceil(64 / width) * 2**width``; ``fill`` uint64 of length 2**width.
+    ``src[lo:hi]`` is clobbered."""
     m = hi - lo
     size = 1 << width
     mask = np.uint64(size - 1)
-    active = np.empty(nd, np.int64)
+    sh = np.empty(nd + 1, np.int64)  # the active digits' shifts from sh[1]; sh[0]: one added
+    known = np.zeros(nd + 1, np.bool_)
     na = 0
     for d in range(nd):
         if (vary >> np.uint64(start + d * width)) & mask != np.uint64(0):
-            active[na] = d
             na += 1
+            sh[na] = start + d * width
     if na == 0:
         out[lo:hi] = src[lo:hi]
-        return
-    cur = counts[:size]
-    nxt = counts[size:2 * size]
-    cur[:] = 0
-    _count(src, lo, hi, np.uint64(start + active[0] * width), mask, cur)
+        return start
+    counts[size:2 * size] = 0
+    known[1] = known[na] = True
+    if na == 1:
+        _count(src, lo, hi, np.uint64(sh[1]), mask, counts[size:2 * size])
+    else:
+        top = counts[na * size:(na + 1) * size]
+        top[:] = 0
+        _count2(src, lo, hi, np.uint64(sh[1]), counts[size:2 * size], np.uint64(sh[na]), top, mask)
+    first = 1
+    if na >= 2 and start >= width and (vary >> np.uint64(start - width)) & mask != np.uint64(0):
+        b = float(1 << (sh[na] - start))  # values of the bits sorted below the top digit
+        alike = 0.0  # about how many keys share those bits with another key of their group
+        for j in range(size):
+            g = counts[na * size + j]
+            if g > 32:
+                x = g / b
+                alike += g * x / (1.0 + x)
+        if alike > ALIKE * m:
+            first = 0
+            start -= width
+            sh[0] = start
+            known[0] = True
+            counts[:size] = 0
+            _count(src, lo, hi, np.uint64(start), mask, counts[:size])
     in_src = True  # where the current order lives: src[lo:hi] or alt[0:m]
-    for p in range(na):
-        last = p == na - 1
+    for p in range(first, na + 1):
+        last = p == na
         t = np.uint64(lo if (last or not in_src) else 0)
         for j in range(size):
             fill[j] = t
-            t += np.uint64(cur[j])
-        sh = np.uint64(start + active[p] * width)
+            t += np.uint64(counts[p * size + j])
         here, h0, h1 = (src, lo, hi) if in_src else (alt, 0, m)
         there = out if last else (alt if in_src else src)
-        if last:
-            _scatter(here, h0, h1, there, fill, sh, mask)
+        if last or known[p + 1]:
+            _scatter(here, h0, h1, there, fill, np.uint64(sh[p]), mask)
         else:
+            nxt = counts[(p + 1) * size:(p + 2) * size]
             nxt[:] = 0
-            _scatter_count(here, h0, h1, there, fill, sh, mask,
-                           np.uint64(start + active[p + 1] * width), nxt)
-            cur, nxt = nxt, cur
+            _scatter_count(here, h0, h1, there, fill, np.uint64(sh[p]), mask, np.uint64(sh[p + 1]), nxt)
         in_src = not in_src
+    return start
 
 
 @njit(cache=True, nogil=True)
@@ -206,7 +242,7 @@ def _sort_top(src, alt, out, lo, hi, extra, width, single, counts, fill, stack, 
         return _runs(out, lo, hi, sh, stack, top)
     nd = (need + width - 1) // width
     start = max(hb - nd * width, 0)
-    _lsd_digits(src, alt, out, lo, hi, start, nd, width, v, counts, fill)
+    start = _lsd_digits(src, alt, out, lo, hi, start, nd, width, v, counts, fill)
     if start == 0:
         return top
     return _runs(out, lo, hi, np.uint64(start), stack, top)
@@ -324,7 +360,7 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
     leaf = 2 * bucket_keys
     span = starts[b1] - starts[b0] if b1 > b0 else 0
     alt = np.empty(min(span, leaf), np.uint64)
-    nc = max(1 << single, 2 << width)
+    nc = max(1 << single, ((64 + width - 1) // width) << width)
     counts = np.empty(nc, np.int64)
     fill = np.empty(nc, np.uint64)
     stack = np.empty((min(span, leaf) // SMALL + 2, 2), np.int64)
