@@ -104,6 +104,23 @@ def test_lsd_digits_adds_a_digit_below_when_many_keys_would_stay_alike(width, rn
         assert np.array_equal(out, a[np.argsort(a >> np.uint64(got), kind="stable")])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_varying_bit_the_sample_misses(threads, rng):
+    """The top MSD digit is planned on a sample of the keys (every 67th); a higher bit
+    that varies only in keys outside the sample (the edge keys 2**63 and 2**64 - 1 in
+    a shard's keys) is found by the histogram's pass and the digit planned again."""
+    from seenstore.kernels.sort import sampled_bits
+    n = 100_000
+    for base in (np.full(n, 5, np.uint64), rng.integers(0, 2**20, n).astype(np.uint64)):
+        a = base.copy()
+        a[1], a[2], a[n - 2] = 2**63, 2**64 - 1, 0
+        assert sampled_bits(a, 0, n) < 2**20  # the sample saw none of them
+        for unique in (False, True):
+            got = a.copy()
+            m = sorting._sort(got, unique, threads, "radix")
+            assert np.array_equal(got[:m], np.unique(a) if unique else np.sort(a))
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 1000, 70_000, 300_001])
 @pytest.mark.parametrize("unique", [False, True])
 def test_two_threads_identical_to_one(n, unique, rng, monkeypatch):

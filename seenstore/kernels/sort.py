@@ -84,6 +84,35 @@ def msd_histogram(a, lo, hi, shift, bits):
 
 
 @njit(cache=True, nogil=True)
+def sampled_bits(a, lo, hi, step=67):
+    """OR of ``a[i] ^ a[lo]`` over every ``step``-th key of ``a[lo:hi]``: some of the
+    varying bits (all of them, on most inputs), read from a few cache lines."""
+    v = np.uint64(0)
+    if hi <= lo:
+        return v
+    x = a[lo]
+    for i in range(lo, hi, step):
+        v |= a[i] ^ x
+    return v
+
+
+@njit(cache=True, nogil=True)
+def msd_histogram_vary(a, lo, hi, shift, bits, x):
+    """``msd_histogram``, and the OR of ``k ^ x`` over the keys ``k`` of ``a[lo:hi]``
+    (with ``x`` one of the keys: the varying bits) from the same pass."""
+    mask = np.uint64((1 << bits) - 1)
+    sh = np.uint64(shift)
+    counts = np.zeros(1 << bits, np.uint64)
+    v = np.uint64(0)
+    s = a[lo:hi]
+    for i in range(s.shape[0]):
+        k = s[i]
+        counts[(k >> sh) & mask] += 1
+        v |= k ^ x
+    return counts, v
+
+
+@njit(cache=True, nogil=True)
 def _count(src, lo, hi, sh, mask, c):
     """``c[d] += 1`` for the digit ``d = (k >> sh) & mask`` of each ``k`` of
     ``src[lo:hi]`` (a loop over a slice from 0: no negative-index check)."""
@@ -413,11 +442,19 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
 @njit(cache=True, nogil=True)
 def _sort(a, buf, unique, bucket_keys, extra, width, single, max_bits):
     n = a.shape[0]
-    vary = varying_bits(a, 0, n)
-    if vary == np.uint64(0):
-        return 1 if unique and n else n
-    shift, bits = msd_plan(vary, n, bucket_keys >> 2, max_bits)
-    counts = msd_histogram(a, 0, n, shift, bits)
+    if n == 0:
+        return 0
+    # the digit planned on a sample's varying bits, checked by the histogram's pass
+    # (planned again in the rare case that a higher bit varies): no pass of its own
+    vary = sampled_bits(a, 0, n)
+    while True:
+        shift, bits = msd_plan(vary, n, bucket_keys >> 2, max_bits)
+        counts, full = msd_histogram_vary(a, 0, n, shift, bits, a[0])
+        if full == np.uint64(0):
+            return 1 if unique else n
+        if _top_bit(full) == _top_bit(vary):
+            break
+        vary = full
     starts = np.zeros((1 << bits) + 1, np.int64)
     for d in range(1 << bits):
         starts[d + 1] = starts[d] + np.int64(counts[d])
