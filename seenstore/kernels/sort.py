@@ -7,23 +7,26 @@ bits that vary:
 * one pass scatters ``a`` into ``buf`` by its top varying bits (at most ``max_bits``:
   a scatter to DRAM costs 2.3-2.4 ns/key up to 2**9 destinations here, 5 at 2**11),
   aiming at buckets of ``bucket_keys / 4`` keys (a bucket, its copy and the output
-  fit the L2 cache);
+  fit the L2 cache); the digit is planned on a sample's varying bits
+  (``sampled_bits``) and checked by the histogram's pass (``msd_histogram_vary``);
 * a bucket above ``2 * bucket_keys`` (a large host's keys, with skewed keys) is split
   again on its own top ``max_bits`` varying bits (all of them: a host's keys stay
   together while the bits are the host's, and fewer bits per pass peeled a large host
-  over more passes), ping-ponging between ``buf`` and ``a``;
-* a bucket that fits (a leaf) is sorted in cache into its place in ``a`` by its top
+  over more passes), ping-ponging between ``buf`` and ``a``; consecutive parts (and
+  buckets) of at most ``bucket_keys`` keys are sorted together, as one leaf;
+* a leaf is sorted in cache into its place in ``a`` by its top
   ``ceil(log2(size)) + extra`` varying bits (so that most keys are alone in them): one
   counting pass when that is at most ``single`` bits, else LSD passes of ``width``
-  bits (two for a bucket of 2**14 keys); every run of more than ``SMALL`` keys still
-  alike in those bits (one host's keys) is sorted again the same way on its own
-  varying bits, and one insertion pass over the leaf finishes the small runs.
+  bits (two for a bucket of 2**14 keys; one more below when many keys would still be
+  alike in them, ``ALIKE``); each run of keys alike in the bits sorted is then sorted
+  by insertion (at most ``SMALL`` keys) or again the same way on its own varying
+  bits (one host's keys).
 
 Bits constant over the array (a shard's top bits) or over a bucket (a host's) cost no
 pass. ``sort_unique`` drops repeats from each leaf while it is in cache: no extra
 pass over memory. ``lsd_sort`` is the plain LSD sort the design was measured against
 (bench/bench_sort.py). seenstore/sorting.py runs the building blocks
-(``varying_bits``, ``msd_plan``, ``msd_histogram``, ``msd_scatter``, ``sort_buckets``)
+(``sampled_bits``, ``msd_plan``, ``msd_histogram_vary``, ``msd_scatter``, ``sort_buckets``)
 on two threads. Twins: np.sort / np.unique in tests/test_sort.py.
 """
 
@@ -32,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-SMALL = 16  # a digit shared by at most this many keys is left to the insertion pass
+SMALL = 16  # a run of at most this many alike keys is sorted by insertion
 ALIKE = 0.25  # one more LSD digit when about this share of a leaf's keys would share their run
 
 
@@ -179,7 +182,7 @@ def _lsd_digits(src, alt, out, lo, hi, start, nd, width, vary, counts, fill):
     keys: each left to an insertion sort of its run), one more digit below ``start``
     is sorted first. Returns the lowest bit sorted (``start`` or ``start - width``).
     Requires: ``out`` is neither ``src`` nor ``alt``; ``counts`` of length >=
-    ``ceil(64 / width) * 2**width``; ``fill`` uint64 of length 2**width.
+    ``(nd + 1) * 2**width``; ``fill`` uint64 of length 2**width.
     ``src[lo:hi]`` is clobbered."""
     m = hi - lo
     size = 1 << width
@@ -319,11 +322,11 @@ def _run(s, g0, g1, base, stack, top):
 
 @njit(cache=True, nogil=True)
 def _leaf(src, alt, out, lo, hi, extra, width, single, counts, fill, stack):
-    """Sort ``src[lo:hi]`` into ``out[lo:hi]``: ``_sort_top``, every run it leaves of
-    more than SMALL alike keys sorted again the same way on its own varying bits, and
-    one insertion pass for the small runs. Requires: ``out`` is neither ``src`` nor
-    ``alt``; ``alt`` of at least ``hi - lo`` keys; ``counts`` (int64) of at least
-    ``max(2**single, 8 * 2**width)``, ``fill`` (uint64) as long; ``stack`` int64
+    """Sort ``src[lo:hi]`` into ``out[lo:hi]``: ``_sort_top``, then every run it leaves
+    of more than SMALL alike keys sorted again the same way on its own varying bits.
+    Requires: ``out`` is neither ``src`` nor ``alt``; ``alt`` of at least ``hi - lo``
+    keys; ``counts`` (int64) of at least ``max(2**single, ceil(64 / width) * 2**width)``,
+    ``fill`` (uint64) as long; ``stack`` int64
     (k, 2) with k > (hi - lo) / SMALL. ``src[lo:hi]`` is clobbered."""
     top = _sort_top(src, alt, out, lo, hi, extra, width, single, counts, fill, stack, 0)
     while top > 0:
