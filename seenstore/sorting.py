@@ -36,7 +36,7 @@ SMALL_KEYS = 1 << 14
 ENV = "SEENSTORE_SORT"
 CHOICES = ("radix", "numpy")
 PROBE_KEYS = 1 << 21
-PROBE_VERSION = 5  # part of the cache key: a changed probe or kernel is measured again
+PROBE_VERSION = 6  # part of the cache key: a changed probe or kernel is measured again
 # kernel tunables (bench/bench_sort.py measured them; docs/architecture.md)
 BUCKET_KEYS = 16384
 EXTRA = 1
@@ -307,21 +307,28 @@ def _two() -> ThreadPoolExecutor:
 
 
 def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
-    """The radix sort on two threads: each thread finds the varying bits of, counts
-    and scatters one half of ``a``; then each sorts the buckets of one half of the keys."""
+    """The radix sort on two threads: each thread counts (and finds the varying bits
+    of) and scatters one half of ``a`` (into its own offsets of each bucket); then
+    each sorts the buckets of one half of the keys."""
     from .kernels import sort as ks
     n = len(a)
     h = n // 2
     pool = _two()
     halves = ((0, h), (h, n))
-    vary = 0
-    for v in pool.map(lambda r: ks.varying_bits(a, r[0], r[1]), halves):
-        vary |= int(v)
-    vary |= int(a[0] ^ a[h])
-    if vary == 0:
-        return 1 if unique else n
-    shift, bits = ks.msd_plan(np.uint64(vary), n, BUCKET_KEYS >> 2, MSD_BITS)
-    c0, c1 = pool.map(lambda r: ks.msd_histogram(a, r[0], r[1], shift, bits), halves)
+    x = a[0]
+    # planned on a sample's varying bits; each half's histogram pass also ORs its keys'
+    # varying bits, and a higher bit found there plans again (rare)
+    vary = int(ks.sampled_bits(a, 0, n))
+    while True:
+        shift, bits = ks.msd_plan(np.uint64(vary), n, BUCKET_KEYS >> 2, MSD_BITS)
+        (c0, v0), (c1, v1) = pool.map(
+            lambda r: ks.msd_histogram_vary(a, r[0], r[1], shift, bits, x), halves)
+        full = int(v0) | int(v1)
+        if full == 0:
+            return 1 if unique else n
+        if full.bit_length() == vary.bit_length():
+            break
+        vary = full
     starts = np.zeros(len(c0) + 1, np.int64)
     np.cumsum((c0 + c1).astype(np.int64), out=starts[1:])
     fill0 = starts[:-1].astype(np.uint64)

@@ -77,8 +77,48 @@ def test_keys_alike_but_in_their_lowest_bits(rng):
     a = (np.uint64(7) << np.uint64(60)) | rng.integers(0, 2**8, 50_000).astype(np.uint64)
     a[::3] |= np.uint64(1) << np.uint64(59)
     got = a.copy()
-    radix_sort(got, np.empty(len(a), np.uint64))
+    radix_sort(got, np.empty(len(a), np.uint64), *sorting._tunables())  # no compile of its own
     assert np.array_equal(got, np.sort(a))
+
+
+@pytest.mark.parametrize("width", [4, 11])
+def test_lsd_digits_adds_a_digit_below_when_many_keys_would_stay_alike(width, rng):
+    """A leaf of a few large hosts (its top digit shared by thousands of keys): the
+    keys alike in the bits the LSD passes would sort are many, so one more digit below
+    is sorted first (``_lsd_digits`` returns the lower start); spread keys get no extra
+    pass. Either way the output is the input sorted by its bits from that start, stably."""
+    from seenstore.kernels.sort import _lsd_digits, varying_bits
+    m, nd = 20_000, 2
+    start = 46 - nd * width
+    top = start + (nd - 1) * width
+    cases = [((rng.integers(0, 4, m).astype(np.uint64) << np.uint64(top))
+              | rng.integers(0, 2**top, m, dtype=np.uint64), start - width)]
+    if width == 11:  # 22 bits sorted: 20k spread keys are alone in them
+        cases.append((rng.integers(0, 2**46, m, dtype=np.uint64), start))
+    for a, want_start in cases:
+        src, alt, out = a.copy(), np.empty(m, np.uint64), np.empty(m, np.uint64)
+        counts = np.empty(((64 + width - 1) // width) << width, np.int64)
+        got = _lsd_digits(src, alt, out, 0, m, start, nd, width, varying_bits(a, 0, m),
+                          counts, np.empty(1 << width, np.uint64))
+        assert got == want_start
+        assert np.array_equal(out, a[np.argsort(a >> np.uint64(got), kind="stable")])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_varying_bit_the_sample_misses(threads, rng):
+    """The top MSD digit is planned on a sample of the keys (every 67th); a higher bit
+    that varies only in keys outside the sample (the edge keys 2**63 and 2**64 - 1 in
+    a shard's keys) is found by the histogram's pass and the digit planned again."""
+    from seenstore.kernels.sort import sampled_bits
+    n = 100_000
+    for base in (np.full(n, 5, np.uint64), rng.integers(0, 2**20, n).astype(np.uint64)):
+        a = base.copy()
+        a[1], a[2], a[n - 2] = 2**63, 2**64 - 1, 0
+        assert sampled_bits(a, 0, n) < 2**20  # the sample saw none of them
+        for unique in (False, True):
+            got = a.copy()
+            m = sorting._sort(got, unique, threads, "radix")
+            assert np.array_equal(got[:m], np.unique(a) if unique else np.sort(a))
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 1000, 70_000, 300_001])

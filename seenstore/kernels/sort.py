@@ -7,23 +7,26 @@ bits that vary:
 * one pass scatters ``a`` into ``buf`` by its top varying bits (at most ``max_bits``:
   a scatter to DRAM costs 2.3-2.4 ns/key up to 2**9 destinations here, 5 at 2**11),
   aiming at buckets of ``bucket_keys / 4`` keys (a bucket, its copy and the output
-  fit the L2 cache);
+  fit the L2 cache); the digit is planned on a sample's varying bits
+  (``sampled_bits``) and checked by the histogram's pass (``msd_histogram_vary``);
 * a bucket above ``2 * bucket_keys`` (a large host's keys, with skewed keys) is split
   again on its own top ``max_bits`` varying bits (all of them: a host's keys stay
   together while the bits are the host's, and fewer bits per pass peeled a large host
-  over more passes), ping-ponging between ``buf`` and ``a``;
-* a bucket that fits (a leaf) is sorted in cache into its place in ``a`` by its top
+  over more passes), ping-ponging between ``buf`` and ``a``; consecutive parts (and
+  buckets) of at most ``bucket_keys`` keys are sorted together, as one leaf;
+* a leaf is sorted in cache into its place in ``a`` by its top
   ``ceil(log2(size)) + extra`` varying bits (so that most keys are alone in them): one
   counting pass when that is at most ``single`` bits, else LSD passes of ``width``
-  bits (two for a bucket of 2**14 keys); every run of more than ``SMALL`` keys still
-  alike in those bits (one host's keys) is sorted again the same way on its own
-  varying bits, and one insertion pass over the leaf finishes the small runs.
+  bits (two for a bucket of 2**14 keys; one more below when many keys would still be
+  alike in them, ``ALIKE``); each run of keys alike in the bits sorted is then sorted
+  by insertion (at most ``SMALL`` keys) or again the same way on its own varying
+  bits (one host's keys).
 
 Bits constant over the array (a shard's top bits) or over a bucket (a host's) cost no
 pass. ``sort_unique`` drops repeats from each leaf while it is in cache: no extra
 pass over memory. ``lsd_sort`` is the plain LSD sort the design was measured against
 (bench/bench_sort.py). seenstore/sorting.py runs the building blocks
-(``varying_bits``, ``msd_plan``, ``msd_histogram``, ``msd_scatter``, ``sort_buckets``)
+(``sampled_bits``, ``msd_plan``, ``msd_histogram_vary``, ``msd_scatter``, ``sort_buckets``)
 on two threads. Twins: np.sort / np.unique in tests/test_sort.py.
 """
 
@@ -32,7 +35,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-SMALL = 16  # a digit shared by at most this many keys is left to the insertion pass
+SMALL = 16  # a run of at most this many alike keys is sorted by insertion
+ALIKE = 0.25  # one more LSD digit when about this share of a leaf's keys would share their run
 
 
 @njit(cache=True, nogil=True)
@@ -83,6 +87,35 @@ def msd_histogram(a, lo, hi, shift, bits):
 
 
 @njit(cache=True, nogil=True)
+def sampled_bits(a, lo, hi, step=67):
+    """OR of ``a[i] ^ a[lo]`` over every ``step``-th key of ``a[lo:hi]``: some of the
+    varying bits (all of them, on most inputs), read from a few cache lines."""
+    v = np.uint64(0)
+    if hi <= lo:
+        return v
+    x = a[lo]
+    for i in range(lo, hi, step):
+        v |= a[i] ^ x
+    return v
+
+
+@njit(cache=True, nogil=True)
+def msd_histogram_vary(a, lo, hi, shift, bits, x):
+    """``msd_histogram``, and the OR of ``k ^ x`` over the keys ``k`` of ``a[lo:hi]``
+    (with ``x`` one of the keys: the varying bits) from the same pass."""
+    mask = np.uint64((1 << bits) - 1)
+    sh = np.uint64(shift)
+    counts = np.zeros(1 << bits, np.uint64)
+    v = np.uint64(0)
+    s = a[lo:hi]
+    for i in range(s.shape[0]):
+        k = s[i]
+        counts[(k >> sh) & mask] += 1
+        v |= k ^ x
+    return counts, v
+
+
+@njit(cache=True, nogil=True)
 def _count(src, lo, hi, sh, mask, c):
     """``c[d] += 1`` for the digit ``d = (k >> sh) & mask`` of each ``k`` of
     ``src[lo:hi]`` (a loop over a slice from 0: no negative-index check)."""
@@ -105,69 +138,106 @@ def _scatter(src, lo, hi, dst, fill, sh, mask):
     (1.55 against 0.96 ns/key for an in-cache pass, measured)."""
     s = src[lo:hi]
     for i in range(s.shape[0]):
-        k = s[i]
-        d = (k >> sh) & mask
-        p = fill[d]
-        dst[p] = k
-        fill[d] = p + np.uint64(1)
+        _put(dst, fill, s[i], sh, mask)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put(dst, fill, k, sh, mask):
+    """``dst[fill[d]++] = k``, ``d`` the digit ``(k >> sh) & mask``."""
+    d = (k >> sh) & mask
+    p = fill[d]
+    dst[p] = k
+    fill[d] = p + np.uint64(1)
 
 
 @njit(cache=True, nogil=True)
-def _insertion(a, lo, hi):
-    """Insertion sort of ``a[lo:hi]``: linear when only close keys are out of order."""
-    s = a[lo:hi]
-    if s.shape[0] == 0:
-        return
-    top = s[0]  # the largest key so far
-    for i in range(1, s.shape[0]):
+def _scatter_count(src, lo, hi, dst, fill, sh, mask, sh2, c2):
+    """``_scatter``, counting meanwhile the digit ``(k >> sh2) & mask`` of each key
+    into ``c2`` (the next LSD pass's histogram: no pass of its own over the keys)."""
+    s = src[lo:hi]
+    for i in range(s.shape[0]):
         k = s[i]
-        if top <= k:
-            top = k
-            continue
-        j = i - 1
-        while j > 0 and s[j - 1] > k:
-            j -= 1
-        for t in range(i, j, -1):
-            s[t] = s[t - 1]
-        s[j] = k
+        _put(dst, fill, k, sh, mask)
+        c2[(k >> sh2) & mask] += 1
 
 
 @njit(cache=True, nogil=True)
-def _lsd_digits(src, alt, out, lo, hi, start, nd, width, counts, fill):
+def _count2(src, lo, hi, sh, c, sh2, c2, mask):
+    """``_count`` of two digits in one pass."""
+    s = src[lo:hi]
+    for i in range(s.shape[0]):
+        k = s[i]
+        c[(k >> sh) & mask] += 1
+        c2[(k >> sh2) & mask] += 1
+
+
+@njit(cache=True, nogil=True)
+def _lsd_digits(src, alt, out, lo, hi, start, nd, width, vary, counts, fill):
     """Stable LSD sort of ``src[lo:hi]`` by its bits ``[start, start + nd * width)``
     into ``out[lo:hi]``, ``width``-bit digits, ping-ponging through ``alt[0:hi-lo]``;
-    a digit constant over the range costs no pass. Requires: ``out`` is neither
-    ``src`` nor ``alt``; ``counts`` of length >= nd * 2**width; ``fill`` uint64 of
-    length 2**width. ``src[lo:hi]`` is clobbered."""
+    a digit with no bit of ``vary`` (the range's varying bits) costs no pass. The
+    lowest and the top digit are counted in one pass, a digit between them while the
+    digit below it is scattered. When the top digit's counts say that many keys would
+    still be alike in the bits sorted (groups of keys sharing it, a few large hosts'
+    keys: each left to an insertion sort of its run), one more digit below ``start``
+    is sorted first. Returns the lowest bit sorted (``start`` or ``start - width``).
+    Requires: ``out`` is neither ``src`` nor ``alt``; ``counts`` of length >=
+    ``(nd + 1) * 2**width``; ``fill`` uint64 of length 2**width.
+    ``src[lo:hi]`` is clobbered."""
     m = hi - lo
     size = 1 << width
     mask = np.uint64(size - 1)
-    counts[: nd * size] = 0
-    for d in range(nd):  # one loop per digit: a loop over the digits inside ran 2x slower
-        _count(src, lo, hi, np.uint64(start + d * width), mask, counts[d * size:(d + 1) * size])
-    first = src[lo]
-    active = np.empty(nd, np.int64)
+    sh = np.empty(nd + 1, np.int64)  # the active digits' shifts from sh[1]; sh[0]: one added
+    known = np.zeros(nd + 1, np.bool_)
     na = 0
     for d in range(nd):
-        if counts[d * size + np.int64((first >> np.uint64(start + d * width)) & mask)] != m:
-            active[na] = d
+        if (vary >> np.uint64(start + d * width)) & mask != np.uint64(0):
             na += 1
+            sh[na] = start + d * width
+    if na == 0:
+        out[lo:hi] = src[lo:hi]
+        return start
+    counts[size:2 * size] = 0
+    known[1] = known[na] = True
+    if na == 1:
+        _count(src, lo, hi, np.uint64(sh[1]), mask, counts[size:2 * size])
+    else:
+        top = counts[na * size:(na + 1) * size]
+        top[:] = 0
+        _count2(src, lo, hi, np.uint64(sh[1]), counts[size:2 * size], np.uint64(sh[na]), top, mask)
+    first = 1
+    if na >= 2 and start >= width and (vary >> np.uint64(start - width)) & mask != np.uint64(0):
+        b = float(1 << (sh[na] - start))  # values of the bits sorted below the top digit
+        alike = 0.0  # about how many keys share those bits with another key of their group
+        for j in range(size):
+            g = counts[na * size + j]
+            if g > 32:
+                x = g / b
+                alike += g * x / (1.0 + x)
+        if alike > ALIKE * m:
+            first = 0
+            start -= width
+            sh[0] = start
+            known[0] = True
+            counts[:size] = 0
+            _count(src, lo, hi, np.uint64(start), mask, counts[:size])
     in_src = True  # where the current order lives: src[lo:hi] or alt[0:m]
-    for p in range(na):
-        d = active[p]
-        last = p == na - 1
+    for p in range(first, na + 1):
+        last = p == na
         t = np.uint64(lo if (last or not in_src) else 0)
         for j in range(size):
             fill[j] = t
-            t += np.uint64(counts[d * size + j])
-        sh = np.uint64(start + d * width)
-        if in_src:
-            _scatter(src, lo, hi, out if last else alt, fill, sh, mask)
+            t += np.uint64(counts[p * size + j])
+        here, h0, h1 = (src, lo, hi) if in_src else (alt, 0, m)
+        there = out if last else (alt if in_src else src)
+        if last or known[p + 1]:
+            _scatter(here, h0, h1, there, fill, np.uint64(sh[p]), mask)
         else:
-            _scatter(alt, 0, m, out if last else src, fill, sh, mask)
+            nxt = counts[(p + 1) * size:(p + 2) * size]
+            nxt[:] = 0
+            _scatter_count(here, h0, h1, there, fill, np.uint64(sh[p]), mask, np.uint64(sh[p + 1]), nxt)
         in_src = not in_src
-    if na == 0:
-        out[lo:hi] = src[lo:hi]
+    return start
 
 
 @njit(cache=True, nogil=True)
@@ -201,43 +271,62 @@ def _sort_top(src, alt, out, lo, hi, extra, width, single, counts, fill, stack, 
         _scatter(src, lo, hi, out, fill, sh, mask)
         if hb == need:
             return top
-        for d in range(size):
-            if c[d] > SMALL:
-                stack[top, 0] = np.int64(fill[d]) - np.int64(c[d])
-                stack[top, 1] = np.int64(fill[d])
-                top += 1
-        return top
+        return _runs(out, lo, hi, sh, stack, top)
     nd = (need + width - 1) // width
     start = max(hb - nd * width, 0)
-    _lsd_digits(src, alt, out, lo, hi, start, nd, width, counts, fill)
+    start = _lsd_digits(src, alt, out, lo, hi, start, nd, width, v, counts, fill)
     if start == 0:
         return top
-    sh = np.uint64(start)
-    g0 = lo
-    prefix = out[lo] >> sh
-    for i in range(lo + 1, hi):
-        p = out[i] >> sh
+    return _runs(out, lo, hi, np.uint64(start), stack, top)
+
+
+@njit(cache=True, nogil=True)
+def _runs(out, lo, hi, sh, stack, top):
+    """Finish sorted-by-``key >> sh`` ``out[lo:hi]``: each run of keys alike in those
+    bits (``_run``). Returns the new top of ``stack``."""
+    s = out[lo:hi]  # a loop from 0 over a slice: no negative-index check
+    g0 = 0
+    prefix = s[0] >> sh
+    for i in range(1, s.shape[0]):
+        p = s[i] >> sh
         if p != prefix:
-            if i - g0 > SMALL:
-                stack[top, 0] = g0
-                stack[top, 1] = i
-                top += 1
+            if i - g0 > 1:
+                top = _run(s, g0, i, lo, stack, top)
             g0 = i
             prefix = p
-    if hi - g0 > SMALL:
-        stack[top, 0] = g0
-        stack[top, 1] = hi
-        top += 1
+    if s.shape[0] - g0 > 1:
+        top = _run(s, g0, s.shape[0], lo, stack, top)
+    return top
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _run(s, g0, g1, base, stack, top):
+    """A run ``s[g0:g1]`` of keys alike in the bits sorted so far: sorted now by
+    insertion when it has at most SMALL keys, else pushed onto ``stack`` (as
+    ``base + g0, base + g1``) to be sorted again on its own varying bits. Returns the
+    new top. (No slice here: a slice made per run costs two atomic reference counts,
+    ~4 ns/key on host-skewed leaves, measured.)"""
+    if g1 - g0 > SMALL:
+        stack[top, 0] = base + g0
+        stack[top, 1] = base + g1
+        return top + 1
+    for i in range(g0 + 1, g1):
+        k = s[i]
+        j = i
+        while j > g0 and s[j - 1] > k:
+            s[j] = s[j - 1]
+            j -= 1
+        s[j] = k
     return top
 
 
 @njit(cache=True, nogil=True)
 def _leaf(src, alt, out, lo, hi, extra, width, single, counts, fill, stack):
-    """Sort ``src[lo:hi]`` into ``out[lo:hi]``: ``_sort_top``, every run it leaves of
-    more than SMALL alike keys sorted again the same way on its own varying bits, and
-    one insertion pass for the small runs. Requires: ``out`` is neither ``src`` nor
-    ``alt``; ``alt`` of at least ``hi - lo`` keys; ``counts`` (int64) of at least
-    ``max(2**single, 8 * 2**width)``, ``fill`` (uint64) as long; ``stack`` int64
+    """Sort ``src[lo:hi]`` into ``out[lo:hi]``: ``_sort_top``, then every run it leaves
+    of more than SMALL alike keys sorted again the same way on its own varying bits.
+    Requires: ``out`` is neither ``src`` nor ``alt``; ``alt`` of at least ``hi - lo``
+    keys; ``counts`` (int64) of at least ``max(2**single, ceil(64 / width) * 2**width)``,
+    ``fill`` (uint64) as long; ``stack`` int64
     (k, 2) with k > (hi - lo) / SMALL. ``src[lo:hi]`` is clobbered."""
     top = _sort_top(src, alt, out, lo, hi, extra, width, single, counts, fill, stack, 0)
     while top > 0:
@@ -245,7 +334,6 @@ def _leaf(src, alt, out, lo, hi, extra, width, single, counts, fill, stack):
         g0, g1 = stack[top, 0], stack[top, 1]
         src[g0:g1] = out[g0:g1]
         top = _sort_top(src, alt, out, g0, g1, extra, width, single, counts, fill, stack, top)
-    _insertion(out, lo, hi)
 
 
 @njit(cache=True, nogil=True)
@@ -266,6 +354,31 @@ def _dedup(a, lo, hi, w):
 
 
 @njit(cache=True, nogil=True)
+def _push_parts(c, hi, bucket_keys, in_src, st_lo, st_hi, st_src, top):
+    """Push the parts of an MSD split ending at ``hi`` (part d has ``c[d]`` keys,
+    ascending) so that the lowest is on top; consecutive parts of at most
+    ``bucket_keys`` keys together go as one (a split of a bucket just above the leaf
+    size, or a large host's neighbours, leaves many small parts, each a leaf's fixed
+    costs otherwise). Returns the new top."""
+    end = np.int64(hi)
+    acc = np.int64(0)  # keys of the group ending at ``end``
+    for d in range(c.shape[0] - 1, -1, -1):
+        k = np.int64(c[d])
+        if k == 0:
+            continue
+        if acc + k > bucket_keys and acc > 0:
+            st_lo[top], st_hi[top], st_src[top] = end - acc, end, in_src
+            top += 1
+            end -= acc
+            acc = np.int64(0)
+        acc += k
+    if acc > 0:
+        st_lo[top], st_hi[top], st_src[top] = end - acc, end, in_src
+        top += 1
+    return top
+
+
+@njit(cache=True, nogil=True)
 def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, max_bits, unique, w):
     """Sort buckets ``b0 <= b < b1`` of ``src`` (bucket b is ``src[starts[b]:starts[b+1]]``,
     buckets ascending) into the same places of ``out``. With ``unique``, repeats are
@@ -277,23 +390,28 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
     own top varying bits, between ``src`` and ``out``, until every part fits the
     cache; parts are finished in ascending order, so the dedup can pack them as it goes."""
     leaf = 2 * bucket_keys
-    biggest = 0
-    for b in range(b0, b1):
-        biggest = max(biggest, starts[b + 1] - starts[b])
-    alt = np.empty(min(biggest, leaf), np.uint64)
+    span = starts[b1] - starts[b0] if b1 > b0 else 0
+    alt = np.empty(min(span, leaf), np.uint64)
     nc = max(1 << single, ((64 + width - 1) // width) << width)
     counts = np.empty(nc, np.int64)
     fill = np.empty(nc, np.uint64)
-    stack = np.empty((min(biggest, leaf) // SMALL + 2, 2), np.int64)
+    stack = np.empty((min(span, leaf) // SMALL + 2, 2), np.int64)
     # the parts still to do: (lo, hi, 1 if the part lives in src else 0); popped last-in first
     cap = 64 * ((1 << max_bits) + 1)
     st_lo = np.empty(cap, np.int64)
     st_hi = np.empty(cap, np.int64)
     st_src = np.empty(cap, np.uint8)
-    for b in range(b0, b1):
-        if starts[b + 1] == starts[b]:
+    b = b0
+    while b < b1:
+        # consecutive buckets of at most bucket_keys keys together make one leaf
+        e = b + 1
+        while e < b1 and starts[e + 1] - starts[b] <= bucket_keys:
+            e += 1
+        lo, hi = starts[b], starts[e]
+        b = e
+        if hi == lo:
             continue
-        st_lo[0], st_hi[0], st_src[0] = starts[b], starts[b + 1], 1
+        st_lo[0], st_hi[0], st_src[0] = lo, hi, 1
         top = 1
         while top > 0:
             top -= 1
@@ -314,12 +432,7 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
                         f[d] = t
                         t += c[d]
                     msd_scatter(here, lo, hi, there, f, shift, bits)
-                    for d in range((1 << bits) - 1, -1, -1):  # smallest part on top
-                        if c[d] > 0:
-                            st_lo[top] = np.int64(f[d] - c[d])
-                            st_hi[top] = np.int64(f[d])
-                            st_src[top] = 1 - in_src
-                            top += 1
+                    top = _push_parts(c, hi, bucket_keys, 1 - in_src, st_lo, st_hi, st_src, top)
                     continue
             if not in_src:  # the leaf sorts from src: move the part there
                 src[lo:hi] = out[lo:hi]
@@ -332,11 +445,19 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
 @njit(cache=True, nogil=True)
 def _sort(a, buf, unique, bucket_keys, extra, width, single, max_bits):
     n = a.shape[0]
-    vary = varying_bits(a, 0, n)
-    if vary == np.uint64(0):
-        return 1 if unique and n else n
-    shift, bits = msd_plan(vary, n, bucket_keys >> 2, max_bits)
-    counts = msd_histogram(a, 0, n, shift, bits)
+    if n == 0:
+        return 0
+    # the digit planned on a sample's varying bits, checked by the histogram's pass
+    # (planned again in the rare case that a higher bit varies): no pass of its own
+    vary = sampled_bits(a, 0, n)
+    while True:
+        shift, bits = msd_plan(vary, n, bucket_keys >> 2, max_bits)
+        counts, full = msd_histogram_vary(a, 0, n, shift, bits, a[0])
+        if full == np.uint64(0):
+            return 1 if unique else n
+        if _top_bit(full) == _top_bit(vary):
+            break
+        vary = full
     starts = np.zeros((1 << bits) + 1, np.int64)
     for d in range(1 << bits):
         starts[d + 1] = starts[d] + np.int64(counts[d])
