@@ -90,7 +90,8 @@ def run(keys: int, batch: int, shard_bits: int, memory: int, bloom: bool, work: 
 
 def fit(rows: list, at_nb: float) -> dict:
     """Per stage: (a, b) of cpu ns/offered key = a + b * N/B, and the value at ``at_nb``."""
-    rs = rows[1:] if len(rows) > 2 else rows
+    full = max(r["offered"] for r in rows)  # a short last batch is left out
+    rs = [r for r in rows[1:] if r["offered"] > full // 2] if len(rows) > 2 else rows
     x = np.array([r["nb"] for r in rs])
     out = {}
     for s in STAGES + ("other", ""):

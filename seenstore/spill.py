@@ -207,9 +207,8 @@ def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.nd
     for reader in readers:
         if reader.count == 0:
             continue
-        if tiers.compressed(reader):  # the blocks the keys fall in, decoded
-            todo = np.flatnonzero(~found)
-            found[todo] |= reader.lookup(batch[todo])
+        if tiers.compressed(reader):  # the blocks that can hold [lo, hi], swept
+            read += reader.sweep(batch, found, lo, hi)
             continue
         j, prev, have = 0, np.uint64(0), False
         raw = memoryview(buf).cast("B")
