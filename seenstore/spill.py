@@ -245,33 +245,49 @@ def _bisect(fd: int, count: int, x: int, before) -> int:
 class _BloomFeed:
     """The new keys go into the store's Bloom filter in calls of up to ``n`` keys
     (a shard's slice may hold only a few thousand: one call each would take the
-    filter's small-input path, ~50x slower per key); ``clock`` times them ("bloom")."""
+    filter's small-input path, ~50x slower per key), each on a background thread
+    (the keeper's ``start_insert``: the second core) while the next shards are
+    checked: two buffers, one filling while the other's keys go in. ``clock``
+    times the waits ("bloom") and the inserts themselves ("bloom_bg", wall)."""
 
     def __init__(self, store, n: int, clock: Clock):
         self.store, self.clock = store, clock
-        self.buf = np.empty(max(1, n), dtype=np.uint64) if store.bloom is not None else None
+        on = store.bloom is not None
+        self.bufs = [np.empty(max(1, n), dtype=np.uint64) for _ in range(2 if on else 0)]
+        self.cur = 0
         self.fill = 0
+        self.behind = None  # the insert running, if any
 
     def add(self, keys: np.ndarray) -> None:
         at = 0
         while at < len(keys):
-            take = min(len(keys) - at, len(self.buf) - self.fill)
-            self.buf[self.fill:self.fill + take] = keys[at:at + take]
+            buf = self.bufs[self.cur]
+            take = min(len(keys) - at, len(buf) - self.fill)
+            buf[self.fill:self.fill + take] = keys[at:at + take]
             self.fill += take
             at += take
-            if self.fill == len(self.buf):
+            if self.fill == len(buf):
                 self.flush()
 
     def flush(self) -> None:
+        """Start inserting the keys gathered (after the insert before them)."""
         if not self.fill:
             return
-        t = self.clock.start()
-        bloom = self.store.bloom
-        bloom.reserve(self.fill)
-        bloom.add(self.buf[:self.fill])
-        self.store._bloom_dirty = True
+        self.wait()
+        self.behind = self.store._keeper.start_insert(self.bufs[self.cur][:self.fill])
+        self.cur ^= 1
         self.fill = 0
+
+    def wait(self) -> None:
+        """Wait for the running insert; the filter is the caller's again after it
+        (the commit saves it). A failed insert drops the filter (keeper.py)."""
+        if self.behind is None:
+            return
+        t = self.clock.start()
+        behind, self.behind = self.behind, None
+        self.store._keeper.finish_insert(behind)
         self.clock.stop("bloom", t)
+        self.clock.wall["bloom_bg"] = self.clock.wall.get("bloom_bg", 0.0) + behind.elapsed_s
 
 
 def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> dict:
@@ -293,6 +309,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0}
     clock = Clock()
+    bloom_in = None
     try:
         # 1. spill: every chunk's keys appended to their shard's bucket
         out = np.empty(budget.chunk_keys, dtype=np.uint64)
@@ -357,6 +374,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
                 added.append((s, h, sparse))
                 figures["bytes_written"] += nbytes
         bloom_in.flush()
+        bloom_in.wait()
         t_check = time.perf_counter()
         # 3. one commit for every shard
         t = clock.start()
@@ -379,10 +397,12 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
         sort_s, bloom_s = clock.wall.get("sort", 0.0), clock.wall.get("bloom", 0.0)
         figures.update(spill_s=t_spill - t0, merge_s=t_check - t_spill - sort_s - bloom_s,
                        commit_s=clock.wall["commit"], sort_s=sort_s, bloom_s=bloom_s,
-                       stages={k: {"wall_s": v, "cpu_s": clock.cpu[k]}
+                       stages={k: {"wall_s": v, "cpu_s": clock.cpu.get(k, 0.0)}
                                for k, v in clock.wall.items()})
         return figures
     except BaseException:
+        if bloom_in is not None:  # no insert may outlive the batch
+            bloom_in.wait()
         for w in writers.values():
             w.abort()
         raise
