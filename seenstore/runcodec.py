@@ -33,6 +33,7 @@ MINOR = 0
 CODEC_RICE = 1  # kernels/codec.py
 BLOCK_KEYS = 4096  # keys per block: 0.01 bytes/key of overhead; a lookup decodes ~10 us
 BUF_KEYS = 1 << 20  # the writer encodes (and the reader decodes) this many keys at a time
+SWEEP_BLOCKS = 256  # blocks a sweep reads at a time (~1 Mi keys, ~4.5 MiB)
 END_MAGIC = b"\x89SRFEND\n"
 
 # magic, major, minor, header_size, count, host_bits, hash_id, shard_bits, codec,
@@ -43,7 +44,8 @@ _CHECKED = _FIELDS.size  # 88: the header checksum covers bytes [0, 88)
 _SUM = struct.Struct("<Q")
 _FOOTER = struct.Struct("<Q8s")  # index offset, END_MAGIC
 _STATUS = {K.BAD_SIZE: "impossible block size", K.BAD_ORDER: "keys out of order",
-           K.BAD_STREAM: "damaged gap stream"}
+           K.BAD_STREAM: "damaged gap stream",
+           K.BAD_INDEX: "block index disagrees with the block"}
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,52 @@ class CompressedRunReader:
             a, e = self._block_range(b0, b1)
             os.posix_fadvise(fd, HEADER_SIZE + 8 * a, 8 * (e - a), os.POSIX_FADV_WILLNEED)
 
+    def _blocks(self, per: int, b_lo: int = 0, b_hi: int | None = None):
+        """Blocks ``b_lo``..``b_hi``-1 read ``per`` at a time (the OS asked to read the
+        next ``per`` ahead), each checked by its checksum: yields ``(b0, b1, words,
+        offs)``, ``words`` a reused buffer holding blocks b0..b1-1, ``offs`` their
+        word offsets in it. OSError becomes StoreIOError."""
+        b_hi = self.header.n_blocks if b_hi is None else b_hi
+        raw = np.empty(per * K.max_block_words(self.header.block_keys), np.uint64)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                for b0 in range(b_lo, b_hi, per):
+                    b1 = min(b0 + per, b_hi)
+                    a, e = self._block_range(b0, b1)
+                    if e - a > len(raw):
+                        raise CorruptionError(f"{self.name}: block {b0} larger than possible")
+                    if b1 < b_hi:  # the disk reads the next blocks while these decode
+                        self._read_ahead(fd, b1, min(b1 + per, b_hi))
+                    words = raw[: e - a]
+                    view = memoryview(words).cast("B")
+                    got = 0
+                    while got < len(view):
+                        r = os.preadv(fd, [view[got:]], HEADER_SIZE + 8 * a + got)
+                        if not r:
+                            raise CorruptionError(f"{self.name}: body ends early")
+                        got += r
+                    offs = self._offsets[b0:b1] - a
+                    self._check_sums(words, offs, e - a, b0)
+                    yield b0, b1, words, offs
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StoreIOError(f"{self.name}: cannot read: {e.strerror}") from e
+
+    def _damaged(self, st: int, b0: int, offs: np.ndarray, bad: int) -> CorruptionError:
+        b = b0 + int(np.searchsorted(offs, bad, "right")) - 1
+        return CorruptionError(f"{self.name}: block {b}: "
+                               f"{_STATUS.get(st, 'blocks disagree with the index')}")
+
+    def _check_whole(self, total: int, hasher) -> None:
+        """After every block: the count and the checksum of all block checksums."""
+        if total != self.header.count:
+            raise CorruptionError(
+                f"{self.name}: {total} keys decoded, header says {self.header.count}")
+        if hasher.intdigest() != self.header.body_checksum:
+            raise CorruptionError(f"{self.name}: body checksum mismatch")
+
     def chunks(self, buf: np.ndarray) -> Iterator[int]:
         """Stream the keys through ``buf`` (uint64, at least ``block_keys`` long),
         yielding how many keys it holds; whole blocks at a time, each checked by its
@@ -294,46 +342,51 @@ class CompressedRunReader:
         if per < 1:
             raise InvalidInputError(f"buffer of {len(buf)} keys < block size {h.block_keys}")
         hasher = xxhash.xxh3_64()
-        raw = np.empty(per * K.max_block_words(h.block_keys), np.uint64)
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            last, have, total = np.uint64(0), False, 0
-            for b0 in range(0, h.n_blocks, per):
-                b1 = min(b0 + per, h.n_blocks)
-                a, e = self._block_range(b0, b1)
-                if e - a > len(raw):
-                    raise CorruptionError(f"{self.name}: block {b0} larger than possible")
-                if b1 < h.n_blocks:  # the kernel reads the next chunk while this one decodes
-                    self._read_ahead(fd, b1, min(b1 + per, h.n_blocks))
-                words = raw[: e - a]
-                view = memoryview(words).cast("B")
-                got = 0
-                while got < len(view):
-                    r = os.preadv(fd, [view[got:]], HEADER_SIZE + 8 * a + got)
-                    if not r:
-                        raise CorruptionError(f"{self.name}: body ends early")
-                    got += r
-                offs = self._offsets[b0:b1] - a
-                self._check_sums(words, offs, e - a, b0)
-                used, n, nb, st, bad = K.decode_blocks(words, e - a, buf, last, have)
-                if st != K.OK or nb != b1 - b0 or used != e - a:
-                    b = b0 + int(np.searchsorted(offs, bad, "right")) - 1
-                    why = _STATUS.get(st, "blocks disagree with the index")
-                    raise CorruptionError(f"{self.name}: block {b}: {why}")
-                if not (buf[:n:h.block_keys] == self._first[b0:b1]).all():
-                    raise CorruptionError(f"{self.name}: block index disagrees with block {b0}")
-                hasher.update(_stored_sums(words, offs, e - a).astype("<u8").tobytes())
-                last, have = buf[n - 1], True
-                total += n
-                yield n
-        except OSError as e:
-            raise StoreIOError(f"{self.name}: cannot read: {e.strerror}") from e
-        finally:
-            os.close(fd)
-        if total != h.count:
-            raise CorruptionError(f"{self.name}: {total} keys decoded, header says {h.count}")
-        if hasher.intdigest() != h.body_checksum:
-            raise CorruptionError(f"{self.name}: body checksum mismatch")
+        last, have, total = np.uint64(0), False, 0
+        for b0, b1, words, offs in self._blocks(per):
+            used, n, nb, st, bad = K.decode_blocks(words, len(words), buf, last, have)
+            if st != K.OK or nb != b1 - b0 or used != len(words):
+                raise self._damaged(st, b0, offs, bad)
+            if not (buf[:n:h.block_keys] == self._first[b0:b1]).all():
+                raise CorruptionError(f"{self.name}: block index disagrees with block {b0}")
+            hasher.update(_stored_sums(words, offs, len(words)).astype("<u8").tobytes())
+            last, have = buf[n - 1], True
+            total += n
+            yield n
+        self._check_whole(total, hasher)
+
+    def sweep(self, batch: np.ndarray, found: np.ndarray, lo: int | None = None,
+              hi: int | None = None) -> int:
+        """Set ``found[i]`` where ``batch[i]`` is in the run (the store's check of a
+        batch): blocks read SWEEP_BLOCKS at a time, checked by checksum, decoded and
+        compared with the batch one block at a time in one kernel (``K.sweep_blocks``;
+        the decoded keys never leave the cache). Without ``lo``/``hi``: every block,
+        then the count and the body checksum, like ``chunks``; with them, only the
+        blocks that can hold keys in [lo, hi] (a window of a split spill bucket).
+        Requires: ``batch`` sorted ascending, unique, uint64, C-contiguous; ``found``
+        bool, as long. Returns the bytes read. Raises CorruptionError on damage."""
+        h = self.header
+        whole = lo is None
+        b_lo, b_hi = 0, h.n_blocks
+        if not whole:
+            b_lo = max(0, int(np.searchsorted(self._first, np.uint64(lo), "right")) - 1)
+            b_hi = int(np.searchsorted(self._first, np.uint64(hi), "right"))
+        scratch = np.empty(h.block_keys + K.SENTINELS, np.uint64)
+        hasher = xxhash.xxh3_64()
+        last, have, total, j, read = np.uint64(0), False, 0, 0, 0
+        for b0, b1, words, offs in self._blocks(SWEEP_BLOCKS, b_lo, b_hi):
+            used, n, nb, st, bad, j, last, have = K.sweep_blocks(
+                words, len(words), self._first[b0:b1], scratch, batch, j, found, last, have)
+            last = np.uint64(last)  # numba hands uint64 back as a Python int
+            if st != K.OK or nb != b1 - b0 or used != len(words):
+                raise self._damaged(st, b0, offs, bad)
+            if whole:
+                hasher.update(_stored_sums(words, offs, len(words)).astype("<u8").tobytes())
+            total += n
+            read += 8 * len(words)
+        if whole:
+            self._check_whole(total, hasher)
+        return read
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """``mask[i]`` = True when ``keys[i]`` is in the run. Requires: ``keys``

@@ -65,6 +65,24 @@ class Budget:
         self.slice_keys = max(1, memory // 32)
 
 
+class Clock:
+    """Seconds by stage of one spilled batch: wall (``<stage>_s``) and CPU of the whole
+    process (``cpu[<stage>]``: on a shared machine the wall time includes time waiting
+    for a core, the CPU time does not; stages running beside each other on two cores
+    each count their own thread's time only where noted)."""
+
+    def __init__(self) -> None:
+        self.wall: dict = {}
+        self.cpu: dict = {}
+
+    def start(self) -> tuple:
+        return time.perf_counter(), time.process_time()
+
+    def stop(self, stage: str, t: tuple) -> None:
+        self.wall[stage] = self.wall.get(stage, 0.0) + time.perf_counter() - t[0]
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + time.process_time() - t[1]
+
+
 def _read_chunks(path: str, chunk_keys: int):
     """Yield uint64 arrays of at most ``chunk_keys`` keys read from ``path`` (a
     regular file or a stream); raises InvalidInputError on a trailing partial key."""
@@ -146,31 +164,36 @@ def _split(src: str, dest_dir: str, low_bits: int, bits: int, budget: Budget, fa
 
 
 def _slices(path: str, low_bits: int, budget: Budget, slab: np.ndarray, fault, threads: int = 1,
-            clock: dict | None = None):
+            clock: Clock | None = None):
     """Yield the sorted unique keys of bucket ``path`` (all keys share their top
     ``low_bits`` bits) one key range at a time, lowest first, each a view of ``slab``
     (``budget.slice_keys`` keys, reused: no allocation per slice, so the heap does
     not grow by fragments); a bucket too large is split by the next bits, recursively."""
+    clock = clock or Clock()
     n = os.path.getsize(path) // 8
     if n <= len(slab) or low_bits >= 64:  # at 64 bits every key is the same one
         n = min(n, len(slab))
+        t = clock.start()
         with open(path, "rb", buffering=0) as f:
             got = f.readinto(memoryview(slab[:n]).cast("B"))
         if got != 8 * n:
             raise CorruptionError(f"{path}: spill bucket ends early")
         os.unlink(path)
+        clock.stop("read", t)
         keys = slab[:n]
-        t = time.perf_counter()
+        t = clock.start()
         # the store's sort (radix where it is faster: its buffer is one more slice,
         # within the budget's slack, allocated per slice and freed)
         m = sorting.sort_unique_keys(keys, threads)
-        if clock is not None:
-            clock["sort_s"] = clock.get("sort_s", 0.0) + time.perf_counter() - t
+        clock.stop("sort", t)
         yield keys[:m]
         return
     bits = min(SPLIT_BITS, 64 - low_bits,
                max(1, int(np.ceil(np.log2(2 * n / len(slab))))))
-    for sub in _split(path, path + ".d", low_bits, bits, budget, fault):
+    t = clock.start()
+    subs = _split(path, path + ".d", low_bits, bits, budget, fault)
+    clock.stop("split", t)
+    for sub in subs:
         yield from _slices(sub, low_bits + bits, budget, slab, fault, threads, clock)
 
 
@@ -184,9 +207,8 @@ def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.nd
     for reader in readers:
         if reader.count == 0:
             continue
-        if tiers.compressed(reader):  # the blocks the keys fall in, decoded
-            todo = np.flatnonzero(~found)
-            found[todo] |= reader.lookup(batch[todo])
+        if tiers.compressed(reader):  # the blocks that can hold [lo, hi], swept
+            read += reader.sweep(batch, found, lo, hi)
             continue
         j, prev, have = 0, np.uint64(0), False
         raw = memoryview(buf).cast("B")
@@ -223,33 +245,49 @@ def _bisect(fd: int, count: int, x: int, before) -> int:
 class _BloomFeed:
     """The new keys go into the store's Bloom filter in calls of up to ``n`` keys
     (a shard's slice may hold only a few thousand: one call each would take the
-    filter's small-input path, ~50x slower per key); ``clock["bloom_s"]`` times them."""
+    filter's small-input path, ~50x slower per key), each on a background thread
+    (the keeper's ``start_insert``: the second core) while the next shards are
+    checked: two buffers, one filling while the other's keys go in. ``clock``
+    times the waits ("bloom") and the inserts themselves ("bloom_bg", wall)."""
 
-    def __init__(self, store, n: int, clock: dict):
+    def __init__(self, store, n: int, clock: Clock):
         self.store, self.clock = store, clock
-        self.buf = np.empty(max(1, n), dtype=np.uint64) if store.bloom is not None else None
+        on = store.bloom is not None
+        self.bufs = [np.empty(max(1, n), dtype=np.uint64) for _ in range(2 if on else 0)]
+        self.cur = 0
         self.fill = 0
+        self.behind = None  # the insert running, if any
 
     def add(self, keys: np.ndarray) -> None:
         at = 0
         while at < len(keys):
-            take = min(len(keys) - at, len(self.buf) - self.fill)
-            self.buf[self.fill:self.fill + take] = keys[at:at + take]
+            buf = self.bufs[self.cur]
+            take = min(len(keys) - at, len(buf) - self.fill)
+            buf[self.fill:self.fill + take] = keys[at:at + take]
             self.fill += take
             at += take
-            if self.fill == len(self.buf):
+            if self.fill == len(buf):
                 self.flush()
 
     def flush(self) -> None:
+        """Start inserting the keys gathered (after the insert before them)."""
         if not self.fill:
             return
-        t = time.perf_counter()
-        bloom = self.store.bloom
-        bloom.reserve(self.fill)
-        bloom.add(self.buf[:self.fill])
-        self.store._bloom_dirty = True
+        self.wait()
+        self.behind = self.store._keeper.start_insert(self.bufs[self.cur][:self.fill])
+        self.cur ^= 1
         self.fill = 0
-        self.clock["bloom_s"] += time.perf_counter() - t
+
+    def wait(self) -> None:
+        """Wait for the running insert; the filter is the caller's again after it
+        (the commit saves it). A failed insert drops the filter (keeper.py)."""
+        if self.behind is None:
+            return
+        t = self.clock.start()
+        behind, self.behind = self.behind, None
+        self.store._keeper.finish_insert(behind)
+        self.clock.stop("bloom", t)
+        self.clock.wall["bloom_bg"] = self.clock.wall.get("bloom_bg", 0.0) + behind.elapsed_s
 
 
 def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> dict:
@@ -270,18 +308,21 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
     writers: dict = {}
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0}
-    clock = {"sort_s": 0.0, "bloom_s": 0.0}
+    clock = Clock()
+    bloom_in = None
     try:
         # 1. spill: every chunk's keys appended to their shard's bucket
         out = np.empty(budget.chunk_keys, dtype=np.uint64)
         bounds = np.empty((1 << sb) + 1, dtype=np.int64)
         buckets = set()
         for chunk in source_chunks(path, budget.chunk_keys):
+            t = clock.start()
             figures["offered"] += len(chunk)
             _kernels.partition_top_bits(chunk, sb, out, bounds)
             for s in np.flatnonzero(np.diff(bounds)):
                 _append(os.path.join(work, f"s{s:04d}.bin"), out[bounds[s]:bounds[s + 1]])
                 buckets.add(int(s))
+            clock.stop("spill", t)
             fault("spill-write")
         figures["bytes_spilled"] = 8 * figures["offered"]
         del out
@@ -304,10 +345,13 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
                 figures["slices"] += 1
                 found = found_slab[: len(keys)]
                 found[:] = False
+                t = clock.start()
                 if whole:  # the whole shard at once: full sweeps, checksums checked
                     figures["bytes_read"] += tiers.check_runs(readers, keys, found, buf)
                 else:
                     figures["bytes_read"] += check_window(readers, keys, found, buf)
+                clock.stop("check", t)
+                t = clock.start()
                 np.logical_not(found, out=found)
                 k = _kernels.compact_inplace(keys, found)
                 if k:
@@ -318,17 +362,22 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
                     w.write(keys[:k])
                     if new_path is not None:
                         _append(new_path, keys[:k])
-                    if store.bloom is not None:
-                        bloom_in.add(keys[:k])
                     figures["new"] += k
+                clock.stop("write", t)
+                if k and store.bloom is not None:
+                    bloom_in.add(keys[:k])
                 fault("spill-sorted")
             if w is not None:
+                t = clock.start()
                 h, sparse, nbytes = tiers.finish(w, store.sync)
+                clock.stop("sync", t)
                 added.append((s, h, sparse))
                 figures["bytes_written"] += nbytes
         bloom_in.flush()
+        bloom_in.wait()
         t_check = time.perf_counter()
         # 3. one commit for every shard
+        t = clock.start()
         if added:
             store._commit(gen, added, [], {"batches": 1, "new": figures["new"],
                                            "bytes_written": figures["bytes_written"]})
@@ -341,13 +390,19 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
                 open(new_out, "wb").close()
             else:
                 shutil.move(new_path, new_out)
+        clock.stop("commit", t)
         # merge_s: the check against the runs and the new run's writing (the slices'
-        # sorts and Bloom inserts, inside that phase, are reported on their own)
-        figures.update(spill_s=t_spill - t0,
-                       merge_s=t_check - t_spill - clock["sort_s"] - clock["bloom_s"],
-                       commit_s=time.perf_counter() - t_check, **clock)
+        # sorts and Bloom inserts, inside that phase, are reported on their own);
+        # stages: wall and process CPU seconds of every stage (Clock)
+        sort_s, bloom_s = clock.wall.get("sort", 0.0), clock.wall.get("bloom", 0.0)
+        figures.update(spill_s=t_spill - t0, merge_s=t_check - t_spill - sort_s - bloom_s,
+                       commit_s=clock.wall["commit"], sort_s=sort_s, bloom_s=bloom_s,
+                       stages={k: {"wall_s": v, "cpu_s": clock.cpu.get(k, 0.0)}
+                               for k, v in clock.wall.items()})
         return figures
     except BaseException:
+        if bloom_in is not None:  # no insert may outlive the batch
+            bloom_in.wait()
         for w in writers.values():
             w.abort()
         raise

@@ -4,7 +4,8 @@ import numpy as np
 from hypothesis import example, given, settings, strategies as st
 
 from conftest import EDGE_KEYS
-from naive import rice_decode_block_naive, rice_encode_naive, rice_k_naive, uniq
+from naive import (rice_decode_block_naive, rice_encode_naive, rice_k_naive, sweep_naive,
+                   uniq)
 from seenstore.kernels import codec as K
 from seenstore.runcodec import block_ends, block_sums
 
@@ -97,3 +98,67 @@ def test_blocks_must_ascend():
     words, _, _ = encode(np.array([5, 6, 7], np.uint64), 2)
     out = np.zeros(4, np.uint64)
     assert K.decode_blocks(words, len(words), out, np.uint64(9), True)[3] == K.BAD_ORDER
+
+
+def one_block_status(words, at, size, fast):
+    out = np.zeros(K.MAX_BLOCK_KEYS + 1, np.uint64)
+    f = K.decode_block if fast else K._decode_block_checked
+    return f(words, at, size, out, 0), out
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=key_sets.filter(len), word=st.integers(0, 10**6), bit=st.integers(0, 63),
+       high=st.booleans())
+@example(keys=np.array([TOP - 2, TOP - 1, TOP], np.uint64), word=2, bit=40, high=True)
+def test_fast_decode_agrees_with_the_checked_loop(keys, word, bit, high):
+    """The two-pass decode (one overflow test per block) returns OK exactly when the
+    per-key checked loop does, with the same keys, on valid and on damaged blocks
+    (one bit flipped in the streams, or the top bits set: keys wrapping past 2^64)."""
+    words, _, _ = encode(keys[:K.MAX_BLOCK_KEYS], K.MAX_BLOCK_KEYS)
+    size = len(words)
+    for case in range(3):
+        bad = words.copy()
+        if case == 1 and size > 3:  # a stream bit flipped
+            bad[2 + word % (size - 3)] ^= np.uint64((0xFFFF << 48) if high else 1 << bit)
+        elif case == 2:  # the first key moved up: the last passes 2^64 - 1, or not
+            bad[0] = np.uint64(TOP - word)
+        n, sz, st0 = K.block_size(bad, 0, size)
+        if st0 != K.OK or sz != size:
+            continue
+        (a, out_a), (b, out_b) = (one_block_status(bad, 0, size, f) for f in (True, False))
+        assert (a == K.OK) == (b == K.OK)
+        if a == K.OK:
+            assert out_a[:n].tolist() == out_b[:n].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=key_sets, probes=st.lists(key, max_size=60), block_keys=block_sizes,
+       start=st.integers(0, 5))
+@example(keys=np.array([0, TOP], np.uint64), probes=[0, 1, TOP - 1, TOP], block_keys=1,
+         start=0)
+def test_sweep_blocks_equals_the_naive_sweep(keys, probes, block_keys, start):
+    """The fused decode-and-compare kernel against the twins: the run's keys decoded
+    by the naive decoder, membership by a Python set (``found`` only ever set)."""
+    words, first, offsets = encode(keys, block_keys)
+    batch = uniq(np.concatenate([np.array(probes, np.uint64), keys[::2]]))
+    found = np.zeros(len(batch), bool)
+    found[:start] = True  # set by an earlier run: stays set
+    scratch = np.zeros(block_keys + K.SENTINELS, np.uint64)
+    used, n, nb, st, _, j, last, have = K.sweep_blocks(
+        words, len(words), first, scratch, batch, 0, found, np.uint64(0), False)
+    ends = block_ends(offsets, len(words))
+    run = [x for a, b in zip(offsets, ends) for x in rice_decode_block_naive(words[a:b].tolist())]
+    want = sweep_naive(np.array(run, np.uint64), batch)
+    want[:start] = True
+    assert (st, used, n, nb) == (K.OK, len(words), len(keys), len(first))
+    assert found.tolist() == want.tolist()
+    assert j == int(np.searchsorted(batch, keys[-1], "right")) if len(keys) else j == 0
+
+
+def test_sweep_blocks_refuses_a_block_the_index_disagrees_with():
+    words, first, _ = encode(np.arange(10, 50, dtype=np.uint64), 8)
+    first = first.copy()
+    first[2] += np.uint64(1)
+    out = K.sweep_blocks(words, len(words), first, np.zeros(16, np.uint64),
+                         np.arange(5, dtype=np.uint64), 0, np.zeros(5, bool), np.uint64(0), False)
+    assert (out[3], out[2]) == (K.BAD_INDEX, 2)

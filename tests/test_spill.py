@@ -41,13 +41,17 @@ def _write(path, keys):
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.lists(key, max_size=60), min_size=1, max_size=4),
-       shard_bits=st.sampled_from([0, 2]))
-@example(batches=[[2**64 - 1] * 20 + [0] * 9, [2**64 - 1, 5]], shard_bits=0)  # repeats
-def test_spilled_merges_equal_a_python_set(tmp_path_factory, tiny, batches, shard_bits):
+       shard_bits=st.sampled_from([0, 2]), run_format=st.sampled_from([1, 2]))
+@example(batches=[[2**64 - 1] * 20 + [0] * 9, [2**64 - 1, 5]], shard_bits=0,  # repeats
+         run_format=1)
+@example(batches=[list(range(0, 400, 2)), [], list(range(0, 400, 3)) + [2**64 - 1]],
+         shard_bits=0, run_format=2)  # windows of 3 keys swept in compressed runs
+def test_spilled_merges_equal_a_python_set(tmp_path_factory, tiny, batches, shard_bits,
+                                           run_format):
     d = tmp_path_factory.mktemp("spill")
     seen = set()
     with SeenStore.open(str(d / "s"), create=True, sync=False, shard_bits=shard_bits,
-                        bloom=False) as s:
+                        bloom=False, run_format=run_format) as s:
         for i, b in enumerate(batches):
             if i % 2:  # the in-memory path between spilled batches: they must agree
                 got = set(int(k) for k in s.add_new(np.array(b, dtype=np.uint64)))

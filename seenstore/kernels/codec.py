@@ -37,6 +37,9 @@ U32 = np.uint64(32)
 U40 = np.uint64(40)
 U48 = np.uint64(48)
 U63 = np.uint64(63)
+U6 = np.uint64(6)
+U64 = np.uint64(64)
+TOP = np.uint64(0xFFFFFFFFFFFFFFFF)
 M8 = np.uint64(0xFF)
 M32 = np.uint64(0xFFFFFFFF)
 HEAD_WORDS = 2  # w0, w1; one checksum word ends the block
@@ -47,6 +50,11 @@ OK = 0
 BAD_SIZE = 1  # size field impossible or past the end of the buffer
 BAD_ORDER = 2  # keys overflow 2^64 or do not ascend across blocks
 BAD_STREAM = 3  # the high stream has too few or too many ones
+BAD_INDEX = 4  # a block's first key differs from the block index (sweep_blocks)
+# decode_block's fast path: a quotient is below 64 x max_block_words(MAX_BLOCK_KEYS)
+# < 2^20 bits, so up to this k a step (q << k) + low + 1 stays below 2^63 + 2^44
+FAST_MAX_K = 43
+SENTINELS = 8  # sweep_blocks compares 8 keys at a time: scratch holds 8 past a block
 
 
 @njit(cache=True, nogil=True)
@@ -195,7 +203,67 @@ def decode_block(words, at, size, out, o):
     """Decode the block ``words[at:at+size]`` (its size from ``block_size``) into
     ``out[o:o+n]``; return a status. Reads only inside the block; does not compare
     the checksum (the caller does). ``out[o:o+n]`` is unspecified after a non-OK
-    status."""
+    status.
+
+    Two passes (k <= FAST_MAX_K, every block of a real store): the fixed-width low
+    fields into ``out``, then the unary quotients, each step added onto its low
+    field. Unsigned indices (no negative-index wraparound code) and no overflow test
+    per key: a step stays below 2^63 + 2^44, so the keys pass 2^64 - 1 exactly when
+    the last key wraps below the first (one test per block). 1.4-1.7x faster than
+    ``_decode_block_checked``, which the rare wide-k block still takes."""
+    ua = np.uint64(at)
+    end = ua + np.uint64(size) - U1  # the checksum word
+    meta = words[ua + U1]
+    n = np.int64(meta & M32)
+    k = np.int64((meta >> U32) & M8)
+    uo = np.uint64(o)
+    first = words[ua]
+    out[uo] = first
+    if n == 1:
+        return OK if size == HEAD_WORDS + 1 else BAD_STREAM
+    if k > FAST_MAX_K:
+        return _decode_block_checked(words, at, size, out, o)
+    uk = np.uint64(k)
+    low_mask = (U1 << uk) - U1
+    # pass 1: the k-bit fields, branch-free: the next word always exists inside the
+    # block (the high stream follows); (x << 1) << (63 - lb) is x << (64 - lb)
+    # without a shift by 64 when lb = 0
+    bit = (ua + np.uint64(HEAD_WORDS)) * U64
+    for i in range(1, n):
+        wi = bit >> U6
+        lb = bit & U63
+        out[uo + np.uint64(i)] = ((words[wi] >> lb)
+                                  | ((words[wi + U1] << U1) << (U63 - lb))) & low_mask
+        bit += uk
+    # pass 2: the high stream; q = zeros since the previous one
+    h = ua + np.uint64(HEAD_WORDS + ((n - 1) * k + 63) // 64)
+    un = np.uint64(n)
+    i = U1
+    last = TOP  # bit position of the previous one (-1, wrapped)
+    prev = first
+    for wi in range(h, end):
+        w = words[wi]
+        base = (wi - h) << U6
+        while w != U0:
+            pos = base + np.uint64(trailing_zeros(w))
+            w &= w - U1
+            if i == un:
+                return BAD_STREAM  # more ones than gaps
+            slot = uo + i
+            prev = prev + ((pos - last - U1) << uk) + out[slot] + U1
+            out[slot] = prev
+            last = pos
+            i += U1
+    if i != un or last + U1 < (end - h - U1) * U64 + U1:
+        return BAD_STREAM  # too few ones, or a whole padding word of zeros
+    if prev <= first:  # a key passed 2^64 - 1 (at most once: the steps sum below 2^64)
+        return BAD_ORDER
+    return OK
+
+
+@njit(cache=True, nogil=True)
+def _decode_block_checked(words, at, size, out, o):
+    """``decode_block`` for any k (1 <= n): one pass, each step checked for overflow."""
     end = at + size - 1  # the checksum word
     meta = words[at + 1]
     n = np.int64(meta & M32)
@@ -267,6 +335,65 @@ def decode_blocks(words, avail, out, prev_last, have_prev):
         if st != OK:
             return p, o, b, st, p
         prev_last = out[o + n - 1]
+        have_prev = True
+        o += n
+        p += size
+        b += 1
+
+
+@njit(cache=True, nogil=True)
+def sweep_blocks(words, avail, first, scratch, batch, j, found, prev_last, have_prev):
+    """Decode whole blocks from ``words[:avail]`` one at a time into ``scratch`` and
+    mark in ``found`` the keys of ``batch[j:]`` they hold (the store's check of a
+    batch against a run, without the decoded run ever leaving the L1 cache):
+    ``decode_blocks`` and ``merge.sweep_step`` in one pass. ``first[b]``: the block
+    index's first key of the b-th block here (checked). ``prev_last``/``have_prev``:
+    the last key before these blocks (the blocks must ascend).
+
+    Requires: ``batch`` sorted ascending, unique; ``found`` as long, only set True
+    here; ``scratch`` at least the largest block's n + SENTINELS keys. Returns
+    ``(words used, keys decoded, blocks, status, bad word, j, last key, have)``: j
+    the first batch position above every key decoded. Twin: tests/naive.py
+    ``sweep_naive`` over ``rice_decode_block_naive``."""
+    p = 0
+    o = 0
+    b = 0
+    unb = np.uint64(batch.shape[0])
+    uj = np.uint64(j)
+    while True:
+        n, size, st = block_size(words, p, avail - p)
+        if st == OK and size != 0 and (n + SENTINELS > scratch.shape[0]
+                                       or b >= first.shape[0]):
+            st = BAD_SIZE
+        if st != OK or size == 0:
+            return p, o, b, st, p, np.int64(uj), prev_last, have_prev
+        st = decode_block(words, p, size, scratch, 0)
+        if st == OK and have_prev and scratch[0] <= prev_last:
+            st = BAD_ORDER
+        if st == OK and scratch[0] != first[b]:
+            st = BAD_INDEX
+        if st != OK:
+            return p, o, b, st, p, np.int64(uj), prev_last, have_prev
+        last = scratch[n - 1]
+        for t in range(SENTINELS):  # no key is below 2^64 - 1 past the block
+            scratch[n + t] = TOP
+        # each batch key in the block: skip the keys below it 8 at a time (compares
+        # without branches: one well-predicted loop exit per batch key)
+        i = U0
+        while uj < unb:
+            x = batch[uj]
+            if x > last:
+                break
+            while True:
+                c = U0
+                for t in range(SENTINELS):
+                    c += np.uint64(scratch[i + np.uint64(t)] < x)
+                i += c
+                if c < SENTINELS:
+                    break
+            found[uj] |= scratch[i] == x
+            uj += U1
+        prev_last = last
         have_prev = True
         o += n
         p += size

@@ -124,6 +124,9 @@ def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
 def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
     """Set ``found`` where sorted unique ``batch`` keys are in the run, reading it once
     sequentially through ``buf`` (checksum and order checked). Returns bytes read."""
+    if compressed(reader):  # decoded and compared block by block (runcodec.py)
+        reader.sweep(batch, found)
+        return run_bytes(reader)
     if len(buf) < min_buffer_keys(reader):
         buf = aligned_empty(min_buffer_keys(reader))
     j, prev, have = 0, np.uint64(0), False
