@@ -49,6 +49,7 @@ def checkpoints(max_keys: int, first: int) -> list[int]:
 def run(args) -> dict:
     stream = CrawlStream(1, 1, args.reoffer, args.dup, seed=args.seed)  # key function only
     work = args.workdir or tempfile.mkdtemp(prefix="seenstore-scaling-")
+    os.makedirs(work, exist_ok=True)  # a --workdir that does not exist yet is made
     path = os.path.join(work, "scaling-store")
     B = args.batch
     n_dup = round(args.dup * B)
