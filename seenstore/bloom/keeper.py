@@ -104,6 +104,11 @@ class BloomKeeper:
         self.dirty = True
         self._last_batch = n
 
+    def batch_done(self, fresh: int) -> None:
+        """A batch inserted in several calls (the store's per-shard feed) set a bit with
+        ``fresh`` keys in all: that, not its last call's count, is the next batch's guess."""
+        self._last_batch = fresh
+
     def prepare_next(self) -> None:
         """Between batches: if a batch like the last (as many keys setting a bit: its
         re-offered and repeated keys need no room) would need a new layer, build it

@@ -239,10 +239,9 @@ class Admission:
             timings["bloom_negative"] = feed.close()
             timings["bloom_s"] += time.perf_counter() - t1
             timings["bloom_background_s"] = feed.busy_s
-            if self.bloom is not None:
-                # build ahead the layer a batch like this one would need: as many keys
-                # setting a bit as this batch's (the keeper saw only the shards' inserts)
-                self.bloom.prepare(timings["bloom_negative"])
+            # the keeper saw only the shards' inserts: its guess for the layer to build
+            # ahead (prepare_next, below) is the whole batch's keys that set a bit
+            self._keeper.batch_done(timings["bloom_negative"])
         if self.bloom is not None and timings["new"] and stored_new is not None:
             t1 = time.perf_counter()
             self._keeper.add(stored_new)
