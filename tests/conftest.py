@@ -67,3 +67,41 @@ def ray_cluster():
             os.environ["SEENSTORE_JIT_MIN"] = jit_min
     yield ray
     ray.shutdown()
+
+
+# ------------------------------------------------------------------ pytest -n 2
+# The README's test command runs the suite on two pytest-xdist workers, whole files
+# to one worker (--dist loadfile: a module's fixtures, the session's one Ray and the
+# crash tests' stores are built once). Two processes compiling numba kernels into one
+# cold cache: numba writes each cache file to a temp file renamed over it, but an
+# index (.nbi) and its data files (.nbc) are two writes, so two processes saving
+# different signatures of one kernel at the same moment could leave an index entry
+# pointing at the other signature's data. Hence (1) the controller compiles the
+# kernels the store and URL path run before any worker starts (dispatch.warm_up: the
+# workers and their CLI subprocesses load them), and (2) each test process takes an
+# exclusive lock beside a kernel's index while it saves a signature of its own.
+
+def pytest_configure(config):
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        from seenstore import dispatch
+
+        dispatch.warm_up()
+    _serialise_numba_cache_saves()
+
+
+def _serialise_numba_cache_saves():
+    import fcntl
+
+    from numba.core import caching
+
+    save = caching.IndexDataCacheFile.save
+    if getattr(save, "_locked", False):
+        return
+
+    def locked_save(self, key, data):
+        with open(self._index_path + ".lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+            return save(self, key, data)
+
+    locked_save._locked = True
+    caching.IndexDataCacheFile.save = locked_save
