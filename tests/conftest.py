@@ -76,17 +76,40 @@ def ray_cluster():
 # cold cache: numba writes each cache file to a temp file renamed over it, but an
 # index (.nbi) and its data files (.nbc) are two writes, so two processes saving
 # different signatures of one kernel at the same moment could leave an index entry
-# pointing at the other signature's data. Hence (1) the controller compiles the
-# kernels the store and URL path run before any worker starts (dispatch.warm_up: the
-# workers and their CLI subprocesses load them), and (2) each test process takes an
-# exclusive lock beside a kernel's index while it saves a signature of its own.
+# pointing at the other signature's data. Hence (1) the controller has the kernels
+# the store and URL path run compiled before any worker starts (dispatch.warm_up's
+# steps, split over two processes: the workers and their CLI subprocesses load them),
+# and (2) each of these processes takes an exclusive lock beside a kernel's index
+# while it saves a signature.
+
+WARM = """
+import shutil, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+import conftest
+conftest._serialise_numba_cache_saves()
+from seenstore import dispatch
+d = tempfile.mkdtemp(prefix="seenstore-warmup-")
+try:
+    for name, step in dispatch._warm_steps(d)[int(sys.argv[2])::2]:
+        step()
+finally:
+    shutil.rmtree(d, ignore_errors=True)
+"""
+
 
 def pytest_configure(config):
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        from seenstore import dispatch
-
-        dispatch.warm_up()
     _serialise_numba_cache_saves()
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        import subprocess
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        procs = [subprocess.Popen([sys.executable, "-c", WARM, here, str(i)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                 for i in (0, 1)]
+        for p in procs:
+            out = p.communicate()[0]
+            if p.returncode:
+                raise pytest.UsageError("compiling the kernels failed:\n" + out.decode())
 
 
 def _serialise_numba_cache_saves():
