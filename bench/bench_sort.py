@@ -6,11 +6,12 @@ prints ns/key of np.sort, of the plain LSD radix sort (8-bit digits, constant di
 skipped: the baseline), of our MSD+LSD radix sort on one thread, on two threads, and
 ``sort_unique`` (sort + dedup, what the store needs), each with its ratio to np.sort
 measured in the same run. Every radix row sorts with the same scratch array (its
-pages already touched), except "new scratch", which allocates one as the store's
-callers do (a fresh array's page faults, ~1.3 ns/key at 1e7 here). Median of --reps, a fresh copy of the keys each rep (the
-copy not timed). Wall time and its ratio, and the CPU time and its ratio, which a
-shared machine's descheduling does not inflate: the thread's for one thread, the
-process's for two (both threads' CPU seconds: divide by 2 for the cores' share).
+pages already touched), except "2 threads new scratch", which allocates one as the
+store's callers do (a fresh array's page faults: ~1 ns/key of CPU here). Median of --reps,
+a fresh copy of the keys each rep (the copy not timed). Wall time and its ratio,
+and the CPU time and its ratio, which a shared machine's descheduling does not
+inflate: the thread's for one thread, the process's for two (both threads' CPU
+seconds: divide by 2 for the cores' share).
 JIT warm-up (compile or cache load) is timed apart and reported. The CPU model,
 numpy's SIMD dispatch and the load average head the output.
 
@@ -78,7 +79,7 @@ def main() -> None:
                 ("radix 2 threads", lambda x: sorting._sort(x, False, 2, "radix", buf)),
                 ("sort_unique 1 thread", lambda x: sort_unique(x, buf, *kw)),
                 ("sort_unique 2 threads", lambda x: sorting._sort(x, True, 2, "radix", buf)),
-                ("radix 2 thr. new scratch", lambda x: sorting._sort(x, False, 2, "radix")),
+                ("2 threads new scratch", lambda x: sorting._sort(x, False, 2, "radix")),
             ]
             base = base_cpu = None
             for name, fn in rows:

@@ -36,7 +36,7 @@ SMALL_KEYS = 1 << 14
 ENV = "SEENSTORE_SORT"
 CHOICES = ("radix", "numpy")
 PROBE_KEYS = 1 << 21
-PROBE_VERSION = 7  # part of the cache key: a changed probe or kernel is measured again
+PROBE_VERSION = 6  # part of the cache key: a changed probe or kernel is measured again
 # kernel tunables (bench/bench_sort.py measured them; docs/architecture.md)
 BUCKET_KEYS = 16384
 EXTRA = 1
@@ -266,7 +266,7 @@ def sorted_unique(keys: np.ndarray, threads: int = 1) -> np.ndarray:
 def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None,
           buf: np.ndarray | None = None) -> int:
     """The sorts above; ``buf``: the radix sort's scratch (default ``_scratch``: a
-    fresh one costs its page faults, ~1.3 ns/key at 1e7, which bench/bench_sort.py
+    fresh one costs its page faults, ~1 ns/key of CPU, which bench/bench_sort.py
     keeps out of the comparison of one thread with two)."""
     n = len(a)
     if method is None:

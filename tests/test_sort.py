@@ -264,22 +264,3 @@ def test_sort_shards_reports_the_sorting_threads_cpu_time(monkeypatch, rng):
     end, secs = futs[0].result()
     ex.shutdown()
     assert end == 1000 and secs == 5.0
-
-
-def test_split_divides_a_large_hosts_digit_in_the_same_pass(rng):
-    """A part whose keys are mostly one host's: the sampled heavy digit is split on
-    the bits below it in the same scatter (its own parts), the rest by the digit
-    alone; the scatter is stable and its parts ascend (a stable sort by those bits)."""
-    from seenstore.kernels.sort import HEAVY_DEST, _split, varying_bits
-    m, host = 60_000, np.uint64(0x5CD)  # a host's bits below the top 9: 54..44
-    a = rng.integers(0, 2**64, m, dtype=np.uint64) >> np.uint64(9)  # top 9 bits constant
-    heavy = rng.random(m) < 0.9
-    a[heavy] = (host << np.uint64(44)) | (a[heavy] & np.uint64(2**44 - 1))
-    out = np.zeros(m, np.uint64)
-    c = _split(a, out, 0, m, varying_bits(a, 0, m), 2 * 16384, 9)
-    assert (1 << 9) < len(c) <= HEAVY_DEST << 9 and c.sum() == m
-    assert c.max() < 0.02 * m  # the host's keys were spread over parts of their own
-    # the parts' order: by the digit (bits 54..46), the host's keys then by bits 45..37
-    digit = (a >> np.uint64(46)) & np.uint64(511)
-    sub = np.where(digit == digit[heavy][0], (a >> np.uint64(37)) & np.uint64(511), 0)
-    assert np.array_equal(out, a[np.lexsort((sub, digit))])

@@ -36,8 +36,6 @@ import numpy as np
 from numba import njit
 
 SMALL = 16  # a run of at most this many alike keys is sorted by insertion
-HEAVY_STEP = 67  # a split samples every this many keys for its heavy digits
-HEAVY_DEST = 4  # a split makes at most HEAVY_DEST << max_bits parts
 ALIKE = 0.25  # one more LSD digit when about this share of a leaf's keys would share their run
 
 
@@ -381,59 +379,6 @@ def _push_parts(c, hi, bucket_keys, in_src, st_lo, st_hi, st_src, top):
 
 
 @njit(cache=True, nogil=True)
-def _split(here, there, lo, hi, v, leaf, max_bits):
-    """Scatter ``here[lo:hi]`` (varying bits ``v``) into ``there[lo:hi]``, stable, by
-    its top ``max_bits`` varying bits, the digit; return the count of each part, parts
-    ascending. A digit that a sample of the keys (every HEAVY_STEP-th) says holds more
-    than ``leaf`` keys (a large host's, with host-skewed keys) is split in the same
-    pass on the ``max_bits`` bits below the digit too, into parts of its own (while
-    the parts stay at most ``HEAVY_DEST << max_bits``): its keys then need no split
-    of their own, which moved all of them for nothing (a host's keys share the digit),
-    and no count or scatter where most keys hit one counter (a memory-order stall per
-    key, ~3x the cost: measured). The sample only decides the speed: the counts are
-    exact, and a sub-digit whose bits are constant leaves its part to the next split."""
-    shift, bits = msd_plan(v, hi - lo, 1, max_bits)
-    nb = 1 << bits
-    sh = np.uint64(shift)
-    mask = np.uint64(nb - 1)
-    sub = min(max_bits, shift)
-    sh2 = np.uint64(shift - sub)
-    base = np.empty(nb, np.uint64)  # the first part of digit d
-    m2 = np.zeros(nb, np.uint64)  # the sub-digit's mask of digit d (0: not split)
-    est = np.zeros(nb, np.int64)
-    if sub > 0:
-        for i in range(lo, hi, HEAVY_STEP):
-            est[(here[i] >> sh) & mask] += 1
-    j = np.uint64(0)
-    for d in range(nb):
-        base[d] = j
-        if est[d] * HEAVY_STEP > leaf and j + np.uint64((1 << sub) + nb - d) <= np.uint64(HEAVY_DEST << max_bits):
-            m2[d] = np.uint64((1 << sub) - 1)
-            j += np.uint64(1 << sub)
-        else:
-            j += np.uint64(1)
-    c = np.zeros(j, np.uint64)
-    s = here[lo:hi]
-    for i in range(s.shape[0]):
-        k = s[i]
-        d = (k >> sh) & mask
-        c[base[d] + ((k >> sh2) & m2[d])] += np.uint64(1)
-    f = np.empty(j, np.uint64)
-    t = np.uint64(lo)
-    for e in range(j):
-        f[e] = t
-        t += c[e]
-    for i in range(s.shape[0]):
-        k = s[i]
-        d = (k >> sh) & mask
-        e = base[d] + ((k >> sh2) & m2[d])
-        p = f[e]
-        there[p] = k
-        f[e] = p + np.uint64(1)
-    return c
-
-
-@njit(cache=True, nogil=True)
 def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, max_bits, unique, w):
     """Sort buckets ``b0 <= b < b1`` of ``src`` (bucket b is ``src[starts[b]:starts[b+1]]``,
     buckets ascending) into the same places of ``out``. With ``unique``, repeats are
@@ -452,7 +397,7 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
     fill = np.empty(nc, np.uint64)
     stack = np.empty((min(span, leaf) // SMALL + 2, 2), np.int64)
     # the parts still to do: (lo, hi, 1 if the part lives in src else 0); popped last-in first
-    cap = 64 * ((HEAVY_DEST << max_bits) + 1)  # a split's parts, at most 64 levels
+    cap = 64 * ((1 << max_bits) + 1)
     st_lo = np.empty(cap, np.int64)
     st_hi = np.empty(cap, np.int64)
     st_src = np.empty(cap, np.uint8)
@@ -477,7 +422,16 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
                 there = out if in_src else src
                 v = varying_bits(here, lo, hi)
                 if v != np.uint64(0):
-                    c = _split(here, there, lo, hi, v, leaf, max_bits)
+                    # all max_bits: a large host keeps its keys together while the bits are
+                    # its own; fewer bits per pass would peel it over more passes
+                    shift, bits = msd_plan(v, m, 1, max_bits)
+                    c = msd_histogram(here, lo, hi, shift, bits)
+                    f = np.empty(1 << bits, np.uint64)
+                    t = np.uint64(lo)
+                    for d in range(1 << bits):
+                        f[d] = t
+                        t += c[d]
+                    msd_scatter(here, lo, hi, there, f, shift, bits)
                     top = _push_parts(c, hi, bucket_keys, 1 - in_src, st_lo, st_hi, st_src, top)
                     continue
             if not in_src:  # the leaf sorts from src: move the part there
