@@ -5,10 +5,13 @@ For each size (--sizes, default 1e6 1e7 1e8) and key shape, uniform and host-ske
 prints ns/key of np.sort, of the plain LSD radix sort (8-bit digits, constant digits
 skipped: the baseline), of our MSD+LSD radix sort on one thread, on two threads, and
 ``sort_unique`` (sort + dedup, what the store needs), each with its ratio to np.sort
-measured in the same run. Median of --reps, a fresh copy of the keys each rep (the
-copy not timed). Wall time and its ratio, and the CPU time and its ratio, which a
-shared machine's descheduling does not inflate: the thread's for one thread, the
-process's for two (both threads' CPU seconds: divide by 2 for the cores' share).
+measured in the same run. Every radix row sorts with the same scratch array (its
+pages already touched), except "2 threads new scratch", which allocates one as the
+store's callers do (a fresh array's page faults: ~1 ns/key of CPU here). Median of --reps,
+a fresh copy of the keys each rep (the copy not timed). Wall time and its ratio,
+and the CPU time and its ratio, which a shared machine's descheduling does not
+inflate: the thread's for one thread, the process's for two (both threads' CPU
+seconds: divide by 2 for the cores' share).
 JIT warm-up (compile or cache load) is timed apart and reported. The CPU model,
 numpy's SIMD dispatch and the load average head the output.
 
@@ -73,9 +76,10 @@ def main() -> None:
                 ("np.sort", lambda x: x.sort()),
                 ("LSD 8-bit baseline", lambda x: lsd_sort(x, buf, 8)),
                 ("radix 1 thread", lambda x: radix_sort(x, buf, *kw)),
-                ("radix 2 threads", lambda x: sorting._sort(x, False, 2, "radix")),
+                ("radix 2 threads", lambda x: sorting._sort(x, False, 2, "radix", buf)),
                 ("sort_unique 1 thread", lambda x: sort_unique(x, buf, *kw)),
-                ("sort_unique 2 threads", lambda x: sorting._sort(x, True, 2, "radix")),
+                ("sort_unique 2 threads", lambda x: sorting._sort(x, True, 2, "radix", buf)),
+                ("2 threads new scratch", lambda x: sorting._sort(x, False, 2, "radix")),
             ]
             base = base_cpu = None
             for name, fn in rows:

@@ -263,7 +263,11 @@ def sorted_unique(keys: np.ndarray, threads: int = 1) -> np.ndarray:
     return s[: sort_unique_keys(s, threads)]
 
 
-def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None) -> int:
+def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None,
+          buf: np.ndarray | None = None) -> int:
+    """The sorts above; ``buf``: the radix sort's scratch (default ``_scratch``: a
+    fresh one costs its page faults, ~1 ns/key of CPU, which bench/bench_sort.py
+    keeps out of the comparison of one thread with two)."""
     n = len(a)
     if method is None:
         # below dispatch.SMALL nothing may compile (a first run's small input)
@@ -272,7 +276,7 @@ def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None) -> int:
         a.sort()
         return dispatch.batch.unique_inplace(a) if unique else n
     from .kernels.sort import radix_sort, sort_unique
-    buf = _scratch(n)
+    buf = _scratch(n) if buf is None else buf[:n]
     if threads >= 2 and n >= 2 * SMALL_KEYS:
         return _radix_two(a, buf, unique)
     if unique:
