@@ -4,12 +4,12 @@ numba refreshes its target context before every cache load (``Cache.load_overloa
 and the first refresh of a process imports and installs every lowering registry
 numba has (numpy, unicode, typed containers, random, ...): about 0.55 s of CPU on
 the 2-core EPYC VM measured here, 40 % of a ``seenstore add`` start-up
-(docs/fastpath.md, "Start-up"). Only compiling needs those registries: a cached
+(docs/fastpath.md, "Fourth session"). Only compiling needs those registries: a cached
 kernel is machine code that needs the code generator and numba's runtime (NRT),
 nothing more. ``light_cache_loads()`` makes cache loads initialise just the
 runtime; a cache miss still compiles through numba's compiler, whose
 ``CompilerBase`` refreshes the full context first, so a compilation never sees the
-lighter state.
+lighter state. numba's per-LLVM-call timing events are dropped too.
 
 Process-wide and idempotent; only the CLI asks for it (``dispatch.lean_numba``).
 Skipped (returns False) on a numba whose ``Cache.load_overload`` is not the one
@@ -46,5 +46,19 @@ def light_cache_loads() -> bool:
 
     load_overload.__doc__ = original.__doc__
     cache.load_overload = load_overload
+    _drop_llvm_lock_events()
     _done[0] = True
     return True
+
+
+def _drop_llvm_lock_events() -> None:
+    """numba times its compiler by an event on every LLVM call (llvmlite's lock
+    callbacks, numba.core.base): a cache load makes ~300 such calls per kernel, and
+    the events cost ~35 ms of CPU over the add path's kernels here. Only numba's
+    compile timers read them (then they show no LLVM lock time)."""
+    from llvmlite.binding import ffi
+
+    lock = getattr(getattr(ffi, "lib", None), "_lock", None)
+    for acquire, release in list(getattr(lock, "_cblist", ())):
+        if getattr(acquire, "__module__", "") == "numba.core.base":
+            ffi.unregister_lock_callback(acquire, release)

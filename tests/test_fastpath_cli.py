@@ -265,6 +265,8 @@ def test_cached_kernel_loads_without_numba_compiler_start_up(tmp_path):
         "import tiny_kernel\n"
         "assert tiny_kernel.tiny(10) == 45\n"
         "print('npyimpl' if 'numba.np.npyimpl' in sys.modules else 'light')\n"
+        "from llvmlite.binding import ffi\n"
+        "assert not [c for c in ffi.lib._lock._cblist if c[0].__module__ == 'numba.core.base']\n"
         "from numba import njit\n"
         "import numpy as np\n"
         "f = njit(lambda x: np.sqrt(x).sum())\n"
