@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import nullcontext
+from contextlib import closing, nullcontext
 
 import click
 import numpy as np
@@ -90,9 +90,10 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
     commits = _Commits(store, out, counts, t, background=threads > 1)
     batch: list = []
     read = 0
-    with commits:
-        for fb, ends_batch in _normalised(_cut(pieces, batch_lines, t), policy, store.layout,
-                                          max_length, threads):
+    normalised = _normalised(_cut(pieces, batch_lines, t), policy, store.layout, max_length,
+                             threads)
+    with commits, closing(normalised):  # on an error, the kernels ahead are waited for
+        for fb, ends_batch in normalised:
             for k, v in fb.seconds.items():
                 t[k] = t.get(k, 0.0) + v
             read += fb.n
