@@ -14,7 +14,9 @@ loads, store open and close; best of --reps), then for each thread count
 (--threads, default 1 and 2) one warm-up run and the best of --reps runs over
 the whole file: lines/s over the wall time (start-up included) and net of the
 start-up, with the CPU time of the child (all its threads) and the load average
-beside it. JIT compilation (an empty numba cache) happens in the warm-up run
+beside it. The start-up is split (CPU time, fresh processes): the bare interpreter,
+``seenstore add --help``, and inside the command its imports, numba's import, the
+kernels' cache loads, the store's open and the rest. JIT compilation (an empty numba cache) happens in the warm-up run
 before any timing and is reported separately (``seenstore warmup``).
 
 Then the per-stage split, in process: ``add_fast`` (what the command runs) over the
@@ -44,7 +46,53 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+
+def _startup_child(small: str, store_dir: str) -> None:
+    """(run by startup_split in a fresh process) the command on ``small``, its
+    start-up split printed on stderr as ``SPLIT name=seconds ...``."""
+    c0 = time.process_time()
+    import seenstore.cli as cli_module
+
+    c1 = time.process_time()
+    import numba.core.dispatcher as nd  # the command imports these as it runs
+
+    c2 = time.process_time()
+    from seenstore.store import SeenStore
+
+    c3 = time.process_time()
+    spent = {"loads": 0.0, "open": 0.0, "n": 0}
+    compile_, open_ = nd.Dispatcher.compile, SeenStore.open.__func__
+
+    def compile(self, sig):  # a cache load (or a compile) of one kernel
+        t = time.process_time()
+        try:
+            return compile_(self, sig)
+        finally:
+            spent["loads"] += time.process_time() - t
+            spent["n"] += 1
+
+    def timed_open(cls, *a, **kw):
+        t = time.process_time()
+        try:
+            return open_(cls, *a, **kw)
+        finally:
+            spent["open"] += time.process_time() - t
+
+    nd.Dispatcher.compile = compile
+    SeenStore.open = classmethod(timed_open)
+    cli_module.main(["add", "--pairs", "--store", store_dir, small], standalone_mode=False)
+    total = time.process_time() - c0
+    print(f"SPLIT cli-imports={c1 - c0:.4f} numba-import={c2 - c1:.4f} store-imports={c3 - c2:.4f} "
+          f"kernel-cache-loads={spent['loads']:.4f} store-open={spent['open']:.4f} "
+          f"rest={total - (c3 - c0) - spent['loads'] - spent['open']:.4f} total={total:.4f}",
+          file=sys.stderr)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--startup-child"]:
+    _startup_child(*sys.argv[2:4])  # before this script's own imports
+    sys.exit(0)
+
+import numpy as np  # noqa: E402
 
 # dispatch.SMALL is left as a user has it (SEENSTORE_JIT_MIN unset: 100,000), here and
 # in the command's runs; only the start-up run takes every kernel (JIT_MIN=0)
@@ -151,6 +199,7 @@ def command(data: str, n: int, threads: list[int], reps: int, tmp: str) -> dict[
                                                     env={"SEENSTORE_JIT_MIN": "0"}))
     print(f"start-up of the command (1,000 lines, every kernel loaded): {su:.2f} s wall, "
           f"{su_cpu:.2f} s CPU (best of {reps}; load average {load:.1f})")
+    startup_split(small, tmp, reps)
     outs = {}
     for t in threads:
         def run(t=t):
@@ -163,6 +212,37 @@ def command(data: str, n: int, threads: list[int], reps: int, tmp: str) -> dict[
               f"({(cpu - su_cpu) / n * 1e9:.0f} ns/line net of start-up, all threads); "
               f"best of {reps}, load average {load:.1f}")
     return outs
+
+
+def startup_split(small: str, tmp: str, reps: int) -> None:
+    """Where the command's start-up goes (CPU time, best of ``reps`` fresh processes
+    each): the bare interpreter, ``seenstore add --help``, and inside the command on
+    ``small`` (every kernel taken) its imports, numba's import, the kernels' cache
+    loads, the store's open and the rest."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               SEENSTORE_JIT_MIN="0")
+
+    def cpu_of(args: list[str]) -> float:
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, *args], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+    bare = min(cpu_of(["-c", "pass"]) for _ in range(reps))
+    helped = min(cpu_of(["-m", "seenstore.cli", "add", "--help"]) for _ in range(reps))
+    splits = []
+    for i in range(reps):
+        err = subprocess.run([sys.executable, __file__, "--startup-child", small,
+                              os.path.join(tmp, f"su-store-{i}")], env=env, check=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True).stderr
+        words = next(ln for ln in err.splitlines() if ln.startswith("SPLIT ")).split()[1:]
+        splits.append(dict(w.split("=") for w in words))
+    best = min(splits, key=lambda d: float(d["total"]))
+    print(f"start-up CPU (best of {reps}; load average {os.getloadavg()[0]:.1f}): bare "
+          f"interpreter {bare * 1e3:.0f} ms; seenstore add --help {helped * 1e3:.0f} ms; "
+          f"in the command: " + ", ".join(f"{k} {float(v) * 1e3:.0f} ms"
+                                           for k, v in best.items()))
 
 
 def head(src: str, lines: int, tmp: str, name: str = "head.tsv") -> str:

@@ -91,6 +91,9 @@ class _Family:
         """The numba kernel itself (imports numba on first use)."""
         if lean_numba:
             _numba_without_scipy()
+            from .jitcache import light_cache_loads
+
+            light_cache_loads()  # cache loads without numba's compiler start-up
         return getattr(importlib.import_module(f"seenstore.kernels.{self._module}"), name)
 
     def __getattr__(self, name: str):

@@ -182,6 +182,29 @@ def test_add_fast_commit_error_stops_in_order(monkeypatch, threads):
     assert rec.commits == [10] and len(rec.sent) == 1
 
 
+def test_add_fast_kernel_error_on_the_pipeline_is_raised_in_order(monkeypatch):
+    """With two threads the URL kernel runs ahead on a pool (parallel.run_ahead): a
+    kernel that fails on the third piece is raised by add_fast after the batches
+    before it were committed, and nothing after it is."""
+    monkeypatch.setattr(url_cmds, "SUB_LINES", 5)
+    calls = []
+    run = url_cmds.run_kernel
+
+    def failing(ub, *args, **kw):
+        calls.append(len(ub))
+        if len(calls) == 3:
+            raise MemoryError("injected")
+        return run(ub, *args, **kw)
+
+    monkeypatch.setattr(url_cmds, "run_kernel", failing)
+    with open(REAL, "rb") as f:
+        text = b"".join(f.readlines()[:60])
+    rec = _Recorder()
+    with pytest.raises(MemoryError, match="injected"):
+        _add_fast(rec, text, 10, 2)
+    assert rec.commits == [10] and len(rec.sent) == 1
+
+
 def test_cli_loads_numba_without_scipy_and_leaves_it_importable():
     """The CLI's lean numba start-up (dispatch.lean_numba): in a fresh interpreter, a
     kernel loads and runs without importing scipy, and scipy (when installed) can
@@ -204,9 +227,60 @@ def test_cli_loads_numba_without_scipy_and_leaves_it_importable():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
-def _python(code: str) -> subprocess.CompletedProcess:
+def test_add_imports_only_its_own_command_module():
+    """cli._Group.get_command: `seenstore add --help` imports the URL commands only
+    (not the store, bench, cluster or integration commands, nor numba), and the
+    group's help still lists every command."""
+    code = (
+        "import sys\n"
+        "from seenstore.cli import main\n"
+        "try:\n"
+        "    main(['add', '--help'], standalone_mode=False)\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "mods = [m for m in ('seenstore.cli.store_cmds', 'seenstore.cli.bench_cmd',\n"
+        "        'seenstore.cli.cluster_cmds', 'seenstore.cli.integration_cmds',\n"
+        "        'seenstore.store', 'numba') if m in sys.modules]\n"
+        "assert not mods, mods\n"
+        "main(['--help'], standalone_mode=False)\n")
+    r = _python(code)
+    assert r.returncode == 0, r.stderr
+    for name in ("add", "bench", "cluster", "dump-run", "merge", "warmup"):
+        assert f"  {name} " in r.stdout
+
+
+def test_cached_kernel_loads_without_numba_compiler_start_up(tmp_path):
+    """jitcache.light_cache_loads: a kernel loaded from numba's cache runs (its NRT
+    arrays included) without numba's full lowering registries (numpy's ufunc
+    lowering, npyimpl, stays unimported), and a later compilation in the same
+    process still works (the compiler refreshes the context itself)."""
+    mod = tmp_path / "tiny_kernel.py"
+    mod.write_text("import numpy as np\nfrom numba import njit\n"
+                   "@njit(cache=True)\ndef tiny(n):\n    a = np.arange(n)\n    return a.sum()\n")
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from seenstore.jitcache import light_cache_loads\n"
+        "assert light_cache_loads()\n"
+        "import tiny_kernel\n"
+        "assert tiny_kernel.tiny(10) == 45\n"
+        "print('npyimpl' if 'numba.np.npyimpl' in sys.modules else 'light')\n"
+        "from llvmlite.binding import ffi\n"
+        "assert not [c for c in ffi.lib._lock._cblist if c[0].__module__ == 'numba.core.base']\n"
+        "from numba import njit\n"
+        "import numpy as np\n"
+        "f = njit(lambda x: np.sqrt(x).sum())\n"
+        "assert f(np.full(4, 4.0)) == 8.0\n")
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    first = _python(code, env)  # compiles (and caches) tiny: the full refresh
+    assert first.returncode == 0 and first.stdout.strip() == "npyimpl", first.stderr
+    second = _python(code, env)  # loads tiny from the cache
+    assert second.returncode == 0 and second.stdout.strip() == "light", second.stderr
+
+
+def _python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``code`` run by a fresh interpreter that imports this seenstore."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **(env or {}))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
 
 

@@ -139,6 +139,18 @@ class _Group(click.Group):
             sys.exit(code or 0)
         return code
 
+    def get_command(self, ctx, name):  # type: ignore[override]
+        # a command's module is imported when it runs (`seenstore add` never imports
+        # the bench, cluster or integration commands, nor the store's modules before
+        # it needs them); a name not in _COMMAND_MODULES imports them all
+        if name not in self.commands:
+            _import_commands(_COMMAND_MODULES.get(name))
+        return super().get_command(ctx, name)
+
+    def list_commands(self, ctx):  # type: ignore[override]
+        _import_commands()
+        return super().list_commands(ctx)
+
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
@@ -223,9 +235,22 @@ threads_option = click.option(
          "over chunks; default: the cores this process may use). Answers never depend "
          "on it.")
 
-# Command families register themselves on `main` when imported.
-from . import store_cmds  # noqa: E402,F401
-from . import url_cmds  # noqa: E402,F401
-from . import bench_cmd  # noqa: E402,F401
-from . import cluster_cmds  # noqa: E402,F401
-from . import integration_cmds  # noqa: E402,F401
+# Command families register themselves on `main` when their module is imported,
+# on first use (_Group.get_command): each command's module, so that a command
+# loads only what it runs.
+_COMMAND_MODULES = {
+    "add": "url_cmds", "normalise": "url_cmds", "fingerprint": "url_cmds",
+    "merge": "store_cmds", "stats": "store_cmds", "verify": "store_cmds",
+    "compact": "store_cmds", "upgrade": "store_cmds", "warmup": "store_cmds",
+    "bench": "bench_cmd", "cluster": "cluster_cmds",
+    "links": "integration_cmds", "check": "integration_cmds", "export": "integration_cmds",
+    "dump-run": "integration_cmds",
+}
+
+
+def _import_commands(module: str | None = None) -> None:
+    """Import the command module ``module`` (None: every one)."""
+    import importlib
+
+    for m in [module] if module else dict.fromkeys(_COMMAND_MODULES.values()):
+        importlib.import_module(f"{__name__}.{m}")
