@@ -375,17 +375,21 @@ def test_contains_beside_add_sees_every_committed_key(store_dir, rng):
         assert not errors, errors[0]
 
 
-def test_add_new_copies_its_answer_only_when_few_keys_are_new(store_dir):
-    """add_new answers with a view of its own sorted copy of the batch when the new
-    keys are at least a quarter of it, and with a copy of just them otherwise (a
-    caller keeping the answer must not keep a batch-sized array alive)."""
+def test_add_new_answers_with_an_array_of_its_own_the_next_batch_leaves_alone(store_dir):
+    """add_new answers with an array exactly as long as the new keys (never a view
+    of a batch-sized array a caller would keep alive), and the store's reused batch
+    scratch never shows through: a later batch leaves an earlier answer unchanged."""
     keys = np.arange(1000, dtype=np.uint64)[::-1].copy()
     with SeenStore.open(store_dir, create=True, sync=False, shard_bits=0) as s:
         s.add_new(keys[:-2])  # all but 1 and 0
         few = s.add_new(keys)
         assert few.tolist() == [0, 1] and few.base is None
         many = s.add_new(np.arange(1000, 2000, dtype=np.uint64))
-        assert many.tolist() == list(range(1000, 2000)) and many.base is not None
+        assert many.tolist() == list(range(1000, 2000)) and many.base is None
+        mask = s.add(np.arange(2000, 3000, dtype=np.uint64)[::-1].copy())
+        s.add_new(np.arange(5000, 7000, dtype=np.uint64))
+        s.add(np.arange(8000, 9000, dtype=np.uint64))
+        assert many.tolist() == list(range(1000, 2000)) and mask.all()
 
 
 @pytest.mark.parametrize("sort", ["radix", "numpy"])
