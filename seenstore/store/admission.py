@@ -248,6 +248,7 @@ class Admission:
             timings["bloom_negative"] = feed.close()
             timings["bloom_s"] += time.perf_counter() - t1
             timings["bloom_background_s"] = feed.busy_s
+            timings["bloom_cpu_s"] = feed.cpu_s
             # the keeper saw only the shards' inserts: its guess for the layer to build
             # ahead (prepare_next, below) is the whole batch's keys that set a bit
             self._keeper.batch_done(timings["bloom_negative"])

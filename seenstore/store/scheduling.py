@@ -236,7 +236,8 @@ class BloomFeed:
         self._keeper = keeper
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self.fresh = 0
-        self.busy_s = 0.0  # seconds this thread spent inserting
+        self.busy_s = 0.0  # seconds this thread spent inserting (wall)
+        self.cpu_s = 0.0  # CPU seconds of the inserts (their threads and this one helping)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="seenstore-bloom-feed",
                                         daemon=True)
@@ -263,7 +264,9 @@ class BloomFeed:
             keys = got[0] if len(got) == 1 else np.concatenate(got)
             t0 = time.perf_counter()
             try:
-                self.fresh += self._keeper.finish_insert(self._keeper.start_insert(keys))
+                pending = self._keeper.start_insert(keys)
+                self.fresh += self._keeper.finish_insert(pending)
+                self.cpu_s += getattr(pending, "cpu_s", 0.0)
             except Exception as e:  # start_insert's reserve (finish_insert drops by itself)
                 warnings.warn(f"Bloom filter insert failed ({e!r}); filter dropped, the next "
                               "open rebuilds it from the runs")
