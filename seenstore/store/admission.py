@@ -139,7 +139,8 @@ class Admission:
                 # no room reserved for the batch: each of the feed's inserts fills the
                 # newest layer and adds one only for keys that could overfill it
                 # (LayeredBloom.fill), so re-offered keys never grow the filter
-                feed = BloomFeed(self._keeper)  # fed each shard's new keys as found
+                # fed each shard's new keys as found
+                feed = BloomFeed(self._keeper, self._arena.get("bloom", len(keys), np.uint64))
             try:
                 t0 = time.perf_counter()
                 if self.mode == "exact":
