@@ -59,8 +59,10 @@ def _print_text(r: dict) -> None:
              f"which ran {ns['bloom_background']:.1f} ns/key beside merge, shard by shard, "
              f"using {ns.get('bloom_cpu', 0):.1f} ns/key of CPU)")
     if ns.get("cpu_user") is not None and r["store_s"]:
+        busy = (ns["cpu_user"] + ns.get("cpu_sys", 0)) / ns["store_total"]
         echo(f"CPU inside add   user {ns['cpu_user']:.1f} + sys {ns.get('cpu_sys', 0):.1f} ns/key, "
-             "all threads (2 cores give at most 2x the store total)")
+             f"all threads: {busy:.2f} of the {p.get('threads', '?')} cores busy on average "
+             "(on a shared machine, the others' work takes the rest)")
     laps = r.get("shard_threads_ns_per_key") or {}
     if laps.get("check_s"):
         echo("shard threads    " + "  ".join(
