@@ -52,13 +52,16 @@ class Admission:
         this call, sorted ascending, each once (no per-occurrence mask, so no
         alignment pass: the cheaper call when the caller needs only the new keys).
 
-        In exact mode the answer is an array of its own, exactly as long; in
-        approximate mode it lives in the call's own sorted copy of the batch when the
+        In exact mode the answer is a view of a buffer of its own, at most 4x as
+        long, which the store reuses for a later answer once the caller has dropped
+        every view of it (scheduling.BatchArena.answer); in approximate mode it lives in the call's own sorted copy of the batch when the
         new keys fill at least a quarter of it, else it is copied out, so the caller
         does not keep a batch-sized array alive for a few keys."""
         keys = as_keys(keys)
         new = self._admit(keys, progress)
-        return new.copy() if new.base is not None and 4 * len(new) < len(keys) else new
+        if self.mode == "approximate" and 4 * len(new) < len(keys):
+            return new.copy()
+        return new
 
     def add_new_file(self, path: str, memory: int, new_out: str | None = None) -> dict:
         """Admit the keys of batch file ``path`` (raw little-endian uint64, any order,
@@ -192,7 +195,7 @@ class Admission:
         timings["unique"] = sum(m for _, m, _, _ in segs)
         n_new = sum(k for _, _, _, k in segs)
         new = (self._arena.get("answer", n_new, np.uint64) if scratch_answer
-               else np.empty(n_new, np.uint64))
+               else self._arena.answer(n_new))
         n = 0
         for lo, _, _, k in segs:  # each shard's new keys are at the front of its slice
             new[n:n + k] = part[lo:lo + k]
