@@ -54,9 +54,10 @@ class Admission:
 
         In exact mode the answer is a view of a buffer of its own, at most 4x as
         long, which the store reuses for a later answer once the caller has dropped
-        every view of it (scheduling.BatchArena.answer); in approximate mode it lives in the call's own sorted copy of the batch when the
-        new keys fill at least a quarter of it, else it is copied out, so the caller
-        does not keep a batch-sized array alive for a few keys."""
+        every view of it (scheduling.BatchArena.answer); in approximate mode it lives
+        in the call's own sorted copy of the batch when the new keys fill at least a
+        quarter of it, else it is copied out, so the caller does not keep a
+        batch-sized array alive for a few keys."""
         keys = as_keys(keys)
         new = self._admit(keys, progress)
         if self.mode == "approximate" and 4 * len(new) < len(keys):
@@ -119,8 +120,8 @@ class Admission:
     # ------------------------------------------------------------ the batch path
     def _admit(self, keys: np.ndarray, progress, scratch_answer: bool = False) -> np.ndarray:
         """Sort, check, write and commit ``keys``; return the new keys, sorted, each once
-        (exact mode: in a new array, or with ``scratch_answer`` in the store's batch
-        scratch, valid until the next batch).
+        (exact mode: in an answer buffer, ``BatchArena.answer``, or with
+        ``scratch_answer`` in the store's batch scratch, valid until the next batch).
 
         Exact mode: the keys are only partitioned by shard here (one counting pass),
         into the store's batch scratch (scheduling.BatchArena, reused by every batch);
@@ -175,8 +176,9 @@ class Admission:
     def _new_timings(self, n: int) -> dict:
         """The figures of one call (``last_timings``), zeroed; ``n`` keys offered."""
         self.last_timings = {
-            "sort_s": 0.0, "align_s": 0.0, "answer_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": 0.0,
-            "bloom_background_s": 0.0, "merge_s": 0.0, "shard_sort_s": 0.0, "commit_s": 0.0,
+            "sort_s": 0.0, "align_s": 0.0, "answer_s": 0.0, "bloom_s": 0.0,
+            "bloom_rebuild_s": 0.0, "bloom_background_s": 0.0, "merge_s": 0.0,
+            "shard_sort_s": 0.0, "commit_s": 0.0,
             "compact_wait_s": 0.0,
             "bytes_read": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
             "bloom_negative": 0, "approx_answered": 0}
@@ -186,7 +188,7 @@ class Admission:
                          feed, scratch_answer: bool = False) -> np.ndarray:
         """Merge and commit keys grouped by shard (``part``, the store's scratch, shard
         s at ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed); return the new
-        keys, sorted, each once: a new array, or with ``scratch_answer`` one of the
+        keys, sorted, each once: in an answer buffer, or with ``scratch_answer`` in the
         store's scratch. ``feed``: the BloomFeed the shards' new keys go to, or None."""
         timings = self._new_timings(len(part))
         segs = self._write_batch(part, bounds, timings, progress, sort_parts=True,
