@@ -37,8 +37,9 @@ INSTALL = {"rocksdb": "rocksdict", "duckdb": "duckdb", "lmdb": "lmdb", "rbloom":
 class SeenStorePeer:
     def __init__(self, path, stream):
         from seenstore.store import SeenStore
-        # Bloom sized for the stream's distinct keys, as rbloom is below.
-        self.st = SeenStore.open(path, create=True, bloom_capacity=stream.expected_total_new)
+        # Opened with defaults, as a user would (issue 14): the Bloom filter starts small
+        # and grows by layers as the stream fills it, not sized ahead for the stream.
+        self.st = SeenStore.open(path, create=True)
 
     def add(self, keys):
         return self.st.add_new(keys)  # the sorted new keys, as the others return them
@@ -397,8 +398,10 @@ def main() -> None:
     own = args.workdir is None
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="seenstore-peers-")
     os.makedirs(args.workdir, exist_ok=True)
+    from seenstore.sorting import machine_summary
     print(f"Stream: {args.keys:,} keys in batches of {args.batch:,}, reoffer {args.reoffer}, "
-          f"dup {args.dup}, seed {args.seed}; time limit {args.time_limit:.0f} s per peer.\n",
+          f"dup {args.dup}, seed {args.seed}; time limit {args.time_limit:.0f} s per peer.\n"
+          f"Machine: {machine_summary()}; load average {os.getloadavg()[0]:.1f} at the start.\n",
           flush=True)
     rows = []
     try:

@@ -24,7 +24,11 @@ from . import sorting
 from .errors import DiskFullError, InvalidInputError, StoreIOError
 from .workload import CrawlStream
 
-STAGES = ("generate", "sort", "spill", "bloom", "merge", "commit", "align")
+STAGES = ("generate", "sort", "spill", "bloom", "merge", "commit", "answer", "align")
+# the shard threads' laps inside merge (store/scheduling.py), summed over the threads:
+# wall seconds and CPU seconds of each; wall minus CPU is time the thread waited
+# (for a sort, the disk, or a core)
+THREAD_LAPS = ("sort_wait", "check", "write", "fsync")
 ANSWERS = ("new", "mask")
 BYTES_PER_OFFERED_KEY = 64  # measured peak RSS per batch key is below this (docs/bench.md)
 _CHUNK = 8 << 20
@@ -319,6 +323,10 @@ class BenchResult:
     stage_s: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     store_s: float = 0.0  # wall time inside store.add / add_new, all batches
     bloom_background_s: float = 0.0  # Bloom inserts run beside the sort and merge
+    bloom_cpu_s: float = 0.0  # their CPU time (insert threads and the feed helping)
+    cpu_user_s: float = 0.0  # process CPU time inside add / add_new (every thread)
+    cpu_sys_s: float = 0.0
+    thread_laps: dict = field(default_factory=dict)  # THREAD_LAPS, wall and cpu
     shard_sort_s: float = 0.0  # per-shard sorts' CPU time, on their own threads inside the merge
     compact_wait_s: float = 0.0  # waits for the compaction run between batches
     sort_floor_s: float = 0.0  # the faster of the two sorts below, whole run
@@ -377,8 +385,12 @@ class BenchResult:
                 "compact_wait": self.compact_wait_s / n * 1e9,
                 "store_total": self.store_s / n * 1e9,
                 "bloom_background": self.bloom_background_s / n * 1e9,
+                "bloom_cpu": self.bloom_cpu_s / n * 1e9,
+                "cpu_user": self.cpu_user_s / n * 1e9,
+                "cpu_sys": self.cpu_sys_s / n * 1e9,
                 "shard_sort": self.shard_sort_s / n * 1e9,
             },
+            "shard_threads_ns_per_key": {k: v / n * 1e9 for k, v in self.thread_laps.items()},
             "bytes_read": self.bytes_read,
             "bytes_written": self.bytes_written,
             "disk_bytes": disk_bytes,
@@ -562,12 +574,16 @@ def run_bench(
                 batch = stream.batch(*plan)
                 t_gen = time.perf_counter() - t0
                 t_numpy, t_radix = _floor_sorts(batch.keys, store.threads)
+                r0 = resource.getrusage(resource.RUSAGE_SELF)
                 t0 = time.perf_counter()
                 if answer == "mask":
                     got = store.add(batch.keys)
                 else:
                     got = store.add_new(batch.keys)
                 t_add = time.perf_counter() - t0
+                r1 = resource.getrusage(resource.RUSAGE_SELF)
+                res.cpu_user_s += r1.ru_utime - r0.ru_utime
+                res.cpu_sys_s += r1.ru_stime - r0.ru_stime
                 t0 = time.perf_counter()
                 n_new, ok = _check(batch, got, answer)
                 res.verify_s += time.perf_counter() - t0
@@ -588,7 +604,12 @@ def run_bench(
                 row["bytes_written"] += 8 * len(batch.keys)  # and written
                 row["rss_bytes"] = peak_rss_bytes()
             row["bloom_background_s"] = float(tm.get("bloom_background_s", 0.0))
+            row["bloom_cpu_s"] = float(tm.get("bloom_cpu_s", 0.0))
             row["shard_sort_s"] = float(tm.get("shard_sort_s", 0.0))
+            for lap in THREAD_LAPS:
+                for k in (f"{lap}_s", f"{lap}_cpu_s"):
+                    res.thread_laps[k] = (res.thread_laps.get(k, 0.0)
+                                          + float(tm.get("merge_parts", {}).get(k, 0.0)))
             # compaction run between batches that this call waited for (tiered runs);
             # its bytes count in the floor's I/O like the batch's own
             row["compact_wait_s"] = float(tm.get("compact_wait_s", 0.0))
@@ -604,6 +625,7 @@ def run_bench(
                 res.stage_s[s] += row[f"{s}_s"]
             res.store_s += t_add
             res.bloom_background_s += row["bloom_background_s"]
+            res.bloom_cpu_s += row["bloom_cpu_s"]
             res.shard_sort_s += row["shard_sort_s"]
             res.compact_wait_s += row["compact_wait_s"]
             res.sort_numpy_s += t_numpy

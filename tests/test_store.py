@@ -2,6 +2,7 @@
 
 import errno
 import os
+import weakref
 
 import numpy as np
 import pytest
@@ -375,17 +376,34 @@ def test_contains_beside_add_sees_every_committed_key(store_dir, rng):
         assert not errors, errors[0]
 
 
-def test_add_new_copies_its_answer_only_when_few_keys_are_new(store_dir):
-    """add_new answers with a view of its own sorted copy of the batch when the new
-    keys are at least a quarter of it, and with a copy of just them otherwise (a
-    caller keeping the answer must not keep a batch-sized array alive)."""
+def test_add_new_answers_in_a_buffer_reused_only_once_the_caller_dropped_it(store_dir):
+    """add_new's answer never keeps a batch-sized array alive for a few keys, a later
+    batch leaves an answer the caller kept unchanged (the store's reused batch scratch
+    never shows through), and a dropped answer's buffer serves the next answer (no
+    fresh pages per batch)."""
+    def data(a):
+        return a.__array_interface__["data"][0]
+
     keys = np.arange(1000, dtype=np.uint64)[::-1].copy()
     with SeenStore.open(store_dir, create=True, sync=False, shard_bits=0) as s:
         s.add_new(keys[:-2])  # all but 1 and 0
         few = s.add_new(keys)
-        assert few.tolist() == [0, 1] and few.base is None
+        assert few.tolist() == [0, 1] and (few.base is None or len(few.base) <= 1 << 18)
         many = s.add_new(np.arange(1000, 2000, dtype=np.uint64))
-        assert many.tolist() == list(range(1000, 2000)) and many.base is not None
+        mask = s.add(np.arange(2000, 3000, dtype=np.uint64)[::-1].copy())
+        s.add_new(np.arange(5000, 7000, dtype=np.uint64))
+        s.add(np.arange(8000, 9000, dtype=np.uint64))
+        assert many.tolist() == list(range(1000, 2000)) and mask.all()
+        kept = many[10:20]  # a view keeps the buffer in use
+        at = data(many)
+        del many
+        again = s.add_new(np.arange(10_000, 11_000, dtype=np.uint64))
+        assert data(again) != at and kept.tolist() == list(range(1010, 1020))
+        del kept, few
+        buf = weakref.ref(again.base)  # the store's buffer (a weak reference: not a use)
+        del again
+        last = s.add_new(np.arange(20_000, 21_000, dtype=np.uint64))
+        assert last.base is buf() and last.tolist() == list(range(20_000, 21_000))
 
 
 @pytest.mark.parametrize("sort", ["radix", "numpy"])

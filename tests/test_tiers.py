@@ -56,6 +56,17 @@ def test_sweep_step_on_runs_denser_than_the_batch_matches_twins(run, batch, chun
     assert got == _sweep_all(D.merge._twins["sweep_step"][0], run, batch, chunk)
 
 
+@settings(max_examples=150, deadline=None)
+@given(run=sparse_batch, batch=dense_run, chunk=st.integers(1, 30))
+def test_sweep_step_on_batches_denser_than_the_run_matches_twins(run, batch, chunk):
+    """Short chunks with many batch keys each: the kernel's path that walks the run
+    and skips the batch 8 keys at a time, and its tail, against both twins."""
+    from seenstore import dispatch as D
+    got = _sweep_all(sweep_step, run, batch, chunk)
+    assert got[0] == sweep_naive(run, batch).tolist()
+    assert got == _sweep_all(D.merge._twins["sweep_step"][0], run, batch, chunk)
+
+
 @pytest.mark.parametrize("run, prev", [([1, 2, 2, 3], None), ([1, 2, 4, 3, 9], None),
                                        ([7, 8], 7), ([9] * 12, None)])
 def test_sweep_step_flags_a_repeat_or_descent_anywhere(run, prev):

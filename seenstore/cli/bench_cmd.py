@@ -56,7 +56,19 @@ def _print_text(r: dict) -> None:
         echo("                 beside the disk I/O of the shards already sorted)")
     if ns.get("bloom_background"):
         echo(f"                 (bloom = time waited for the Bloom insert of the new keys, "
-             f"which ran {ns['bloom_background']:.1f} ns/key beside merge, shard by shard)")
+             f"which ran {ns['bloom_background']:.1f} ns/key beside merge, shard by shard, "
+             f"using {ns.get('bloom_cpu', 0):.1f} ns/key of CPU)")
+    if ns.get("cpu_user") is not None and r["store_s"]:
+        busy = (ns["cpu_user"] + ns.get("cpu_sys", 0)) / ns["store_total"]
+        echo(f"CPU inside add   user {ns['cpu_user']:.1f} + sys {ns.get('cpu_sys', 0):.1f} ns/key, "
+             f"all threads: {busy:.2f} of the {p.get('threads', '?')} cores busy on average "
+             "(on a shared machine, the others' work takes the rest)")
+    laps = r.get("shard_threads_ns_per_key") or {}
+    if laps.get("check_s"):
+        echo("shard threads    " + "  ".join(
+            f"{k} {laps.get(k + '_s', 0):.1f} (CPU {laps.get(k + '_cpu_s', 0):.1f})"
+            for k in ("sort_wait", "check", "write", "fsync"))
+             + " ns/key, summed over the threads; wall minus CPU = waiting")
     echo(f"bytes read       {r['bytes_read']:,}   written {r['bytes_written']:,}")
     bpk = r["disk_bytes_per_key"]
     echo(f"on disk          {r['disk_bytes']:,} bytes for {r['store_keys']:,} keys"

@@ -88,6 +88,24 @@ def first_above(a, lo, hi, x):
     return lo
 
 
+@njit(cache=True, nogil=True, inline="always")
+def skip_below(a, i, end, x):
+    """The first position in ``a[i:end]`` (sorted ascending) whose key is not below
+    ``x`` (``end`` if none): 8 keys skipped at a time, then the 8 below ``x``
+    counted without a branch."""
+    full = end - 8
+    while i <= full and a[i + 7] < x:
+        i += 8
+    if i <= full:
+        c = 0
+        for t in range(8):
+            c += a[i + t] < x
+        return i + c
+    while i < end and a[i] < x:
+        i += 1
+    return i
+
+
 @njit(cache=True, nogil=True)
 def sweep_step(old, n_old, batch, j, found, prev, have_prev):
     """Mark the keys of ``batch[j:]`` present in ``old[:n_old]`` (one chunk of a run).
@@ -100,12 +118,15 @@ def sweep_step(old, n_old, batch, j, found, prev, have_prev):
     then). Twin: tests/naive.py ``sweep_naive``.
 
     The chunk's order is checked in a pass of its own (no branch per key: it
-    vectorises), then each batch key up to the chunk's last key is placed in it:
-    where the run is denser than the batch (more than DENSE run keys per batch key,
-    a store many batches old) by skipping the run 8 keys at a time and counting the
-    8 below the key; else by a merge walk whose steps take no branch. Both replace
-    a walk over every run key with a branch per key (~4 ns per key of run and batch
-    here, the branches mispredicted).
+    vectorises), then the batch keys up to the chunk's last key are placed in it by
+    the sparser side: where the chunk has more keys than they (a store many batches
+    old), each batch key skips the run 8 keys at a time and counts the 8 below it;
+    where they outnumber the chunk's keys (a young run, a batch's own), each run key
+    skips the batch so, marking the batch key equal to it; about even, a merge walk
+    whose steps take no branch. All replace a walk over every run key with a branch
+    per key (~4 ns per key of run and batch here, the branches mispredicted); the
+    skipping paths cost ~1/8 of a step per key of the denser side (measured on this
+    project's 2-core EPYC: 2.7 against 4.6 ns per run key for a run 3.5x the batch).
     """
     n_batch = batch.shape[0]
     if n_old == 0:
@@ -120,22 +141,19 @@ def sweep_step(old, n_old, batch, j, found, prev, have_prev):
     last = old[n_old - 1]
     jend = first_above(batch, j, n_batch, last)  # the first batch key above the chunk
     i = 0
-    if (jend - j) * 4 < n_old:  # dense run: skip it 8 keys at a time
-        full = n_old - 8
+    if (jend - j) * 2 < n_old:  # run denser than the batch: skip it 8 keys at a time
         while j < jend:
             b = batch[j]
-            while i <= full and old[i + 7] < b:
-                i += 8
-            if i <= full:
-                c = 0
-                for t in range(8):
-                    c += old[i + t] < b
-                i += c
-            else:
-                while old[i] < b:  # stops: b <= last
-                    i += 1
+            i = skip_below(old, i, n_old, b)  # < n_old: b <= last
             found[j] |= old[i] == b  # no branch: about half the keys are found
             j += 1
+    elif n_old * 2 < jend - j:  # batch denser than the run: skip it 8 keys at a time
+        for i in range(n_old):
+            a = old[i]
+            j = skip_below(batch, j, jend, a)
+            if j < jend:
+                found[j] |= batch[j] == a
+        j = jend  # every batch key up to the chunk's last key is placed
     else:  # i stays < n_old while j < jend, since batch[j] <= last
         while j < jend:
             a = old[i]

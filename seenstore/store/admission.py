@@ -41,7 +41,7 @@ class Admission:
 
         The mask costs one more pass over the keys than ``add_new``."""
         keys = as_keys(keys)
-        new = self._admit(keys, progress)
+        new = self._admit(keys, progress, scratch_answer=True)
         t1 = time.perf_counter()
         mask = mark_first_new(keys, new)
         self.last_timings["align_s"] = time.perf_counter() - t1
@@ -52,12 +52,17 @@ class Admission:
         this call, sorted ascending, each once (no per-occurrence mask, so no
         alignment pass: the cheaper call when the caller needs only the new keys).
 
-        The answer lives in the call's own sorted copy of the batch when the new
-        keys fill at least a quarter of it; otherwise it is copied out, so the
-        caller does not keep a batch-sized array alive for a few keys."""
+        In exact mode the answer is a view of a buffer of its own, at most 4x as
+        long, which the store reuses for a later answer once the caller has dropped
+        every view of it (scheduling.BatchArena.answer); in approximate mode it lives
+        in the call's own sorted copy of the batch when the new keys fill at least a
+        quarter of it, else it is copied out, so the caller does not keep a
+        batch-sized array alive for a few keys."""
         keys = as_keys(keys)
         new = self._admit(keys, progress)
-        return new.copy() if 4 * len(new) < len(keys) else new
+        if self.mode == "approximate" and 4 * len(new) < len(keys):
+            return new.copy()
+        return new
 
     def add_new_file(self, path: str, memory: int, new_out: str | None = None) -> dict:
         """Admit the keys of batch file ``path`` (raw little-endian uint64, any order,
@@ -113,10 +118,13 @@ class Admission:
             return is_new
 
     # ------------------------------------------------------------ the batch path
-    def _admit(self, keys: np.ndarray, progress) -> np.ndarray:
-        """Sort, check, write and commit ``keys``; return the new keys, sorted, each once.
+    def _admit(self, keys: np.ndarray, progress, scratch_answer: bool = False) -> np.ndarray:
+        """Sort, check, write and commit ``keys``; return the new keys, sorted, each once
+        (exact mode: in an answer buffer, ``BatchArena.answer``, or with
+        ``scratch_answer`` in the store's batch scratch, valid until the next batch).
 
-        Exact mode: the keys are only partitioned by shard here (one counting pass);
+        Exact mode: the keys are only partitioned by shard here (one counting pass),
+        into the store's batch scratch (scheduling.BatchArena, reused by every batch);
         one thread then sorts and deduplicates the shards in order while the shards
         already sorted are checked against their runs, so the sorting overlaps their
         disk I/O. Each shard's new keys go to the Bloom filter on another thread as
@@ -135,13 +143,15 @@ class Admission:
                 # no room reserved for the batch: each of the feed's inserts fills the
                 # newest layer and adds one only for keys that could overfill it
                 # (LayeredBloom.fill), so re-offered keys never grow the filter
-                feed = BloomFeed(self._keeper)  # fed each shard's new keys as found
+                # fed each shard's new keys as found
+                feed = BloomFeed(self._keeper, self._arena.get("bloom", len(keys), np.uint64))
             try:
                 t0 = time.perf_counter()
                 if self.mode == "exact":
-                    part, bounds = partition(keys, self.shard_bits, self.threads)
+                    part, bounds = partition(keys, self.shard_bits, self.threads,
+                                             out=self._arena.get("part", len(keys), np.uint64))
                     t_sort = time.perf_counter() - t0
-                    new = self._add_partitioned(part, bounds, progress, feed)
+                    new = self._add_partitioned(part, bounds, progress, feed, scratch_answer)
                 else:
                     uniq = prepare(keys, self.threads)
                     t_sort = time.perf_counter() - t0
@@ -166,30 +176,35 @@ class Admission:
     def _new_timings(self, n: int) -> dict:
         """The figures of one call (``last_timings``), zeroed; ``n`` keys offered."""
         self.last_timings = {
-            "sort_s": 0.0, "align_s": 0.0, "bloom_s": 0.0, "bloom_rebuild_s": 0.0,
-            "bloom_background_s": 0.0, "merge_s": 0.0, "shard_sort_s": 0.0, "commit_s": 0.0,
+            "sort_s": 0.0, "align_s": 0.0, "answer_s": 0.0, "bloom_s": 0.0,
+            "bloom_rebuild_s": 0.0, "bloom_background_s": 0.0, "merge_s": 0.0,
+            "shard_sort_s": 0.0, "commit_s": 0.0,
             "compact_wait_s": 0.0,
             "bytes_read": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
             "bloom_negative": 0, "approx_answered": 0}
         return self.last_timings
 
     def _add_partitioned(self, part: np.ndarray, bounds: np.ndarray, progress,
-                         feed) -> np.ndarray:
-        """Merge and commit keys grouped by shard (``part``, shard s at
-        ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed); return the new keys,
-        sorted, each once, as a view of the front of ``part``. ``feed``: the
-        BloomFeed the shards' new keys go to, or None (no filter)."""
+                         feed, scratch_answer: bool = False) -> np.ndarray:
+        """Merge and commit keys grouped by shard (``part``, the store's scratch, shard
+        s at ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed); return the new
+        keys, sorted, each once: in an answer buffer, or with ``scratch_answer`` in the
+        store's scratch. ``feed``: the BloomFeed the shards' new keys go to, or None."""
         timings = self._new_timings(len(part))
         segs = self._write_batch(part, bounds, timings, progress, sort_parts=True,
                                  on_new=None if feed is None else feed.put)
-        timings["unique"] = sum(m for _, m, _ in segs)
+        t1 = time.perf_counter()
+        timings["unique"] = sum(m for _, m, _, _ in segs)
+        n_new = sum(k for _, _, _, k in segs)
+        new = (self._arena.get("answer", n_new, np.uint64) if scratch_answer
+               else self._arena.answer(n_new))
         n = 0
-        for lo, m, mask in segs:  # the new keys of every shard, in shard order, to the front
-            k = compact_inplace(part[lo:lo + m], mask)
-            part[n:n + k] = part[lo:lo + k]
+        for lo, _, _, k in segs:  # each shard's new keys are at the front of its slice
+            new[n:n + k] = part[lo:lo + k]
             n += k
+        timings["answer_s"] = time.perf_counter() - t1
         self._after_merge(timings, feed, None)
-        return part[:n]
+        return new
 
     def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0) -> np.ndarray:
         """Merge and commit sorted unique ``uniq``; return the mask of new keys. The
@@ -220,8 +235,8 @@ class Admission:
         n_approx += approx_answered
         timings["approx_answered"] = n_approx
         cand_new = np.zeros(len(cand), dtype=np.bool_)
-        for lo, m, mask in self._write_batch(cand, self._shard_bounds(cand), timings,
-                                             progress):
+        for lo, m, mask, _ in self._write_batch(cand, self._shard_bounds(cand), timings,
+                                                progress):
             cand_new[lo:lo + m] = mask
         if cand is uniq:
             is_new = cand_new
@@ -239,6 +254,7 @@ class Admission:
             timings["bloom_negative"] = feed.close()
             timings["bloom_s"] += time.perf_counter() - t1
             timings["bloom_background_s"] = feed.busy_s
+            timings["bloom_cpu_s"] = feed.cpu_s
             # the keeper saw only the shards' inserts: its guess for the layer to build
             # ahead (prepare_next, below) is the whole batch's keys that set a bit
             self._keeper.batch_done(timings["bloom_negative"])
@@ -261,9 +277,9 @@ class Admission:
                      progress=None, sort_parts: bool = False, on_new=None) -> list:
         """Check every shard's keys against its live runs, write the new ones as one new
         run per shard (scheduling.write_shards, whose docstring says how ``keys``,
-        ``bounds`` and ``sort_parts`` are read) and commit; return ``(lo, m, mask)``
-        per shard that got keys: its keys are ``keys[lo:lo + m]``, sorted and unique,
-        ``mask`` True where new."""
+        ``bounds`` and ``sort_parts`` (the store's shard sorter) are read) and commit;
+        return its ``(lo, m, mask, k)`` per shard that got keys (masks: views of the
+        store's scratch, valid until the next batch)."""
         jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
         if not jobs:  # no key, or all answered by the Bloom filter alone (approximate)
             if timings["offered"]:
@@ -276,7 +292,9 @@ class Admission:
             out = write_shards(keys, bounds, jobs, self._runs, target, self._buffers,
                                self.chunk_keys, threads=self.threads,
                                merge_threads=self.merge_threads, progress=progress,
-                               sort_parts=sort_parts, on_new=on_new)
+                               sorter=self._sorter if sort_parts else None,
+                               masks=self._arena.get("masks", len(keys), np.bool_),
+                               on_new=on_new)
         except OSError as e:
             raise io_error(e, f"{self.path}: writing runs") from e
         t1 = time.perf_counter()

@@ -33,7 +33,7 @@ from . import commit as commitmod, compaction as compactionmod, report, runs as 
 from .admission import Admission
 from .compaction import Compactor, plan
 from .files import BLOOM_NAME, io_error, remove_leftovers, stray_files
-from .scheduling import BufferPool
+from .scheduling import BatchArena, BufferPool, ShardSorter
 
 PREFAULT_MIN_BYTES = 4 << 20  # smaller new filters fault in within the first insert
 
@@ -72,6 +72,8 @@ class SeenStore(Admission):
         # threads doing CPU work at once (shard sorts); open(threads=) sets it
         self.threads = default_threads()
         self._buffers = BufferPool()
+        self._arena = BatchArena()  # a batch's partition, masks and answer, reused
+        self._sorter = ShardSorter()  # its threads keep their sort scratch across batches
         self._prefault: threading.Thread | None = None  # a new filter's pages faulting in
         self.last_timings: dict = {}
         self._closed = False
@@ -422,6 +424,8 @@ class SeenStore(Admission):
         except SeenStoreError as e:
             warnings.warn(f"Bloom filter not saved ({e}); the next open rebuilds it")
         self._closed = True
+        self._sorter.close()
+        self._arena.release()
         self._live.close()
         if self._lock is not None:
             self._lock.release()

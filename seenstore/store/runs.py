@@ -144,18 +144,20 @@ def check_runs(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndar
     (one shard's live runs). Each run is swept, or probed key by key when the keys
     still unanswered are fewer than 1/``probe_ratio`` of it. Returns bytes swept."""
     read = 0
+    left = len(batch) - int(np.count_nonzero(found))
     for reader in readers:
         if reader.count == 0:
             continue
-        todo = np.flatnonzero(~found)
-        if len(todo) == 0:
+        if left == 0:
             break
-        if len(todo) * probe_ratio < reader.count:
+        if left * probe_ratio < reader.count:
+            todo = np.flatnonzero(~found)  # the few keys left: looked up one by one
             sub = np.zeros(len(todo), dtype=np.bool_)
             lookup(reader, batch[todo], sub)
             found[todo[sub]] = True
-        else:
+        else:  # a count, not a list of the keys left: a sweep reads every key anyway
             read += sweep(reader, batch, found, buf)
+        left = len(batch) - int(np.count_nonzero(found))
     return read
 
 

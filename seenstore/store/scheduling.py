@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
 import warnings
@@ -27,19 +28,23 @@ import numpy as np
 
 from ..dispatch import batch as _batch_kernels  # numpy twins below dispatch.SMALL keys
 from ..merge import MergeBuffers
-from ..sorting import sort_shards
+from .. import sorting as _sorting
 from . import runs as runsmod
 from .files import run_name
 
 partition_top_bits = _batch_kernels.partition_top_bits
+compact_inplace = _batch_kernels.compact_inplace
 
 
 PARALLEL_PARTITION_KEYS = 1 << 20  # fewer keys are partitioned on one thread
+ANSWER_BUFFERS = 2  # answer buffers a store keeps for reuse (BatchArena.answer)
 
 
-def partition(keys: np.ndarray, bits: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+def partition(keys: np.ndarray, bits: int, threads: int,
+              out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``keys`` grouped by shard (their top ``bits`` bits; shards ascending, repeats
     kept) and the start of each shard plus the end, as ``partition_top_bits`` gives.
+    ``out``: the uint64 array to write them to (``len(keys)`` long; a new one if None).
 
     With ``threads`` > 1 and at least PARALLEL_PARTITION_KEYS keys, each thread counts
     then scatters its slice of the keys into its own slots of every shard (those the
@@ -47,7 +52,8 @@ def partition(keys: np.ndarray, bits: int, threads: int) -> tuple[np.ndarray, np
     (~4 ns/key), the other idle, since the Bloom insert now waits for new keys. The
     order inside a shard then differs from one thread's; its sort makes it the same."""
     n = len(keys)
-    out = np.empty(n, dtype=np.uint64)
+    if out is None:
+        out = np.empty(n, dtype=np.uint64)
     bounds = np.empty((1 << bits) + 1, dtype=np.int64)
     t = min(threads, max(1, n // PARALLEL_PARTITION_KEYS)) if bits else 1
     if t <= 1:
@@ -89,10 +95,98 @@ class BufferPool:
         self._free.append(bufs)
 
 
+class BatchArena:
+    """The batch-sized arrays of the write path (the batch grouped by shard, its
+    found/new masks), kept by the store and reused by every batch.
+
+    Why: on the VMs this project runs on, memory a process frees is handed back to
+    the host within seconds, and touching it again costs ~0.2-1 GB/s of page faults:
+    a fresh 8 B/key array per batch cost up to 8-40 ns per offered key in ``sys``
+    time. Holds, until ``release``, up to 17 B per key of the largest batch seen (the
+    partition 8, the masks 1, the Bloom feed's joins 8 of which only the new keys'
+    share is ever touched) and, for ``add``, its answer."""
+
+    def __init__(self) -> None:
+        self._arrays: dict = {}
+        self._answers: list = []  # buffers of answers handed out, newest first
+
+    def get(self, name: str, n: int, dtype) -> np.ndarray:
+        """A ``n``-long array of ``dtype`` (contents unspecified), named ``name``:
+        the same memory as the last call with that name when it was as large."""
+        a = self._arrays.get(name)
+        if a is None or len(a) < n or a.dtype != np.dtype(dtype):
+            self._arrays.pop(name, None)  # freed before the larger one is touched
+            a = self._arrays[name] = np.empty(max(n, 1), dtype)
+        return a[:n]
+
+    def answer(self, n: int) -> np.ndarray:
+        """A ``n``-long uint64 array for a batch's answer, which the caller keeps: a
+        view of a buffer of the store's that no earlier answer still uses (the
+        caller dropped it: nothing but this arena refers to the buffer), else of a
+        new one. A buffer is reused only while at most 4x the answer (a small answer
+        never keeps a batch-sized buffer alive); at most ANSWER_BUFFERS are kept, the
+        oldest let go (its memory then lives as long as the caller's answer).
+        Why: the answer is the one batch-sized array the caller owns; a crawler drops
+        it before the next batch, and a fresh one faulted in costs up to 35 ns per
+        offered key here (the pages come back from the host)."""
+        for buf in self._answers:
+            # 3: the list's reference, ``buf`` and getrefcount's argument
+            if sys.getrefcount(buf) <= 3 and n <= len(buf) <= 4 * max(n, 1 << 16):
+                return buf[:n]
+        buf = np.empty(max(n, 1), np.uint64)
+        self._answers.insert(0, buf)
+        del self._answers[ANSWER_BUFFERS:]
+        return buf[:n]
+
+    def release(self) -> None:
+        self._arrays.clear()
+        self._answers.clear()
+
+
+class ShardSorter:
+    """Threads that sort and deduplicate a batch's shards in place, kept for the
+    store's life (``sorting.sort_unique_keys`` on each): a thread keeps its radix
+    scratch array from one batch to the next (sorting.py ``_scratch``), where a pool
+    made per batch faulted a fresh one in every batch."""
+
+    def __init__(self) -> None:
+        self._ex: ThreadPoolExecutor | None = None
+        self._threads = 0
+
+    def submit(self, keys: np.ndarray, bounds: np.ndarray, shards, threads: int) -> dict:
+        """Sort each shard ``keys[bounds[s]:bounds[s+1]]`` (in the order given) on
+        ``threads`` threads; return ``{shard: future}``, each giving ``(end of the
+        shard's unique keys, CPU seconds of its sort)``."""
+        threads = max(1, threads)
+        if self._ex is None or self._threads != threads:
+            self.close()
+            self._ex = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-shard-sort",
+                                          initializer=_keep_scratch)
+            self._threads = threads
+
+        def one(shard: int):
+            lo, hi = int(bounds[shard]), int(bounds[shard + 1])
+            t = time.thread_time()
+            m = _sorting.sort_unique_keys(keys[lo:hi])
+            return lo + m, time.thread_time() - t
+
+        return {s: self._ex.submit(one, s) for s in shards}
+
+    def close(self) -> None:
+        if self._ex is not None:
+            self._ex.shutdown(wait=True, cancel_futures=True)
+            self._ex = None
+
+
+def _keep_scratch() -> None:
+    """A ShardSorter thread keeps its radix scratch (sorting.py: as sort_shards' do)."""
+    _sorting._local.reuse = True
+
+
 @dataclass
 class Written:
-    """What ``write_shards`` did: ``segs`` ``(lo, m, mask)`` per shard that got keys
-    (its keys are ``keys[lo:lo + m]``, sorted and unique, ``mask`` True where new);
+    """What ``write_shards`` did: ``segs`` ``(lo, m, mask, k)`` per shard that got keys
+    (write_shards says where its keys are; ``mask`` True where new, ``k`` new);
     ``added`` ``(shard, header, sparse)`` per new run; figures."""
 
     segs: list = field(default_factory=list)
@@ -108,7 +202,7 @@ class Written:
 
     @property
     def n_new(self) -> int:
-        return sum(int(mask.sum()) for _, _, mask in self.segs)
+        return sum(k for _, _, _, k in self.segs)
 
     def abort(self) -> None:
         """Delete the new runs (the batch did not commit)."""
@@ -163,11 +257,16 @@ class BloomFeed:
     keys set a clear bit (the batch's certainly-new count). A failed insert drops
     the filter with a warning (keeper.py): exact answers never depend on it."""
 
-    def __init__(self, keeper) -> None:
+    def __init__(self, keeper, buf: np.ndarray | None = None) -> None:
         self._keeper = keeper
+        # where the shards queued together are joined for one insert (each region used
+        # once per batch; ``buf`` as long as the batch's new keys can be, else fresh
+        # arrays): the store lends its reused scratch, no fresh pages per batch
+        self._buf, self._used = buf, 0
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self.fresh = 0
-        self.busy_s = 0.0  # seconds this thread spent inserting
+        self.busy_s = 0.0  # seconds this thread spent inserting (wall)
+        self.cpu_s = 0.0  # CPU seconds of the inserts (their threads and this one helping)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="seenstore-bloom-feed",
                                         daemon=True)
@@ -191,15 +290,25 @@ class BloomFeed:
             got = [k for k in got if k is not None]
             if not got or self._keeper.bf is None:
                 continue
-            keys = got[0] if len(got) == 1 else np.concatenate(got)
+            keys = got[0] if len(got) == 1 else self._join(got)
             t0 = time.perf_counter()
             try:
-                self.fresh += self._keeper.finish_insert(self._keeper.start_insert(keys))
+                pending = self._keeper.start_insert(keys)
+                self.fresh += self._keeper.finish_insert(pending)
+                self.cpu_s += getattr(pending, "cpu_s", 0.0)
             except Exception as e:  # start_insert's reserve (finish_insert drops by itself)
                 warnings.warn(f"Bloom filter insert failed ({e!r}); filter dropped, the next "
                               "open rebuilds it from the runs")
                 self._keeper.drop(SimpleNamespace(dropped=False))
             self.busy_s += time.perf_counter() - t0
+
+    def _join(self, arrays: list) -> np.ndarray:
+        n = sum(len(a) for a in arrays)
+        if self._buf is None or self._used + n > len(self._buf):
+            return np.concatenate(arrays)
+        out = self._buf[self._used:self._used + n]
+        self._used += n
+        return np.concatenate(arrays, out=out)
 
     def close(self) -> int:
         """No more keys: wait for the inserts; return the keys that set a clear bit.
@@ -218,20 +327,25 @@ class BloomFeed:
 
 def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                  target: Target, pool: BufferPool, chunk_keys: int, *, threads: int,
-                 merge_threads: int, progress=None, sort_parts: bool = False,
-                 on_new=None) -> Written:
+                 merge_threads: int, progress=None, sorter: ShardSorter | None = None,
+                 masks: np.ndarray | None = None, on_new=None) -> Written:
     """Check the keys of every shard in ``jobs`` against its live runs (``runs``,
     shard -> readers) and write the new ones as one new run per shard.
 
-    ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique, or with
-    ``sort_parts`` in any order with repeats (``threads`` threads then sort and
-    deduplicate them in place, shards side by side, while the shards already sorted
-    are checked). Every key is looked for in the runs, whatever a Bloom filter said
-    of it: only keys no live run holds are written, so the runs of a shard stay
-    disjoint even under a damaged filter. ``on_new``: called with each shard's new
-    keys (sorted; a fresh array) as its thread found them (the Bloom feed). On any
-    failure the new runs are deleted and the error raised (OSError as is: the caller
-    names it)."""
+    ``keys[bounds[s]:bounds[s+1]]`` are shard s's keys: sorted and unique; or, given
+    a ``sorter``, in any order with repeats: it then sorts and deduplicates them in
+    place (``threads`` threads, shards side by side) while the shards already sorted
+    are checked, and each shard's new keys are moved to the front of its slice
+    (``keys`` is the caller's scratch). Every key is looked for in the runs, whatever
+    a Bloom filter said of it: only keys no live run holds are written, so the runs
+    of a shard stay disjoint even under a damaged filter. ``masks``: a bool array as
+    long as ``keys`` the shards' masks are views of (None: one array per shard).
+    ``on_new``: called with each shard's new keys (sorted; not changed until the
+    batch ends) as its thread found them (the Bloom feed). Returns ``segs`` ``(lo,
+    m, mask, k)`` per shard: its sorted unique keys were ``keys[lo:lo + m]``,
+    ``mask`` True where new, ``k`` new ones (with a sorter: now at ``keys[lo:lo +
+    k]``). On any failure the new runs are deleted and the error raised (OSError as
+    is: the caller names it)."""
     out = Written()
     t0 = time.perf_counter()
     finished = [0]
@@ -250,24 +364,33 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
         lo, hi = int(bounds[shard]), int(bounds[shard + 1])
         sort_s = 0.0
         clock = _Clock()
-        if sort_parts:
+        if sorter is not None:
             hi, sort_s = sorted_parts[shard].result()
         clock.lap("sort_wait")
         part = keys[lo:hi]
-        found = np.zeros(hi - lo, dtype=np.bool_)
+        if masks is None:
+            found = np.zeros(hi - lo, dtype=np.bool_)
+        else:
+            found = masks[lo:hi]
+            found[:] = False
         bufs = pool.take(chunk_keys)
         try:
             read = runsmod.check_runs(runs.get(shard, []), part, found, bufs.old)
+            is_new = np.logical_not(found, out=found)
+            k = int(np.count_nonzero(is_new))
             clock.lap("check")
             header = sparse = None
             nbytes = 0
-            if not found.all():
+            if k:
                 w = runsmod.new_writer(
                     os.path.join(target.path, run_name(shard, target.generation)),
                     target.host_bits, target.shard_bits, shard, target.policy_digest,
                     target.run_format, buf=bufs.write)
                 out.writers[shard] = w
-                new = part[~found]
+                if sorter is not None:  # the caller's scratch: the new keys to its front
+                    new = part[:compact_inplace(part, is_new)]
+                else:
+                    new = part[is_new]
                 w.write(new)  # only the new keys
                 if on_new is not None:
                     on_new(new)
@@ -280,20 +403,25 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
             pool.give(bufs)
         with finished_lock:
             clock.add_to(out.parts)
-        return shard, header, sparse, (lo, hi - lo, ~found), sort_s, read, nbytes
+        return shard, header, sparse, (lo, hi - lo, is_new, k), sort_s, read, nbytes
 
-    sorter, sorted_parts = None, {}
+    sorted_parts = {}
     try:
-        if sort_parts:
-            sorter, sorted_parts = sort_shards(keys, bounds, jobs, threads)
+        if sorter is not None:
+            sorted_parts = sorter.submit(keys, bounds, jobs, threads)
         with ThreadPoolExecutor(max_workers=max(merge_threads, threads)) as tp:
             done = list(tp.map(job, jobs))
     except BaseException:
+        for f in sorted_parts.values():
+            f.cancel()
+        for f in sorted_parts.values():  # no sort may go on writing into ``keys``
+            if not f.cancelled():
+                try:
+                    f.result()
+                except BaseException:
+                    pass
         out.abort()
         raise
-    finally:
-        if sorter is not None:
-            sorter.shutdown(cancel_futures=True)
     out.merge_s = time.perf_counter() - t0
     out.shard_sort_s = sum(d[4] for d in done)
     out.added = [(s, h, sp) for s, h, sp, _, _, _, _ in done if h is not None]
