@@ -202,7 +202,7 @@ def key_bits_set(words, base, seed, k):
 # (SPECIAL_K: the layers of a filter at 0.01..0.1% FPR): their field loops then
 # unroll, with no per-field "next word?" branch or loop counter. Any other k runs the
 # same code with k a variable. Stream word 1 is made once per key (it was twice).
-SPECIAL_K = (8, 9, 10)
+SPECIAL_K = (8,)
 
 
 @njit(inline="always")
@@ -287,7 +287,7 @@ def locate_group(words, keys, start, seeds, w1s, bases, write, seeded):
 
 
 @njit(inline="always")
-def run_keys(words, keys, k, group, seeded, out, want_out, write):
+def run_keys(words, keys, k, group, seeded, out, want_out, write, unrolled):
     """Insert (``write``) or query every key of ``keys`` (seeds if ``seeded``) in order,
     ``group`` located ahead. Insert: ``out[i]`` = maybe present before (when
     ``want_out``); returns how many set a clear bit. Query: ``out[i]`` = maybe present."""
@@ -298,11 +298,16 @@ def run_keys(words, keys, k, group, seeded, out, want_out, write):
     for start in range(0, keys.shape[0], group):
         count = locate_group(words, keys, start, seeds, w1s, bases, write, seeded)
         for g in range(count):
-            if write:
+            if write and unrolled:
                 present = set_key(words, bases[g], seeds[g], w1s[g], k) == np.uint64(0)
-                fresh += not present
-            else:
+            elif write:
+                present = not set_key_bits(words, bases[g], seeds[g], k)
+            elif unrolled:
                 present = key_present(words, bases[g], seeds[g], w1s[g], k)
+            else:
+                present = key_bits_set(words, bases[g], seeds[g], k)
+            if write:
+                fresh += not present
             if want_out:
                 out[start + g] = present
     return fresh
@@ -312,12 +317,8 @@ def run_keys(words, keys, k, group, seeded, out, want_out, write):
 def run_keys_k(words, keys, k, group, seeded, out, want_out, write):
     """``run_keys`` compiled with k a constant for each of SPECIAL_K, else k a variable."""
     if k == 8:
-        return run_keys(words, keys, 8, group, seeded, out, want_out, write)
-    if k == 9:
-        return run_keys(words, keys, 9, group, seeded, out, want_out, write)
-    if k == 10:
-        return run_keys(words, keys, 10, group, seeded, out, want_out, write)
-    return run_keys(words, keys, k, group, seeded, out, want_out, write)
+        return run_keys(words, keys, 8, group, seeded, out, want_out, write, True)
+    return run_keys(words, keys, k, group, seeded, out, want_out, write, False)
 
 
 @njit(cache=True, nogil=True)
