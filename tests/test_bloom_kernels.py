@@ -8,6 +8,7 @@ including 0, 2**63 and 2**64-1, any group size, and any block count.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -238,3 +239,32 @@ def test_region_insert_large_batch_equals_plain_insert():
     fresh_a = K.bloom_add_query(a, keys, 8, 32, np.empty(0, np.bool_), False)
     fresh_b = K.bloom_add_regions(b, keys, 8, 32, 6, np.empty(100_000, np.uint64))
     assert np.array_equal(a, b) and fresh_a == fresh_b == len(uniq(keys))
+
+
+@pytest.mark.parametrize("k", sorted({*K.SPECIAL_K, min(K.SPECIAL_K) - 1, max(K.SPECIAL_K) + 1}))
+def test_constant_k_kernels_set_the_twin_bits_and_match_the_previous_kernel(k):
+    """The kernels compiled with k a constant (SPECIAL_K) and the generic ones beside
+    them: the twin's bits and answers, edge keys included, and the same words and
+    counts as the previous kernels kept as the benchmark's baseline."""
+    rng = np.random.default_rng(k)
+    keys = np.concatenate([as_u64(EDGE_KEYS), rng.integers(0, M64, 400, np.uint64, True)])
+    probes = np.concatenate([keys[::3], rng.integers(0, M64, 400, np.uint64, True)])
+    words = np.zeros(8 * 9, np.uint64)
+    out = np.empty(len(keys), np.bool_)
+    fresh = K.bloom_add_query(words, keys, k, 32, out, True)
+    twin_words = [0] * (8 * 9)
+    want_out, want_fresh = twin_add_query(twin_words, keys.tolist(), k)
+    assert [int(w) for w in words] == twin_words
+    assert out.tolist() == want_out and fresh == want_fresh
+    answers = np.empty(len(probes), np.bool_)
+    K.bloom_query(words, probes, k, 32, answers)
+    assert answers.tolist() == twin_query(twin_words, probes.tolist(), k)
+    assert 0 < answers.sum() < len(probes)  # both answers occur: the test can fail
+    ref = np.zeros_like(words)
+    assert K.bloom_add_ref(ref, keys, k, 32) == fresh and np.array_equal(ref, words)
+    ref_answers = np.empty(len(probes), np.bool_)
+    K.bloom_query_ref(words, probes, k, 32, ref_answers)
+    assert np.array_equal(ref_answers, answers)
+    regions = np.zeros_like(words)
+    K.bloom_add_regions(regions, keys, k, 32, 3, np.empty(100, np.uint64))
+    assert np.array_equal(regions, words)
