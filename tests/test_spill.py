@@ -102,6 +102,38 @@ def test_spilled_batches_start_compaction_between_batches(tmp_path):
         s.verify()
 
 
+class SmallBudget(spill.Budget):
+    """Slices of 500 keys: a shard's bucket of a few thousand keys is split."""
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.io_keys, self.chunk_keys, self.slice_keys = 64, 300, 500
+
+
+def test_a_busy_hosts_bucket_splits_once_into_key_ranges(tmp_path, monkeypatch):
+    """A host-skewed bucket (3,000 keys sharing their top 20 bits, a busy host, plus
+    1,000 others) bigger than a slice splits in ONE pass into key ranges that each
+    fit a slice; a split by the next key bits copied it level by level (every level
+    kept the host's keys in one sub-bucket) until it passed the host's bits."""
+    monkeypatch.setattr(spill, "Budget", SmallBudget)
+    calls = []
+    split = spill._split
+    monkeypatch.setattr(spill, "_split", lambda *a: calls.append(1) or split(*a))
+    rng = np.random.default_rng(5)
+    host = (np.uint64(0x12345) << np.uint64(44)) | rng.integers(0, 2**44, 3000, dtype=np.uint64)
+    b = np.concatenate([host, rng.integers(0, 2**62, 1000, dtype=np.uint64), host[:100]])
+    _write(str(tmp_path / "b.bin"), b)
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, shard_bits=2,
+                        bloom=False, run_format=2) as s:
+        s.add_new(b[::7].copy())  # runs to check against, window by window
+        want = setdiff(b, b[::7])
+        r = s.add_new_file(str(tmp_path / "b.bin"), 1 << 30, new_out=str(tmp_path / "n.bin"))
+        assert np.array_equal(np.fromfile(str(tmp_path / "n.bin"), dtype="<u8"), want)
+        assert r["new"] == len(want) and r["slices"] > 2
+        s.verify()
+    assert len(calls) == 1
+
+
 def test_bad_batch_files_commit_nothing(tmp_path):
     with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as s:
         (tmp_path / "odd.bin").write_bytes(b"\0" * 12)
