@@ -324,11 +324,16 @@ class _BloomFeed:
         self.clock.wall["bloom_bg"] = self.clock.wall.get("bloom_bg", 0.0) + behind.elapsed_s
 
 
-def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> dict:
-    """The body of ``SeenStore.add_new_file`` (its docstring); ``store``'s mutex held
-    and its compaction joined. ``fault``: the store's crash-test seam. ``path``: a batch
-    file, or an iterable of uint64 arrays (``source_chunks``: a batch generated as it
-    is spilled, never whole in memory or on disk but for the spill buckets)."""
+def admit_file(store, path, memory: int, fault, new_out: str | None = None,
+               join=None) -> dict:
+    """The body of ``SeenStore.add_new_file`` (its docstring); ``store``'s mutex held.
+    ``fault``: the store's crash-test seam. ``path``: a batch file, or an iterable of
+    uint64 arrays (``source_chunks``: a batch generated as it is spilled, never whole
+    in memory or on disk but for the spill buckets). ``join``: called (returning the
+    seconds it waited: ``compact_wait_s``) after the spill phase, before anything
+    reads the store's runs or generation: the store's background compaction, which
+    commits on its own, runs on beside the spilling (on the other core; the spill
+    reads no run); None when it is joined already."""
     from .store import run_name
 
     budget = Budget(int(memory))
@@ -337,11 +342,10 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     sb = store.shard_bits
-    gen = store.generation + 1
     pd = policy_digest(store.policy_id)
     writers: dict = {}
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
-               "bytes_read": 0, "bytes_written": 0}
+               "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
     clock = Clock()
     bloom_in = None
     try:
@@ -361,6 +365,10 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
         figures["bytes_spilled"] = 8 * figures["offered"]
         del out
         t_spill = time.perf_counter()
+        if join is not None:  # the compaction's commits change the runs and generation
+            figures["compact_wait_s"] = join()
+        gen = store.generation + 1
+        t_joined = time.perf_counter()
         # 2. shard by shard, slice by slice: sort, check, append the new keys
         buf = aligned_empty(budget.io_keys)
         wbuf = aligned_empty(budget.io_keys)
@@ -431,7 +439,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
         # sorts and Bloom inserts, inside that phase, are reported on their own);
         # stages: wall and process CPU seconds of every stage (Clock)
         sort_s, bloom_s = clock.wall.get("sort", 0.0), clock.wall.get("bloom", 0.0)
-        figures.update(spill_s=t_spill - t0, merge_s=t_check - t_spill - sort_s - bloom_s,
+        figures.update(spill_s=t_spill - t0, merge_s=t_check - t_joined - sort_s - bloom_s,
                        commit_s=clock.wall["commit"], sort_s=sort_s, bloom_s=bloom_s,
                        stages={k: {"wall_s": v, "cpu_s": clock.cpu.get(k, 0.0)}
                                for k, v in clock.wall.items()})

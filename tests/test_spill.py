@@ -134,6 +134,35 @@ def test_a_busy_hosts_bucket_splits_once_into_key_ranges(tmp_path, monkeypatch):
     assert len(calls) == 1
 
 
+def test_compaction_runs_on_beside_the_spill_and_is_joined_before_the_check(tmp_path,
+                                                                            monkeypatch):
+    """The compaction the last batch started is joined after the batch is spilled
+    (the spill reads no run) and before any run is read or the generation taken;
+    the batch then commits on top of the compaction's commits."""
+    events = []
+    append, check = spill._append, tiers.check_runs
+    monkeypatch.setattr(spill, "_append", lambda *a: events.append("spill") or append(*a))
+    monkeypatch.setattr(tiers, "check_runs", lambda *a: events.append("check") or check(*a))
+    rng = np.random.default_rng(4)
+    seen = np.empty(0, dtype=np.uint64)
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, bloom=False,
+                        shard_bits=1) as s:
+        join = s._join_compactor
+        s._join_compactor = lambda: events.append("join") or join()
+        for i in range(5):
+            b = rng.integers(0, 2**64, 20_000, dtype=np.uint64)
+            _write(str(tmp_path / "b.bin"), b)
+            events.clear()
+            assert s.add_new_file(str(tmp_path / "b.bin"), 1 << 26)["new"] == len(setdiff(b, seen))
+            seen = union(seen, b)
+            assert events.index("join") > max(i for i, e in enumerate(events) if e == "spill")
+            assert i == 0 or events.index("join") < events.index("check")
+        s._join_compactor()
+        assert s._doc["counters"]["compactions"] >= 1
+        assert np.array_equal(np.sort(np.concatenate([r.keys for r in s._all_readers()])), seen)
+        s.verify()
+
+
 def test_bad_batch_files_commit_nothing(tmp_path):
     with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as s:
         (tmp_path / "odd.bin").write_bytes(b"\0" * 12)
