@@ -160,7 +160,9 @@ def test_spilled_batches_verify_and_report_their_budget(tmp_path):
     d = json.loads(r.output)
     assert d["verified"] and d["new"] == d["expected_new"] == 45_000 + 3 * 22_500
     assert d["params"]["spill_memory"] == 16 << 20 and d["params"]["run_format"] == 2
-    assert d["resources"]["shard_bits"] == 8 and d["resources"]["disk"]["spill_buckets"] == 8 * 50_000
+    res = d["resources"]  # the busiest shard's bucket counted twice (split when too big)
+    assert res["shard_bits"] == 8
+    assert res["disk"]["spill_buckets"] == int(8 * 50_000 * (1 + res["busiest_shard_share"]))
     assert d["ns_per_key"]["spill"] > 0 and all(b["ok"] for b in d["batches"])
 
 
