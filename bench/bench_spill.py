@@ -9,7 +9,8 @@ offered key of each stage (spill.Clock): spill (partition + bucket appends), rea
 (encode + write of the new run), sync (its index, header, fsync), bloom (waiting
 for the inserts, which run on a thread of their own: their wall time is printed
 apart), commit;
-``compact``: compaction between batches (waited for at the start of the next one);
+``compact``: compaction between batches (it runs on beside the next batch's spill
+phase and is waited for after it, before the check);
 ``gen``: the stream generator (not the store's). On a shared machine read the CPU
 columns: wall time includes waiting for a core.
 
@@ -17,8 +18,11 @@ At the end, per stage, a least-squares fit ``cpu ns/offered key = a + b * N/B`` 
 the batches (the first one excluded: nothing stored), i.e. ``b`` ns per stored key
 swept per batch, and the prediction at the N/B of a 1e10 run.
 
-Per-shard sizes like those of ``bench --keys 1e10`` (8 shard bits, 8.3e8-key
-batches) at 1/16 of the keys: --shard-bits 4 --batch 5.2e7.
+Per-shard sizes like those of ``bench --keys 1e10`` (8 shard bits) at 1/16 of the
+keys: --shard-bits 4 --batch 5.2e7 for its former 12 batches of 8.3e8, --batch 1.25e8
+for the 5 batches of 2e9 it plans since a busy shard's bucket may be split. Note the
+CPU columns are the whole process's (process_time): the Bloom inserts and the
+compaction, on their own threads, count in the stage they run beside.
 
     python bench/bench_spill.py [--keys 6.25e8] [--batch 5.2e7] [--shard-bits 4]
         [--memory 1.9G] [--no-bloom] [--dir scratch/bench-spill] [--json FILE]

@@ -127,9 +127,9 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
     given, or more batches than that): each batch streamed through
     ``SeenStore.add_new_file`` with a memory budget of what is left of min(RSS_CAP, half
     the machine's memory, 80% of the available) after the Bloom filter and RSS_BASE;
-    the batch as large as the budget's slice holds of the busiest shard (measured on the
-    stream, ``stream_shape`` = (host_bits, n_hosts, seed)) and the disk holds as spill
-    buckets, at most SPILL_MAX_BATCH. ``run_format`` None: raw runs (1) when the raw plan
+    the batch as large as the disk holds as spill buckets, the busiest shard's bucket
+    (measured on the stream, ``stream_shape`` = (host_bits, n_hosts, seed)) counted
+    twice for its split, at most SPILL_MAX_BATCH. ``run_format`` None: raw runs (1) when the raw plan
     takes at most 80% of the free disk, else compressed (2).
 
     Raises DiskFullError (exit 6) naming what is needed when the disk is short,
@@ -145,10 +145,11 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
         bloom_bytes = 64 * n_blocks
     room = avail - bloom_bytes
     free = shutil.disk_usage(work_dir).free
+    share = 0.0  # the busiest shard's share of a spilled batch (its bucket is split)
 
     def disk_for(fmt: int, spill_batch: int) -> dict:
         return {"runs": PLAN_RUN_BYTES[fmt] * distinct_keys, "bloom_file": bloom_bytes,
-                "spill_buckets": 8 * spill_batch, "disk_probe": probe_bytes}
+                "spill_buckets": int(8 * spill_batch * (1 + share)), "disk_probe": probe_bytes}
 
     def check(d: dict) -> int:
         need = sum(d.values())
@@ -192,16 +193,19 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
                 f"the Bloom filter for {bloom_capacity:,} keys needs {gib(bloom_bytes)} of the "
                 f"{gib(cap)} this run may use, leaving too little for spilled batches; "
                 "use --no-bloom or a smaller --bloom-capacity")
-    budget = Budget(memory)
+    Budget(memory)  # refuses a budget below the minimum
     shard_bits = SPILL_SHARD_BITS
     share = busiest_shard_share(shard_bits, *stream_shape)
     if batch is None:
-        # the busiest shard's bucket must fit one slice (else it is split and checked
-        # window by window); the spill buckets must leave the disk the rest of the plan
-        by_slice = int(0.85 * budget.slice_keys / (1.15 * share))
+        # as large as the disk holds as spill buckets (half of what the rest of the plan
+        # leaves), the busiest shard's bucket counted twice (split into key ranges while
+        # it is bigger than a slice, spill._slices). Not capped by the slice: a split
+        # costs one more read and write of a few buckets, while every batch fewer saves
+        # a sweep of the whole store (issue 15: 8.3e8-key batches, capped by the busiest
+        # shard fitting one slice, made the 1e10 run 2.75x the 1e8 cost per key)
         spare = free - sum(disk_for(run_format, 0).values())
-        by_disk = int(0.5 * spare) // 8
-        batch = max(100_000, min(SPILL_MAX_BATCH, by_slice, by_disk, total_keys))
+        by_disk = int(0.5 * spare / (8 * (1 + share)))
+        batch = max(100_000, min(SPILL_MAX_BATCH, by_disk, total_keys))
         n_batches = -(-total_keys // batch)
         batch = -(-total_keys // n_batches)
     if auto_format and sum(disk_for(1, batch).values()) <= 0.8 * free:

@@ -30,7 +30,7 @@ from . import sorting, tiers
 
 SPILL_RE = re.compile(r"^spill\.tmp\.\d+(\.new)?$")  # a folder; .new: merge --memory's new keys
 MIN_MEMORY = 16 << 20  # below this the fixed buffers alone would not fit
-SPLIT_BITS = 8  # a too-large bucket splits into at most 2^8 sub-buckets per level
+MAX_PARTS = 256  # a too-large bucket splits into at most this many key ranges per level
 NEW_NAME = "new.bin"  # the batch's new keys, shard by shard (sorted within each)
 
 
@@ -136,42 +136,77 @@ def _append(path: str, keys: np.ndarray) -> None:
         f.write(memoryview(np.ascontiguousarray(keys)).cast("B"))
 
 
-def _split(src: str, dest_dir: str, low_bits: int, bits: int, budget: Budget, fault) -> list:
-    """Split the keys of ``src`` by ``bits`` key bits below the top ``low_bits`` ones
-    into ``dest_dir/b<i>.bin``; returns the non-empty sub-bucket paths, lowest keys first."""
+def _sample(path: str, n: int, pieces: int = 64, piece: int = 1024) -> np.ndarray:
+    """About ``pieces * piece`` keys of the ``n``-key bucket ``path``, read in
+    ``pieces`` runs spread evenly over it (positional reads), sorted."""
+    take = min(piece, n)
+    at = np.unique(np.linspace(0, n - take, min(pieces, max(1, n // take))).astype(np.int64))
+    out = np.empty(len(at) * take, dtype=np.uint64)
+    raw = memoryview(out).cast("B")
+    with open(path, "rb", buffering=0) as f:
+        for i, a in enumerate(at.tolist()):
+            if os.preadv(f.fileno(), [raw[8 * i * take: 8 * (i + 1) * take]], 8 * a) != 8 * take:
+                raise CorruptionError(f"{path}: spill bucket ends early")
+    out.sort()
+    return out
+
+
+def splitters(sample: np.ndarray, parts: int, lo: int, hi: int) -> np.ndarray:
+    """Ascending keys cutting the key range [lo, hi] of a bucket whose sorted
+    ``sample`` is given into about ``parts`` ranges of equal share (range i: keys k
+    with splitters[i - 1] <= k < splitters[i]). A key that fills a range's share of
+    the sample alone (a hot key) gets a range of its own, [k, k + 1): the one key a
+    range of width one can hold, so even a bucket of one key repeated terminates."""
+    m = len(sample)
+    cuts = sample[(np.arange(1, parts) * m) // parts]
+    vals, counts = np.unique(sample, return_counts=True)
+    hot = vals[counts >= max(2, m // (2 * parts))]
+    cuts = np.concatenate([cuts, hot, hot[hot < np.uint64(2**64 - 1)] + np.uint64(1)])
+    cuts = np.unique(cuts)
+    return cuts[(cuts > np.uint64(lo)) & (cuts <= np.uint64(hi))]
+
+
+def _split(src: str, dest_dir: str, cuts: np.ndarray, budget: Budget, fault) -> list:
+    """Split the keys of ``src`` into the key ranges ``cuts`` makes (``splitters``),
+    ``dest_dir/r<i>.bin``; returns ``(path, range lo, range hi)`` of each non-empty
+    range, lowest keys first (hi inclusive). Reads and partitions pieces of a
+    quarter slice (the piece, its ids, order and partitioned copy: less memory
+    than a slice's sort and its buffer)."""
     os.makedirs(dest_dir, exist_ok=True)
-    out = np.empty(budget.chunk_keys, dtype=np.uint64)
-    bounds = np.empty((1 << bits) + 1, dtype=np.int64)
-    paths = {}
-    for chunk in _read_chunks(src, budget.chunk_keys):
-        # partition on the next bits: shift them to the top (in place: the chunk is
-        # the reader's buffer), then put back the prefix every key of the bucket shares
-        prefix = (int(chunk[0]) >> (64 - low_bits)) << (64 - low_bits) if low_bits else 0
-        if low_bits:
-            np.left_shift(chunk, np.uint64(low_bits), out=chunk)
-        _kernels.partition_top_bits(chunk, bits, out, bounds)
-        part = out[: len(chunk)]
-        if low_bits:
-            np.right_shift(part, np.uint64(low_bits), out=part)
-            np.bitwise_or(part, np.uint64(prefix), out=part)
-        for i in np.flatnonzero(np.diff(bounds)):
-            p = os.path.join(dest_dir, f"b{i:04d}.bin")
-            _append(p, part[bounds[i]:bounds[i + 1]])
-            paths[int(i)] = p
+    piece = max(1, min(budget.chunk_keys, budget.slice_keys // 4))
+    seen = np.zeros(len(cuts) + 1, dtype=bool)
+    for chunk in _read_chunks(src, piece):
+        ids = np.searchsorted(cuts, chunk, "right").astype(np.uint16)
+        order = np.argsort(ids, kind="stable")  # radix sort of 16-bit ids: one pass
+        counts = np.bincount(ids, minlength=len(cuts) + 1)
+        del ids
+        part = chunk[order]
+        del order
+        ends = np.cumsum(counts)
+        for i in np.flatnonzero(counts):
+            _append(os.path.join(dest_dir, f"r{i:04d}.bin"), part[ends[i] - counts[i]:ends[i]])
+            seen[i] = True
+        del part
         fault("spill-write")
     os.unlink(src)
-    return [paths[i] for i in sorted(paths)]
+    bounds = [0] + [int(c) for c in cuts] + [2**64]
+    return [(os.path.join(dest_dir, f"r{i:04d}.bin"), bounds[i], bounds[i + 1] - 1)
+            for i in np.flatnonzero(seen).tolist()]
 
 
-def _slices(path: str, low_bits: int, budget: Budget, slab: np.ndarray, fault, threads: int = 1,
-            clock: Clock | None = None):
-    """Yield the sorted unique keys of bucket ``path`` (all keys share their top
-    ``low_bits`` bits) one key range at a time, lowest first, each a view of ``slab``
-    (``budget.slice_keys`` keys, reused: no allocation per slice, so the heap does
-    not grow by fragments); a bucket too large is split by the next bits, recursively."""
+def _slices(path: str, lo: int, hi: int, budget: Budget, slab: np.ndarray, fault,
+            threads: int = 1, clock: Clock | None = None):
+    """Yield the sorted unique keys of bucket ``path`` (every key in [lo, hi]) one
+    key range at a time, lowest first, each a view of ``slab`` (``budget.slice_keys``
+    keys, reused: no allocation per slice, so the heap does not grow by fragments);
+    a bucket too large is split into key ranges of about half a slice each, cut at
+    the quantiles of a sample of its keys (``splitters``), recursively. A split by
+    key bits would not do: a busy host's keys share their top 20 bits (host-skewed
+    streams), so bit splits below the shard bits would copy its bucket level by
+    level without dividing it."""
     clock = clock or Clock()
     n = os.path.getsize(path) // 8
-    if n <= len(slab) or low_bits >= 64:  # at 64 bits every key is the same one
+    if n <= len(slab) or lo == hi:  # a range of one key value: that key, repeated
         n = min(n, len(slab))
         t = clock.start()
         with open(path, "rb", buffering=0) as f:
@@ -188,13 +223,12 @@ def _slices(path: str, low_bits: int, budget: Budget, slab: np.ndarray, fault, t
         clock.stop("sort", t)
         yield keys[:m]
         return
-    bits = min(SPLIT_BITS, 64 - low_bits,
-               max(1, int(np.ceil(np.log2(2 * n / len(slab))))))
     t = clock.start()
-    subs = _split(path, path + ".d", low_bits, bits, budget, fault)
+    parts = min(MAX_PARTS, max(2, -(-2 * n // len(slab))))
+    subs = _split(path, path + ".d", splitters(_sample(path, n), parts, lo, hi), budget, fault)
     clock.stop("split", t)
-    for sub in subs:
-        yield from _slices(sub, low_bits + bits, budget, slab, fault, threads, clock)
+    for sub, a, b in subs:
+        yield from _slices(sub, max(a, lo), min(b, hi), budget, slab, fault, threads, clock)
 
 
 def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
@@ -290,11 +324,16 @@ class _BloomFeed:
         self.clock.wall["bloom_bg"] = self.clock.wall.get("bloom_bg", 0.0) + behind.elapsed_s
 
 
-def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> dict:
-    """The body of ``SeenStore.add_new_file`` (its docstring); ``store``'s mutex held
-    and its compaction joined. ``fault``: the store's crash-test seam. ``path``: a batch
-    file, or an iterable of uint64 arrays (``source_chunks``: a batch generated as it
-    is spilled, never whole in memory or on disk but for the spill buckets)."""
+def admit_file(store, path, memory: int, fault, new_out: str | None = None,
+               join=None) -> dict:
+    """The body of ``SeenStore.add_new_file`` (its docstring); ``store``'s mutex held.
+    ``fault``: the store's crash-test seam. ``path``: a batch file, or an iterable of
+    uint64 arrays (``source_chunks``: a batch generated as it is spilled, never whole
+    in memory or on disk but for the spill buckets). ``join``: called (returning the
+    seconds it waited: ``compact_wait_s``) after the spill phase, before anything
+    reads the store's runs or generation: the store's background compaction, which
+    commits on its own, runs on beside the spilling (on the other core; the spill
+    reads no run); None when it is joined already."""
     from .store import run_name
 
     budget = Budget(int(memory))
@@ -303,11 +342,10 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     sb = store.shard_bits
-    gen = store.generation + 1
     pd = policy_digest(store.policy_id)
     writers: dict = {}
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
-               "bytes_read": 0, "bytes_written": 0}
+               "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
     clock = Clock()
     bloom_in = None
     try:
@@ -327,6 +365,10 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
         figures["bytes_spilled"] = 8 * figures["offered"]
         del out
         t_spill = time.perf_counter()
+        if join is not None:  # the compaction's commits change the runs and generation
+            figures["compact_wait_s"] = join()
+        gen = store.generation + 1
+        t_joined = time.perf_counter()
         # 2. shard by shard, slice by slice: sort, check, append the new keys
         buf = aligned_empty(budget.io_keys)
         wbuf = aligned_empty(budget.io_keys)
@@ -340,7 +382,9 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
             readers = store._runs.get(s, [])
             whole = os.path.getsize(bucket) // 8 <= budget.slice_keys
             w = None
-            for keys in _slices(bucket, sb, budget, slab, fault, store.threads, clock):
+            lo = s << (64 - sb) if sb else 0
+            hi = lo + (1 << (64 - sb)) - 1
+            for keys in _slices(bucket, lo, hi, budget, slab, fault, store.threads, clock):
                 figures["unique"] += len(keys)
                 figures["slices"] += 1
                 found = found_slab[: len(keys)]
@@ -395,7 +439,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None) -> d
         # sorts and Bloom inserts, inside that phase, are reported on their own);
         # stages: wall and process CPU seconds of every stage (Clock)
         sort_s, bloom_s = clock.wall.get("sort", 0.0), clock.wall.get("bloom", 0.0)
-        figures.update(spill_s=t_spill - t0, merge_s=t_check - t_spill - sort_s - bloom_s,
+        figures.update(spill_s=t_spill - t0, merge_s=t_check - t_joined - sort_s - bloom_s,
                        commit_s=clock.wall["commit"], sort_s=sort_s, bloom_s=bloom_s,
                        stages={k: {"wall_s": v, "cpu_s": clock.cpu.get(k, 0.0)}
                                for k, v in clock.wall.items()})

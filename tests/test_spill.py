@@ -102,6 +102,67 @@ def test_spilled_batches_start_compaction_between_batches(tmp_path):
         s.verify()
 
 
+class SmallBudget(spill.Budget):
+    """Slices of 500 keys: a shard's bucket of a few thousand keys is split."""
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.io_keys, self.chunk_keys, self.slice_keys = 64, 300, 500
+
+
+def test_a_busy_hosts_bucket_splits_once_into_key_ranges(tmp_path, monkeypatch):
+    """A host-skewed bucket (3,000 keys sharing their top 20 bits, a busy host, plus
+    1,000 others) bigger than a slice splits in ONE pass into key ranges that each
+    fit a slice; a split by the next key bits copied it level by level (every level
+    kept the host's keys in one sub-bucket) until it passed the host's bits."""
+    monkeypatch.setattr(spill, "Budget", SmallBudget)
+    calls = []
+    split = spill._split
+    monkeypatch.setattr(spill, "_split", lambda *a: calls.append(1) or split(*a))
+    rng = np.random.default_rng(5)
+    host = (np.uint64(0x12345) << np.uint64(44)) | rng.integers(0, 2**44, 3000, dtype=np.uint64)
+    b = np.concatenate([host, rng.integers(0, 2**62, 1000, dtype=np.uint64), host[:100]])
+    _write(str(tmp_path / "b.bin"), b)
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, shard_bits=2,
+                        bloom=False, run_format=2) as s:
+        s.add_new(b[::7].copy())  # runs to check against, window by window
+        want = setdiff(b, b[::7])
+        r = s.add_new_file(str(tmp_path / "b.bin"), 1 << 30, new_out=str(tmp_path / "n.bin"))
+        assert np.array_equal(np.fromfile(str(tmp_path / "n.bin"), dtype="<u8"), want)
+        assert r["new"] == len(want) and r["slices"] > 2
+        s.verify()
+    assert len(calls) == 1
+
+
+def test_compaction_runs_on_beside_the_spill_and_is_joined_before_the_check(tmp_path,
+                                                                            monkeypatch):
+    """The compaction the last batch started is joined after the batch is spilled
+    (the spill reads no run) and before any run is read or the generation taken;
+    the batch then commits on top of the compaction's commits."""
+    events = []
+    append, check = spill._append, tiers.check_runs
+    monkeypatch.setattr(spill, "_append", lambda *a: events.append("spill") or append(*a))
+    monkeypatch.setattr(tiers, "check_runs", lambda *a: events.append("check") or check(*a))
+    rng = np.random.default_rng(4)
+    seen = np.empty(0, dtype=np.uint64)
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, bloom=False,
+                        shard_bits=1) as s:
+        join = s._join_compactor
+        s._join_compactor = lambda: events.append("join") or join()
+        for i in range(5):
+            b = rng.integers(0, 2**64, 20_000, dtype=np.uint64)
+            _write(str(tmp_path / "b.bin"), b)
+            events.clear()
+            assert s.add_new_file(str(tmp_path / "b.bin"), 1 << 26)["new"] == len(setdiff(b, seen))
+            seen = union(seen, b)
+            assert events.index("join") > max(i for i, e in enumerate(events) if e == "spill")
+            assert i == 0 or events.index("join") < events.index("check")
+        s._join_compactor()
+        assert s._doc["counters"]["compactions"] >= 1
+        assert np.array_equal(np.sort(np.concatenate([r.keys for r in s._all_readers()])), seen)
+        s.verify()
+
+
 def test_bad_batch_files_commit_nothing(tmp_path):
     with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as s:
         (tmp_path / "odd.bin").write_bytes(b"\0" * 12)

@@ -82,12 +82,14 @@ class Admission:
         to stay within it; the saved filter is then rebuilt by a later open)."""
         self._check_writable()
         with self._mutex:
-            waited = self._join_compactor()
             self._bloom_ready()
-            figures = spill.admit_file(self, path, memory, fault, new_out)
+            # the compaction between batches runs on while the batch is spilled (that
+            # reads no run): admit_file joins it before the check and the commit
+            figures = spill.admit_file(self, path, memory, fault, new_out,
+                                       join=self._join_compactor)
             timings = self._new_timings(figures["offered"])
             timings.update({k: v for k, v in figures.items() if k in timings or k.endswith("_s")})
-            self._record_compaction(waited)
+            self._record_compaction(figures["compact_wait_s"])
             # like add(): the credit this batch earned pays for size-tiered jobs between
             # batches (a spilled batch never started them: 12 batches at 1e10 left 12
             # runs per shard, each read by every later batch)
