@@ -235,22 +235,10 @@ def normalise_buffer(
     (``unparsable``) as the scalar ``try_normalise`` does; a URL in ``ub.too_long``
     (a line over the reader's limit) is rejected ``too-long``. Never raises per URL.
     ``threads``, ``stream_urls``: see ``run_kernel``; the result depends on neither."""
-    t0 = time.perf_counter()
-    ran = run_kernel(ub, max_length, layout.host_bits, threads, stream_urls=stream_urls)
-    return finish_buffer(ub, ran, policy, layout, max_length, time.perf_counter() - t0)
-
-
-def finish_buffer(ub: URLBuffer, ran: tuple, policy: Policy | None = None,
-                  layout: Layout = DEFAULT_LAYOUT, max_length: int = DEFAULT_MAX_LENGTH,
-                  kernel_seconds: float = 0.0) -> FastBatch:
-    """``normalise_buffer(ub, ...)`` given ``ran``, what ``run_kernel(ub, max_length,
-    layout.host_bits, ...)`` returned (a pipeline runs the kernel of the next buffer
-    on another thread while this one finishes here): the policy's hosts and the
-    URLs the kernel routed go through the scalar path, and the results are merged.
-    ``kernel_seconds``: the kernel's time, added to the batch's ``seconds``."""
     policy = policy or DEFAULT_POLICY
-    t0 = time.perf_counter() - kernel_seconds
-    out, out_offsets, status, keys = ran
+    t0 = time.perf_counter()
+    out, out_offsets, status, keys = run_kernel(ub, max_length, layout.host_bits, threads,
+                                                 stream_urls=stream_urls)
     if policy.rules:
         _route_policy_hosts(out, out_offsets, status, policy)
     if ub.too_long is not None:

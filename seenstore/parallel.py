@@ -6,28 +6,23 @@ ranges of at least ``min_chunk`` items (one range when n is small).
 ``run_all(calls)`` runs zero-argument callables on a shared thread pool and returns
 their results in order; the calls must be numba kernels with ``nogil=True`` (or
 other code that releases the GIL) for this to use more than one core. An exception
-in any call is raised here after all have finished. ``run_ahead(items, call, ahead)``
-pipelines: ``call`` on the next items runs on the pool while the caller handles
-the earlier results, in order. ``prefetch(items)`` produces the next item on a
-helper thread.
+in any call is raised here after all have finished.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from .errors import InvalidInputError
 
 T = TypeVar("T")
-R = TypeVar("R")
 MIN_CHUNK = 16384  # items per thread below which one thread is faster (measured: URLs)
 
-_pools: dict[tuple[int, str], ThreadPoolExecutor] = {}
+_pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
 
@@ -70,34 +65,11 @@ def run_all(calls: Sequence[Callable[[], T]]) -> list[T]:
     return [first, *(f.result() for f in futures)]
 
 
-def run_ahead(items: Iterable[T], call: Callable[[T], R], ahead: int
-              ) -> Iterator[tuple[T, Future]]:
-    """(item, future of ``call(item)``) for each item, in order, with ``call`` already
-    submitted (to a shared pool of ``ahead`` threads) for up to ``ahead`` items
-    beyond the one yielded: while the caller handles an item's result, the next
-    ones are computed (``call`` should release the GIL). Requires: ``call`` writes
-    only what it returns. Leaving early (an error, ``close()``) cancels the calls
-    not started and waits for the running ones."""
-    pool = _pool(ahead, "seenstore-ahead")
-    pending: deque = deque()
-    try:
-        for item in items:
-            pending.append((item, pool.submit(call, item)))
-            if len(pending) > ahead:
-                yield pending.popleft()
-        while pending:
-            yield pending.popleft()
-    finally:
-        for _, f in pending:
-            f.cancel()
-        wait([f for _, f in pending])
-
-
-def _pool(workers: int, prefix: str = "seenstore") -> ThreadPoolExecutor:
+def _pool(workers: int) -> ThreadPoolExecutor:
     with _pools_lock:
-        pool = _pools.get((workers, prefix))
+        pool = _pools.get(workers)
         if pool is None:
-            pool = _pools[workers, prefix] = ThreadPoolExecutor(workers, thread_name_prefix=prefix)
+            pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="seenstore")
         return pool
 
 

@@ -182,29 +182,6 @@ def test_add_fast_commit_error_stops_in_order(monkeypatch, threads):
     assert rec.commits == [10] and len(rec.sent) == 1
 
 
-def test_add_fast_kernel_error_on_the_pipeline_is_raised_in_order(monkeypatch):
-    """With two threads the URL kernel runs ahead on a pool (parallel.run_ahead): a
-    kernel that fails on the third piece is raised by add_fast after the batches
-    before it were committed, and nothing after it is."""
-    monkeypatch.setattr(url_cmds, "SUB_LINES", 5)
-    calls = []
-    run = url_cmds.run_kernel
-
-    def failing(ub, *args, **kw):
-        calls.append(len(ub))
-        if len(calls) == 3:
-            raise MemoryError("injected")
-        return run(ub, *args, **kw)
-
-    monkeypatch.setattr(url_cmds, "run_kernel", failing)
-    with open(REAL, "rb") as f:
-        text = b"".join(f.readlines()[:60])
-    rec = _Recorder()
-    with pytest.raises(MemoryError, match="injected"):
-        _add_fast(rec, text, 10, 2)
-    assert rec.commits == [10] and len(rec.sent) == 1
-
-
 def test_cli_loads_numba_without_scipy_and_leaves_it_importable():
     """The CLI's lean numba start-up (dispatch.lean_numba): in a fresh interpreter, a
     kernel loads and runs without importing scipy, and scipy (when installed) can

@@ -122,45 +122,6 @@ def test_prefetch_keeps_order_and_raises():
         next(it)
 
 
-def test_run_ahead_keeps_order_runs_ahead_and_waits_on_early_exit():
-    """parallel.run_ahead: results in input order with up to ``ahead`` calls
-    submitted beyond the one yielded; an error is raised by its own future; leaving
-    early cancels what has not started and waits for what runs."""
-    import threading
-    import time
-
-    started: list[int] = []
-    lock = threading.Lock()
-
-    def call(x: int) -> int:
-        with lock:
-            started.append(x)
-        time.sleep(0.001 * (5 - x % 5))  # later items finish first
-        return x * x
-
-    got = []
-    for x, fut in parallel.run_ahead(range(20), call, 2):
-        got.append(fut.result())
-        assert max(started) <= x + 2  # never more than 2 ahead
-    assert got == [x * x for x in range(20)]
-
-    def failing(x: int) -> int:
-        if x == 3:
-            raise OSError("disk")
-        return x
-
-    it = parallel.run_ahead(range(10), failing, 2)
-    assert [next(it)[1].result() for _ in range(3)] == [0, 1, 2]
-    with pytest.raises(OSError, match="disk"):
-        next(it)[1].result()
-    it.close()  # waits for 4 and 5 (or cancels them); none left running
-    started.clear()
-    it = parallel.run_ahead(range(100), call, 2)
-    next(it)
-    it.close()
-    assert len(started) <= 3
-
-
 def test_keep_freed_memory_is_harmless():
     assert parallel.keep_freed_memory() in (True, False)
     assert normalise_many(["http://a.example/"] * 300, fast=True).urls[0] == "http://a.example/"

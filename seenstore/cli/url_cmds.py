@@ -13,16 +13,16 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import closing, nullcontext
+from contextlib import nullcontext
 
 import click
 import numpy as np
 
-from ..fastpath import finish_buffer, line_cap, normalise_buffer, run_kernel, scalar_one
+from ..fastpath import line_cap, normalise_buffer, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
-from ..parallel import check_threads, keep_freed_memory, prefetch, run_ahead
+from ..parallel import check_threads, keep_freed_memory, prefetch
 from ..policy import load_policy
 from ..urlbuffer import URLBuffer, iter_lines
 from . import default_store_dir, fail, main, store_option, threads_option
@@ -71,17 +71,15 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
     buffers stay small and are reused piece after piece (on the VMs measured here
     touching fresh pages costs as much as the kernels: docs/fastpath.md); a batch
     keeps only its pieces' canonical output and keys until its commit. With more
-    than one thread the stages run side by side, each in input order: the next
-    pieces are read (by the line kernel) on a helper thread, the URL kernel runs on
-    up to ``threads`` pieces ahead on a pool (parallel.run_ahead) while this thread
-    finishes the earlier ones (scalar path, merge), and a batch's commit (store,
-    then write) runs on a helper thread while the next batch is read and
-    normalised; commits stay in input order, one at a time. With ``seconds``, add
-    the time of each stage to it: read (waiting for the next URL buffer), kernel
-    (with threads, waiting for it), scalar, merge (normalise_buffer's), store,
+    than one thread the next piece is read (by the line kernel) while this one is
+    processed, and a batch's commit (store, then write) runs on a helper thread
+    while the next batch is read and normalised; commits stay in input order, one
+    at a time. With ``seconds``, add the time of each stage to it: read (waiting
+    for the next URL buffer), kernel, scalar, merge (normalise_buffer's), store,
     write (the last two on the helper thread with more than one thread)."""
     t = seconds if seconds is not None else {}
     threads = check_threads(threads)
+    read = 0
     pieces = URLBuffer.iter_file(stream, pairs=pairs, base=base,
                                  chunk_urls=min(batch_lines, SUB_LINES),
                                  max_line=line_cap(max_length, pairs))
@@ -89,75 +87,31 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
         pieces = prefetch(pieces)
     commits = _Commits(store, out, counts, t, background=threads > 1)
     batch: list = []
-    read = 0
-    normalised = _normalised(_cut(pieces, batch_lines, t), policy, store.layout, max_length,
-                             threads)
-    with commits, closing(normalised):  # on an error, the kernels ahead are waited for
-        for fb, ends_batch in normalised:
-            for k, v in fb.seconds.items():
-                t[k] = t.get(k, 0.0) + v
-            read += fb.n
-            batch.append(fb)
-            if ends_batch:
-                commits.submit(batch)
-                batch = []
+    have = 0
+    with commits:
+        while True:
+            t0 = time.perf_counter()
+            ub = next(pieces, None)
+            t["read"] = t.get("read", 0.0) + time.perf_counter() - t0
+            if ub is None:
+                break
+            while ub is not None:  # a piece may end this batch and start the next
+                take = batch_lines - have
+                head, ub = (ub, None) if len(ub) <= take else \
+                    (ub.slice(0, take), ub.slice(take, len(ub)))
+                fb = normalise_buffer(head, policy, store.layout, max_length, threads,
+                                      stream_urls=read)
+                for k, v in fb.seconds.items():
+                    t[k] = t.get(k, 0.0) + v
+                read += fb.n
+                have += fb.n
+                batch.append(fb)
+                if have == batch_lines:
+                    commits.submit(batch)
+                    batch, have = [], 0
         if batch:
             commits.submit(batch)
     return read, commits.new
-
-
-def _cut(pieces, batch_lines: int, seconds: dict[str, float]):
-    """(URL buffer, whether it ends a batch) for the pieces cut at every
-    ``batch_lines`` URLs (a piece may end one batch and start the next); the time
-    waiting for the next piece is added to seconds["read"]."""
-    have = 0
-    while True:
-        t0 = time.perf_counter()
-        ub = next(pieces, None)
-        seconds["read"] = seconds.get("read", 0.0) + time.perf_counter() - t0
-        if ub is None:
-            return
-        while ub is not None:
-            take = batch_lines - have
-            head, ub = (ub, None) if len(ub) <= take else \
-                (ub.slice(0, take), ub.slice(take, len(ub)))
-            have = (have + len(head)) % batch_lines
-            yield head, have == 0
-
-
-def _normalised(cut, policy, layout, max_length: int, threads: int):
-    """(FastBatch, ends a batch) for each (URL buffer, ends a batch) of ``cut``, in
-    order: normalise_buffer's result. With ``threads`` > 1 the URL kernel (one
-    thread per buffer) runs on up to ``threads`` buffers ahead of the one this
-    thread finishes (finish_buffer: scalar path, merge); the results do not depend
-    on it (tests/test_url_threads.py)."""
-    read = 0
-    if threads == 1:
-        for ub, ends in cut:
-            fb = normalise_buffer(ub, policy, layout, max_length, 1, stream_urls=read)
-            read += fb.n
-            yield fb, ends
-        return
-
-    def numbered(cut):  # each buffer with the URLs read before it (run_kernel's stream_urls)
-        nonlocal read
-        for ub, ends in cut:
-            yield ub, ends, read
-            read += len(ub)
-
-    def kernel(item):
-        ub, _, before = item
-        return run_kernel(ub, max_length, layout.host_bits, 1, stream_urls=before)
-
-    ahead = run_ahead(numbered(cut), kernel, threads)
-    try:
-        for (ub, ends, _), done in ahead:
-            t0 = time.perf_counter()
-            ran = done.result()
-            yield finish_buffer(ub, ran, policy, layout, max_length,
-                                time.perf_counter() - t0), ends
-    finally:
-        ahead.close()
 
 
 class _Commits:
