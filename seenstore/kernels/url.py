@@ -653,8 +653,6 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
     sp = src.ctypes.data
     op = out.ctypes.data
     bsp = bsrc.ctypes.data
-    bp = bh.ctypes.data
-    tp = tmp.ctypes.data
     cap = out.shape[0]
     cached = -1  # base id whose parse bh holds
     b_ok = False
@@ -666,6 +664,13 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
     fl = 0
     fk = np.uint64(0)
     for i in range(start, n):
+        # The scratch arrays' addresses are taken here, inside the loop, not once before
+        # it: an array made in this kernel whose last use is ``.ctypes.data`` is freed
+        # right there (numba releases it after its last use), and the raw pointer then
+        # wrote into freed heap memory (a segfault, or glibc's "corrupted size vs.
+        # prev_size", found in the 2026-12-01 session). Used in the loop, they live on.
+        bp = bh.ctypes.data
+        tp = tmp.ctypes.data
         s = offsets[i]
         e = offsets[i + 1]
         bid = base_ids[i]
@@ -681,7 +686,9 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
                     bst, b_end, b_ps, _, b_qs, b_pct = _absolute(bsp, b0, b1, bp, 0)
                     b_ok = bst == OK
                     b_de = b_qs  # after the last '/' of the base's path
-                    while _ld(bp, b_de - 1) != SLASH:
+                    # only for a parsed base (its path starts with '/'): a bad one
+                    # returns 0s, and the scan walked back off the buffer's start
+                    while b_ok and b_de > 0 and _ld(bp, b_de - 1) != SLASH:
                         b_de -= 1
             cached = bid
         frag = bid >= 0 and e - s <= max_length and e > s and _ld(sp, s) == HASH and \
