@@ -353,11 +353,13 @@ def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
     return w0 + m1
 
 
-def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int):
+def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int,
+                executor: ThreadPoolExecutor | None = None):
     """Sort and deduplicate each shard ``keys[bounds[s]:bounds[s+1]]`` in place, on
     ``threads`` threads, in the order given; return ``(executor, futures)``, the
     future of shard s giving ``(end of its unique keys, CPU seconds of its sort)``. The
-    caller shuts the executor down. Each shard is sorted on one thread: shards sort
+    caller shuts the executor down. With ``executor`` (e.g. the store's ShardSorter,
+    kept for the store's life) the shards go to it instead of a new one. Each shard is sorted on one thread: shards sort
     side by side. The seconds are the sorting thread's CPU time: the store runs these
     threads beside its Bloom insert and its merge threads on the same cores, so a
     shard's wall time counted the others' turns too (issue 13: 62.9 "ns/key" of
@@ -369,5 +371,6 @@ def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int):
         m = sort_unique_keys(keys[lo:hi])
         return lo + m, time.thread_time() - t
 
-    ex = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="seenstore-shard-sort")
+    ex = executor or ThreadPoolExecutor(max_workers=max(1, threads),
+                                        thread_name_prefix="seenstore-shard-sort")
     return ex, {s: ex.submit(one, s) for s in shards}

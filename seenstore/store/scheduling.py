@@ -5,7 +5,7 @@ filter, side by side (docs/architecture.md, "One batch" steps 1-2).
 ``partition`` groups a batch by shard on ``threads`` threads. ``write_shards`` takes
 a batch grouped by shard and returns, per shard, which of its keys are new and the
 run written for them (fsynced, not yet committed: the caller commits, commit.py).
-``threads`` threads sort the shards in order (``sorting.sort_shards``) while up to
+``threads`` threads sort the shards in order (``ShardSorter``) while up to
 ``merge_threads`` check the shards already sorted: the kernels, the sort and the
 O_DIRECT I/O release the GIL, so sorting overlaps the disk. Each shard's new keys go
 to a ``BloomFeed``, whose thread inserts them while later shards are checked.
@@ -145,9 +145,9 @@ class BatchArena:
 
 class ShardSorter:
     """Threads that sort and deduplicate a batch's shards in place, kept for the
-    store's life (``sorting.sort_unique_keys`` on each): a thread keeps its radix
-    scratch array from one batch to the next (sorting.py ``_scratch``), where a pool
-    made per batch faulted a fresh one in every batch."""
+    store's life (``sorting.sort_shards`` on them): a thread keeps its radix scratch
+    array from one batch to the next (sorting.py ``_scratch``), where a pool made per
+    batch faulted a fresh one in every batch."""
 
     def __init__(self) -> None:
         self._ex: ThreadPoolExecutor | None = None
@@ -160,27 +160,14 @@ class ShardSorter:
         threads = max(1, threads)
         if self._ex is None or self._threads != threads:
             self.close()
-            self._ex = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-shard-sort",
-                                          initializer=_keep_scratch)
+            self._ex = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-shard-sort")
             self._threads = threads
-
-        def one(shard: int):
-            lo, hi = int(bounds[shard]), int(bounds[shard + 1])
-            t = time.thread_time()
-            m = _sorting.sort_unique_keys(keys[lo:hi])
-            return lo + m, time.thread_time() - t
-
-        return {s: self._ex.submit(one, s) for s in shards}
+        return _sorting.sort_shards(keys, bounds, shards, threads, executor=self._ex)[1]
 
     def close(self) -> None:
         if self._ex is not None:
             self._ex.shutdown(wait=True, cancel_futures=True)
             self._ex = None
-
-
-def _keep_scratch() -> None:
-    """A ShardSorter thread keeps its radix scratch (sorting.py: as sort_shards' do)."""
-    _sorting._local.reuse = True
 
 
 @dataclass
