@@ -281,8 +281,8 @@ def _bisect(fd: int, count: int, x: int, before) -> int:
 
 class DeferredInsert:
     """A committed spilled batch's new keys going into the store's Bloom filter on a
-    thread of their own, read back from the batch's new runs (``iter_keys``, chunks of
-    DEFERRED_CHUNK_KEYS through one buffer: no batch-sized memory), while the caller
+    thread of their own, read back from the batch's new runs (``iter_keys``, gathered
+    in lots of DEFERRED_CHUNK_KEYS: two 8 MiB buffers, no batch-sized memory), while the caller
     returns and the next batch spills (the second core is mostly idle then: issue 15,
     31.7 ns per offered key waited for the insert at 1e10 when it ran beside the
     check). The spilled check itself never asks the filter, so only another insert and
@@ -310,18 +310,37 @@ class DeferredInsert:
         from .store.runs import iter_keys
 
         t0, c0 = time.perf_counter(), time.thread_time()
+        lot = np.empty(self.chunk_keys, dtype=np.uint64)
+        fill = 0
         try:
+            # runs of a few thousand keys each (one per shard) are gathered into lots
+            # of chunk_keys: a filter call below dispatch.SMALL keys takes the numpy
+            # twin, ~25x slower (measured: 1,670 against 74 ns/key)
             for keys in iter_keys(self.readers, self.chunk_keys):
-                bf = self.keeper.bf
-                if bf is None:
-                    return
-                bf.add(keys)
-                self.inserted += len(keys)
+                at = 0
+                while at < len(keys):
+                    take = min(len(keys) - at, len(lot) - fill)
+                    lot[fill:fill + take] = keys[at:at + take]
+                    fill, at = fill + take, at + take
+                    if fill == len(lot) and not self._insert(lot):
+                        return
+                    fill %= len(lot)
+            self._insert(lot[:fill])
         except BaseException as e:  # reported by wait(), on the caller's thread
             self.error = e
         finally:
             self.elapsed_s = time.perf_counter() - t0
             self.cpu_s = time.thread_time() - c0
+
+    def _insert(self, keys: np.ndarray) -> bool:
+        """Insert ``keys``; False once the filter is gone (dropped)."""
+        bf = self.keeper.bf
+        if bf is None:
+            return False
+        if len(keys):
+            bf.add(keys)
+            self.inserted += len(keys)
+        return True
 
     def wait(self) -> None:
         """Wait for the insert; if it failed, drop the filter (the next open rebuilds
