@@ -421,6 +421,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
     clock = Clock()
+    store._spill_phase = "spill"  # for a sampler of the memory by phase (benchrun.py)
     try:
         # 1. spill: every chunk's keys appended to their shard's bucket
         out = np.empty(budget.chunk_keys, dtype=np.uint64)
@@ -442,6 +443,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             figures["compact_wait_s"] = join()
         gen = store.generation + 1
         t_joined = time.perf_counter()
+        store._spill_phase = "check"
         # 2. shard by shard, slice by slice: sort, check, append the new keys
         buf = aligned_empty(budget.io_keys)
         wbuf = aligned_empty(budget.io_keys)
@@ -488,6 +490,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                 added.append((s, h, sparse))
                 figures["bytes_written"] += nbytes
         t_check = time.perf_counter()
+        store._spill_phase = "commit"
         # 3. one commit for every shard
         t = clock.start()
         if added:
@@ -519,5 +522,6 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             w.abort()
         raise
     finally:
+        store._spill_phase = None
         shutil.rmtree(work, ignore_errors=True)
 
