@@ -54,7 +54,14 @@ def _print_text(r: dict) -> None:
         echo(f"                 (sort = partitioning the batch by shard; each shard's sort, "
              f"{ns['shard_sort']:.1f} ns/key, ran on a thread of its own inside merge,")
         echo("                 beside the disk I/O of the shards already sorted)")
-    if ns.get("bloom_background"):
+    if ns.get("bloom_background") and p.get("spill_memory"):
+        echo(f"                 (bloom = time waited for the deferred Bloom inserts: each "
+             f"batch's new keys, read back from its runs after its commit, went in on a "
+             f"thread beside the next batch,")
+        echo(f"                 {ns['bloom_background']:.1f} ns/key of wall time, "
+             f"{ns.get('bloom_cpu', 0):.1f} of CPU; the last batch's is waited for at "
+             "the end)")
+    elif ns.get("bloom_background"):
         echo(f"                 (bloom = time waited for the Bloom insert of the new keys, "
              f"which ran {ns['bloom_background']:.1f} ns/key beside merge, shard by shard, "
              f"using {ns.get('bloom_cpu', 0):.1f} ns/key of CPU)")
