@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -72,8 +73,19 @@ SPILL_ABOVE_BATCHES = 25
 SPILL_SHARD_BITS = 8  # spilled runs: 256 shards, so the busiest shard's bucket stays small
 SPILL_MAX_BATCH = 2_500_000_000
 RSS_CAP = 12 << 30  # the spilled plan keeps the process under this (and half the memory)
-RSS_BASE = 3 << 28  # interpreter, numpy, numba kernels, generated chunks: 0.75 GiB
+# The spilled plan's memory model (``spill_peak``), each part measured on scaled-down
+# spilled runs (docs/bench.md, "Memory of a spilled run"):
+RSS_MARGIN = 1 << 29  # the estimate stays this far under the cap: 0.5 GiB
+RSS_BASE = 1 << 28  # interpreter, numpy, numba kernels after the warm-up (190 MiB measured)
 GEN_CHUNK = 1 << 22  # keys per generated chunk of a spilled batch
+GEN_BYTES = 6 * 8 * GEN_CHUNK  # a generated chunk and its temporaries (workload.py)
+COMPACTION_BYTES = 1 << 27  # the compaction beside the spill phase: merge buffers, writer
+IO_BYTES = 2 * 8 * (1 << 20)  # the check's two I/O buffers at most (spill.Budget.io_keys)
+MIN_SPILL_MEMORY = 1 << 28  # a smaller budget is refused: the Bloom target is raised first
+# Bloom targets a spilled plan may take, in order: the store's default, then twice it,
+# whose one layer (LayeredBloom.layer_fpr: half the target) has the default's rate; the
+# bench's filter is sized for the stream's exact distinct keys, so it never grows a layer
+SPILL_BLOOM_TARGETS = (1e-3, 2e-3)
 FLOOR_SAMPLE = 1 << 22  # a spilled batch's floor sort is timed on this many of its keys
 
 
@@ -91,6 +103,8 @@ class ResourcePlan:
     bloom_bytes: int
     disk_needed: int
     run_format: int = 1
+    bloom_fpr: float = SPILL_BLOOM_TARGETS[0]
+    memory_estimate: dict = field(default_factory=dict)  # spill_peak's parts (spilled)
     spill_memory: int | None = None
     shard_bits: int | None = None
     busiest_shard_share: float | None = None
@@ -114,10 +128,52 @@ def busiest_shard_share(shard_bits: int, host_bits: int, n_hosts: int | None, se
     return float(counts.max()) / sample
 
 
+def bloom_bytes_for(capacity: int | None, fpr: float) -> int:
+    """Bytes of the filter a store opened with ``bloom_capacity=capacity`` and
+    ``bloom_fpr=fpr`` allocates: one LayeredBloom layer at ``layer_fpr(fpr, 0)``
+    (half the target; the planner counted a filter at the whole target before, 1.3 GiB
+    short at 1e10)."""
+    if not capacity:
+        return 0
+    from .bloom import LayeredBloom, size_for
+
+    return 64 * size_for(int(capacity), LayeredBloom.layer_fpr(fpr, 0))[0]
+
+
+def spill_peak(memory: int, bloom_bytes: int, io_bytes: int | None = None) -> dict:
+    """Estimated peak resident bytes of a spilled run with budget ``memory``, by part:
+    the interpreter, the filter, and the larger of the spill phase (read chunk and
+    partition copy, 2/5 of the budget; a generated chunk; the compaction between
+    batches beside it) and the check phase (slice, found mask and the sort's scratch,
+    17/32; two I/O buffers); the deferred Bloom insert (two lots) runs beside both
+    (spill.py)."""
+    from .spill import DEFERRED_CHUNK_KEYS
+
+    io = IO_BYTES if io_bytes is None else io_bytes
+    insert = 2 * 8 * DEFERRED_CHUNK_KEYS
+    spill_phase = 2 * memory // 5 + GEN_BYTES + COMPACTION_BYTES + insert
+    check_phase = 17 * memory // 32 + io + insert
+    parts = {"interpreter": RSS_BASE, "bloom": bloom_bytes, "spill_phase": spill_phase,
+             "check_phase": check_phase}
+    parts["total"] = RSS_BASE + bloom_bytes + max(spill_phase, check_phase)
+    return parts
+
+
+def spill_budget(cap: int, bloom_bytes: int) -> int:
+    """The largest budget whose ``spill_peak`` stays RSS_MARGIN under ``cap`` (0: none)."""
+    from .spill import DEFERRED_CHUNK_KEYS
+
+    room = cap - RSS_MARGIN - RSS_BASE - bloom_bytes - 2 * 8 * DEFERRED_CHUNK_KEYS
+    by_spill = (room - GEN_BYTES - COMPACTION_BYTES) * 5 // 2
+    by_check = (room - IO_BYTES) * 32 // 17
+    return max(0, min(by_spill, by_check))
+
+
 def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_dir: str,
                    bloom_capacity: int | None, probe_bytes: int, run_format: int | None = 1,
                    memory: int | None = None, spill: bool | None = None,
-                   stream_shape: tuple = (20, None, 0)) -> ResourcePlan:
+                   stream_shape: tuple = (20, None, 0),
+                   bloom_fpr: float | None = None) -> ResourcePlan:
     """Choose the batch size and path from the memory found (after the Bloom filter's
     share) and check the free disk of ``work_dir`` against the run's needs, before
     anything is written.
@@ -125,8 +181,10 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
     In memory (the default while the stream needs at most SPILL_ABOVE_BATCHES batches of
     at most 1e8 keys): a quarter of the memory left. Spilled (``spill`` True, ``memory``
     given, or more batches than that): each batch streamed through
-    ``SeenStore.add_new_file`` with a memory budget of what is left of min(RSS_CAP, half
-    the machine's memory, 80% of the available) after the Bloom filter and RSS_BASE;
+    ``SeenStore.add_new_file`` with the largest memory budget whose estimated peak
+    (``spill_peak``) stays RSS_MARGIN under min(RSS_CAP, half the machine's memory, 80%
+    of the available), at the first Bloom target of SPILL_BLOOM_TARGETS that leaves at
+    least MIN_SPILL_MEMORY (``bloom_fpr`` given: that one only);
     the batch as large as the disk holds as spill buckets, the busiest shard's bucket
     (measured on the stream, ``stream_shape`` = (host_bits, n_hosts, seed)) counted
     twice for its split, at most SPILL_MAX_BATCH. ``run_format`` None: raw runs (1) when the raw plan
@@ -134,15 +192,12 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
 
     Raises DiskFullError (exit 6) naming what is needed when the disk is short,
     StoreIOError when the Bloom filter alone would not leave memory for batches."""
-    from .bloom import size_for
-    from .spill import Budget, MIN_MEMORY
+    from .spill import Budget
 
     avail = _available_memory()
     total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    bloom_bytes = 0
-    if bloom_capacity:
-        n_blocks, _ = size_for(bloom_capacity, 1e-3)
-        bloom_bytes = 64 * n_blocks
+    fpr = bloom_fpr or SPILL_BLOOM_TARGETS[0]
+    bloom_bytes = bloom_bytes_for(bloom_capacity, fpr)
     room = avail - bloom_bytes
     free = shutil.disk_usage(work_dir).free
     share = 0.0  # the busiest shard's share of a spilled batch (its bucket is split)
@@ -183,12 +238,16 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
             run_format = 1
         d = disk_for(run_format, 0)
         return ResourcePlan(avail, total_mem, free, batch, bloom_bytes, check(d), run_format,
-                            disk=d)
+                            fpr, disk=d)
     # spilled
     if memory is None:
         cap = min(RSS_CAP, total_mem // 2, int(0.8 * avail))
-        memory = cap - bloom_bytes - RSS_BASE
-        if memory < MIN_MEMORY:
+        for fpr in ([bloom_fpr] if bloom_fpr else SPILL_BLOOM_TARGETS):
+            bloom_bytes = bloom_bytes_for(bloom_capacity, fpr)
+            memory = spill_budget(cap, bloom_bytes)
+            if memory >= MIN_SPILL_MEMORY:
+                break
+        else:
             raise StoreIOError(
                 f"the Bloom filter for {bloom_capacity:,} keys needs {gib(bloom_bytes)} of the "
                 f"{gib(cap)} this run may use, leaving too little for spilled batches; "
@@ -212,7 +271,7 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
         run_format = 1
     d = disk_for(run_format, batch)
     return ResourcePlan(avail, total_mem, free, batch, bloom_bytes, check(d), run_format,
-                        memory, shard_bits, share, d)
+                        fpr, spill_peak(memory, bloom_bytes), memory, shard_bits, share, d)
 
 
 def gib(n: int) -> str:
@@ -347,6 +406,7 @@ class BenchResult:
     store_stats: dict = field(default_factory=dict)
     disk_bytes: int = 0  # allocated by the store directory after close (runs, BLOOM, ...)
     peak_rss: int = 0
+    rss_by_phase: dict = field(default_factory=dict)  # spilled runs: RssSampler
     wall_s: float = 0.0
 
     @property
@@ -401,6 +461,7 @@ class BenchResult:
             "disk_bytes": disk_bytes,
             "disk_bytes_per_key": disk_bytes / store_keys if store_keys else None,
             "peak_rss_bytes": self.peak_rss,
+            "rss_by_phase": self.rss_by_phase,
             "disk_probe": [d.__dict__ for d in self.disk],
             "sort": self.store_stats.get("sort"),
             "machine": sorting.machine(),
@@ -517,6 +578,78 @@ def warm_up(directory: str, run_format: int = 1) -> float:
     return time.perf_counter() - t0
 
 
+# The run cache a store may keep of its runs' keys (``SeenStore.open(cache_bytes=)``,
+# where the store has one): off for spilled runs, whose memory plan has no room for it
+# and whose check reads only the touched range of each run.
+SPILL_CACHE_BYTES = 0
+
+
+def _store_options(spill_memory: int | None, bloom_fpr: float | None) -> dict:
+    """SeenStore.open options of the plan: the Bloom target, and for spilled runs
+    ``cache_bytes=SPILL_CACHE_BYTES`` if this store's ``open`` takes it."""
+    import inspect
+
+    from .store import SeenStore
+
+    opts = {} if bloom_fpr is None else {"bloom_fpr": bloom_fpr}
+    if spill_memory and "cache_bytes" in inspect.signature(SeenStore.open).parameters:
+        opts["cache_bytes"] = SPILL_CACHE_BYTES
+    return opts
+
+
+class RssSampler:
+    """Peak resident bytes of this process by phase of the spilled batches (what
+    spill.admit_file names in ``store._spill_phase``: spill, check, commit; between
+    batches otherwise), read from /proc/self/statm every SAMPLE_S on a thread. A
+    sample misses peaks shorter than its period; the run's peak is ``peak_rss_bytes``."""
+
+    SAMPLE_S = 0.005
+
+    def __init__(self, store) -> None:
+        self.store, self.peaks = store, {}
+        self._stop = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            f = open("/proc/self/statm", "rb", buffering=0)
+        except OSError:
+            return
+        with f:
+            while not self._stop.wait(self.SAMPLE_S):
+                rss = int(os.pread(f.fileno(), 128, 0).split()[1]) * self._page
+                phase = self.store.__dict__.get("_spill_phase") or "between"
+                if rss > self.peaks.get(phase, 0):
+                    self.peaks[phase] = rss
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        return dict(self.peaks)
+
+
+def _settle_last(store, res: BenchResult) -> None:
+    """The last spilled batch's Bloom insert runs on after its call returned
+    (spill.DeferredInsert): wait for it and book the wait in that batch's store time
+    ("bloom"), its thread's time as background, so the run's totals include it."""
+    from .spill import settle
+
+    behind = store.__dict__.get("_bloom_behind")
+    waited = settle(store)
+    row = res.batches[-1]
+    row["bloom_s"] += waited
+    row["add_s"] += waited
+    res.stage_s["bloom"] += waited
+    res.store_s += waited
+    if behind is not None:
+        row["bloom_background_s"] += behind.elapsed_s
+        row["bloom_cpu_s"] += behind.cpu_s
+        res.bloom_background_s += behind.elapsed_s
+        res.bloom_cpu_s += behind.cpu_s
+
+
 def run_bench(
     stream: CrawlStream,
     store_path: str,
@@ -529,6 +662,7 @@ def run_bench(
     threads: int | None = None,
     spill_memory: int | None = None,
     shard_bits: int | None = None,
+    bloom_fpr: float | None = None,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
 
@@ -541,7 +675,10 @@ def run_bench(
     ``SeenStore.add_new_file`` with this memory budget (batches bigger than memory,
     spilled by shard; never whole in memory), its count of new keys checked against
     the stream's; the floor's sorts are timed on FLOOR_SAMPLE of its keys and scaled.
-    ``shard_bits``: the new store's (None: the store's default).
+    ``shard_bits``: the new store's (None: the store's default). ``bloom_fpr``: the
+    filter's target (None: the store's default; the spilled plan may raise it,
+    plan_resources). Spilled runs open the store with SPILL_CACHE_BYTES of run cache
+    where the store has one (``_store_options``) and sample the RSS by phase.
     ``answer``: "new" calls ``store.add_new`` (the sorted new keys, what the peers
     return); "mask" calls ``store.add`` (a mask aligned with the offered keys, one
     more pass: the "align" stage).
@@ -566,9 +703,13 @@ def run_bench(
     t_start = time.perf_counter()
     res.warmup_s = warm_up(work, run_format)
     res.disk.append(disk_bandwidth(work, probe_bytes))
+    sampler = None
     with SeenStore.open(store_path, create=True, bloom=bloom,
                         bloom_capacity=bloom_capacity, run_format=run_format,
-                        threads=threads, shard_bits=shard_bits) as store:
+                        threads=threads, shard_bits=shard_bits,
+                        **_store_options(spill_memory, bloom_fpr)) as store:
+        if spill_memory:
+            sampler = RssSampler(store)
         for plan in stream.plan():
             n_stored = len(store)
             if spill_memory:
@@ -646,6 +787,10 @@ def run_bench(
             if on_batch is not None:
                 on_batch(row)
             del batch, got
+        if spill_memory and res.batches:
+            _settle_last(store, res)
+        if sampler is not None:
+            res.rss_by_phase = sampler.stop()
         res.store_stats = store.stats()
     res.disk_bytes = dir_bytes(store_path)
     res.disk.append(disk_bandwidth(work, probe_bytes))

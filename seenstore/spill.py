@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -32,6 +34,7 @@ SPILL_RE = re.compile(r"^spill\.tmp\.\d+(\.new)?$")  # a folder; .new: merge --m
 MIN_MEMORY = 16 << 20  # below this the fixed buffers alone would not fit
 MAX_PARTS = 256  # a too-large bucket splits into at most this many key ranges per level
 NEW_NAME = "new.bin"  # the batch's new keys, shard by shard (sorted within each)
+DEFERRED_CHUNK_KEYS = 1 << 20  # keys per filter insert call of a deferred insert (8 MiB)
 
 
 def spill_dir(store_path: str) -> str:
@@ -276,52 +279,123 @@ def _bisect(fd: int, count: int, x: int, before) -> int:
     return lo
 
 
-class _BloomFeed:
-    """The new keys go into the store's Bloom filter in calls of up to ``n`` keys
-    (a shard's slice may hold only a few thousand: one call each would take the
-    filter's small-input path, ~50x slower per key), each on a background thread
-    (the keeper's ``start_insert``: the second core) while the next shards are
-    checked: two buffers, one filling while the other's keys go in. ``clock``
-    times the waits ("bloom") and the inserts themselves ("bloom_bg", wall)."""
+class DeferredInsert:
+    """A committed spilled batch's new keys going into the store's Bloom filter on a
+    thread of their own, read back from the batch's new runs (``iter_keys``, gathered
+    in lots of DEFERRED_CHUNK_KEYS: two 8 MiB buffers, no batch-sized memory), while the caller
+    returns and the next batch spills (the second core is mostly idle then: issue 15,
+    31.7 ns per offered key waited for the insert at 1e10 when it ran beside the
+    check). The spilled check itself never asks the filter, so only another insert and
+    the filter's readers must wait for it (``settle``): ``SeenStore.bloom``,
+    ``contains``, ``checkpoint``/``close`` and the in-memory batches do. The filter is
+    derived data: a crash before the insert ends leaves a BLOOM file of an older
+    generation (a checkpoint settles first), which the next open rebuilds from the runs
+    (docs/bloom.md, "Binding"); a failed insert drops the filter with a warning, as
+    ``BloomKeeper.finish_insert`` does."""
 
-    def __init__(self, store, n: int, clock: Clock):
-        self.store, self.clock = store, clock
-        on = store.bloom is not None
-        self.bufs = [np.empty(max(1, n), dtype=np.uint64) for _ in range(2 if on else 0)]
-        self.cur = 0
-        self.fill = 0
-        self.behind = None  # the insert running, if any
+    def __init__(self, keeper, readers: list, chunk_keys: int = 0):
+        self.keeper, self.readers = keeper, readers
+        self.chunk_keys = chunk_keys or DEFERRED_CHUNK_KEYS
+        self.error: BaseException | None = None
+        self.elapsed_s = self.cpu_s = 0.0
+        self.inserted = 0
+        self._done = threading.Lock()  # wait() may be called by two threads at once
+        self._settled = False
+        keeper.dirty = True  # the saved file lacks these keys from now on
+        self.thread = threading.Thread(target=self._run, name="seenstore-bloom-deferred",
+                                       daemon=True)
+        self.thread.start()
 
-    def add(self, keys: np.ndarray) -> None:
-        at = 0
-        while at < len(keys):
-            buf = self.bufs[self.cur]
-            take = min(len(keys) - at, len(buf) - self.fill)
-            buf[self.fill:self.fill + take] = keys[at:at + take]
-            self.fill += take
-            at += take
-            if self.fill == len(buf):
-                self.flush()
+    def _run(self) -> None:
+        from .store.runs import iter_keys
 
-    def flush(self) -> None:
-        """Start inserting the keys gathered (after the insert before them)."""
-        if not self.fill:
-            return
-        self.wait()
-        self.behind = self.store._keeper.start_insert(self.bufs[self.cur][:self.fill])
-        self.cur ^= 1
-        self.fill = 0
+        t0, c0 = time.perf_counter(), time.thread_time()
+        lot = np.empty(self.chunk_keys, dtype=np.uint64)
+        fill = 0
+        try:
+            # runs of a few thousand keys each (one per shard) are gathered into lots
+            # of chunk_keys: a filter call below dispatch.SMALL keys takes the numpy
+            # twin, ~25x slower (measured: 1,670 against 74 ns/key)
+            for keys in iter_keys(self.readers, self.chunk_keys):
+                at = 0
+                while at < len(keys):
+                    take = min(len(keys) - at, len(lot) - fill)
+                    lot[fill:fill + take] = keys[at:at + take]
+                    fill, at = fill + take, at + take
+                    if fill == len(lot) and not self._insert(lot):
+                        return
+                    fill %= len(lot)
+            self._insert(lot[:fill])
+        except BaseException as e:  # reported by wait(), on the caller's thread
+            self.error = e
+        finally:
+            self.elapsed_s = time.perf_counter() - t0
+            self.cpu_s = time.thread_time() - c0
+
+    def _insert(self, keys: np.ndarray) -> bool:
+        """Insert ``keys``; False once the filter is gone (dropped)."""
+        bf = self.keeper.bf
+        if bf is None:
+            return False
+        if len(keys):
+            bf.add(keys)
+            self.inserted += len(keys)
+        return True
 
     def wait(self) -> None:
-        """Wait for the running insert; the filter is the caller's again after it
-        (the commit saves it). A failed insert drops the filter (keeper.py)."""
-        if self.behind is None:
-            return
-        t = self.clock.start()
-        behind, self.behind = self.behind, None
-        self.store._keeper.finish_insert(behind)
-        self.clock.stop("bloom", t)
-        self.clock.wall["bloom_bg"] = self.clock.wall.get("bloom_bg", 0.0) + behind.elapsed_s
+        """Wait for the insert; if it failed, drop the filter (the next open rebuilds
+        it from the runs) with a warning, so a committed batch never fails for it."""
+        self.thread.join()
+        with self._done:
+            if self._settled:
+                return
+            self._settled = True
+            self._report()
+
+    def _report(self) -> None:
+        if self.error is not None and self.keeper.bf is not None:
+            warnings.warn(f"Bloom filter insert of a spilled batch failed ({self.error!r}); "
+                          "filter dropped, the next open rebuilds it from the runs")
+            self.keeper.bf = None
+            self.keeper.dirty = False
+            self.keeper.state = "dropped (insert failed)"
+        else:
+            self.keeper.batch_done(self.inserted)
+
+
+def settle(store) -> float:
+    """Wait for ``store``'s deferred Bloom insert (``DeferredInsert``), if one is
+    running; return the seconds waited. Called before anything reads or writes the
+    filter (facade.py: ``bloom``, ``_bloom_ready``, ``checkpoint``)."""
+    behind = store.__dict__.get("_bloom_behind")
+    if behind is None:
+        return 0.0
+    t = time.perf_counter()
+    behind.wait()  # another thread may wait too: it returns once the insert is done
+    if store.__dict__.get("_bloom_behind") is behind:
+        store.__dict__.pop("_bloom_behind", None)
+    return time.perf_counter() - t
+
+
+def _defer_insert(store, gen: int, added: list, clock: Clock, figures: dict) -> None:
+    """After the commit of generation ``gen``: the previous batch's deferred insert
+    waited for (one insert at a time; "bloom" in ``clock``: it ran beside this batch's
+    spill and check; its thread's wall and CPU seconds in ``figures``), then this
+    batch's new runs ``added`` handed to a new one."""
+    behind = store.__dict__.get("_bloom_behind")
+    t = clock.start()
+    settle(store)
+    clock.stop("bloom", t)
+    if behind is not None:
+        figures["bloom_background_s"] = behind.elapsed_s
+        figures["bloom_cpu_s"] = behind.cpu_s
+    if store._keeper.bf is None or not added:
+        return
+    from .store import run_name
+
+    names = {run_name(s, gen) for s, _, _ in added}
+    readers = [r for r in store._all_readers() if r.name in names]
+    store._bloom_behind = DeferredInsert(store._keeper, readers)
 
 
 def admit_file(store, path, memory: int, fault, new_out: str | None = None,
@@ -347,7 +421,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
     clock = Clock()
-    bloom_in = None
+    store._spill_phase = "spill"  # for a sampler of the memory by phase (benchrun.py)
     try:
         # 1. spill: every chunk's keys appended to their shard's bucket
         out = np.empty(budget.chunk_keys, dtype=np.uint64)
@@ -369,13 +443,13 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             figures["compact_wait_s"] = join()
         gen = store.generation + 1
         t_joined = time.perf_counter()
+        store._spill_phase = "check"
         # 2. shard by shard, slice by slice: sort, check, append the new keys
         buf = aligned_empty(budget.io_keys)
         wbuf = aligned_empty(budget.io_keys)
         slab = np.empty(budget.slice_keys, dtype=np.uint64)
         found_slab = np.empty(budget.slice_keys, dtype=np.bool_)
         new_path = os.path.join(work, NEW_NAME) if new_out is not None else None
-        bloom_in = _BloomFeed(store, min(budget.slice_keys, 1 << 20), clock)
         added = []
         for s in sorted(buckets):
             bucket = os.path.join(work, f"s{s:04d}.bin")
@@ -408,8 +482,6 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                         _append(new_path, keys[:k])
                     figures["new"] += k
                 clock.stop("write", t)
-                if k and store.bloom is not None:
-                    bloom_in.add(keys[:k])
                 fault("spill-sorted")
             if w is not None:
                 t = clock.start()
@@ -417,9 +489,8 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                 clock.stop("sync", t)
                 added.append((s, h, sparse))
                 figures["bytes_written"] += nbytes
-        bloom_in.flush()
-        bloom_in.wait()
         t_check = time.perf_counter()
+        store._spill_phase = "commit"
         # 3. one commit for every shard
         t = clock.start()
         if added:
@@ -435,21 +506,22 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             else:
                 shutil.move(new_path, new_out)
         clock.stop("commit", t)
+        _defer_insert(store, gen, added, clock, figures)
         # merge_s: the check against the runs and the new run's writing (the slices'
-        # sorts and Bloom inserts, inside that phase, are reported on their own);
+        # sorts, inside that phase, are reported on their own; bloom_s: the wait for
+        # the previous batch's deferred insert, after the commit);
         # stages: wall and process CPU seconds of every stage (Clock)
         sort_s, bloom_s = clock.wall.get("sort", 0.0), clock.wall.get("bloom", 0.0)
-        figures.update(spill_s=t_spill - t0, merge_s=t_check - t_joined - sort_s - bloom_s,
+        figures.update(spill_s=t_spill - t0, merge_s=t_check - t_joined - sort_s,
                        commit_s=clock.wall["commit"], sort_s=sort_s, bloom_s=bloom_s,
                        stages={k: {"wall_s": v, "cpu_s": clock.cpu.get(k, 0.0)}
                                for k, v in clock.wall.items()})
         return figures
     except BaseException:
-        if bloom_in is not None:  # no insert may outlive the batch
-            bloom_in.wait()
         for w in writers.values():
             w.abort()
         raise
     finally:
+        store._spill_phase = None
         shutil.rmtree(work, ignore_errors=True)
 

@@ -54,7 +54,14 @@ def _print_text(r: dict) -> None:
         echo(f"                 (sort = partitioning the batch by shard; each shard's sort, "
              f"{ns['shard_sort']:.1f} ns/key, ran on a thread of its own inside merge,")
         echo("                 beside the disk I/O of the shards already sorted)")
-    if ns.get("bloom_background"):
+    if ns.get("bloom_background") and p.get("spill_memory"):
+        echo(f"                 (bloom = time waited for the deferred Bloom inserts: each "
+             f"batch's new keys, read back from its runs after its commit, went in on a "
+             f"thread beside the next batch,")
+        echo(f"                 {ns['bloom_background']:.1f} ns/key of wall time, "
+             f"{ns.get('bloom_cpu', 0):.1f} of CPU; the last batch's is waited for at "
+             "the end)")
+    elif ns.get("bloom_background"):
         echo(f"                 (bloom = time waited for the Bloom insert of the new keys, "
              f"which ran {ns['bloom_background']:.1f} ns/key beside merge, shard by shard, "
              f"using {ns.get('bloom_cpu', 0):.1f} ns/key of CPU)")
@@ -247,14 +254,18 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
                                   None if run_format == "auto" else int(run_format), memory,
                                   spill if answer == "new" else False, (20, None, seed))
             d = CrawlStream(total, plan.batch, reoffer, dup, seed=seed).expected_total_new
-            if d <= distinct:
+            if d == distinct or (d < distinct and not sized):
                 break
+            # the filter sized for the run's own distinct keys, exactly (it never grows,
+            # and the spilled plan's memory depends on its size: 1e10 in batches of 2e9
+            # has 5.4e9, not the 5.625e9 of batches of 1e8)
             distinct = d
-            if sized:  # the filter sized for the run's own distinct keys: never grown
+            if sized:
                 bloom_capacity = distinct
         stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
         res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom,
-                   plan.run_format, threads, plan.spill_memory, plan.shard_bits)
+                   plan.run_format, threads, plan.spill_memory, plan.shard_bits,
+                   plan.bloom_fpr)
     finally:
         if not keep:
             if own_dir:
@@ -284,6 +295,8 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
                    + ", ".join(f"{k} {gib(v)}" for k, v in res_.get("disk", {}).items())
                    + f") of {gib(res_['disk_free'])} free, used "
                    f"{gib(res_['disk_used'] or 0)}; peak RSS {gib(res_['peak_rss'] or 0)}")
+        if sm:
+            _print_memory_plan(res_, r)
         if keep:
             click.echo(f"store kept at   {store_path}")
     if plot:
@@ -292,6 +305,23 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
             click.echo(f"plot written     {plot}")
     if not r["verified"]:
         fail(f"new-key counts differ from the expectation in batches {r['bad_batches']}", 1)
+
+
+def _print_memory_plan(plan: dict, r: dict) -> None:
+    """The spilled plan's estimated peak RSS by part against the measured peak (and
+    the sampled peak of each phase of the spilled batches, benchrun.RssSampler)."""
+    est = plan.get("memory_estimate") or {}
+    if not est:
+        return
+    g = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
+    click.echo(f"memory plan      estimated peak {g(est['total'])} = interpreter "
+               f"{g(est['interpreter'])} + Bloom {g(est['bloom'])} (target "
+               f"{plan['bloom_fpr']:g}) + max(spill phase {g(est['spill_phase'])}, check "
+               f"phase {g(est['check_phase'])}); measured peak {g(r['peak_rss_bytes'])}")
+    phases = r.get("rss_by_phase") or {}
+    if phases:
+        click.echo("                 sampled peak RSS by phase: " + ", ".join(
+            f"{k} {g(v)}" for k, v in sorted(phases.items())))
 
 
 def _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_json, save):
@@ -321,11 +351,12 @@ def _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_jso
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
          bloom_capacity: int | None, answer: str, bloom: bool, run_format: int,
          threads: int | None, spill_memory: int | None = None,
-         shard_bits: int | None = None) -> BenchResult:
+         shard_bits: int | None = None, bloom_fpr: float | None = None) -> BenchResult:
     if quiet:
         return run_bench(stream, store_path, probe, bloom_capacity=bloom_capacity, answer=answer,
                          bloom=bloom, run_format=run_format, threads=threads,
-                         spill_memory=spill_memory, shard_bits=shard_bits)
+                         spill_memory=spill_memory, shard_bits=shard_bits,
+                         bloom_fpr=bloom_fpr)
     with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
                            show_pos=True, item_show_func=lambda s: s) as bar:
 
@@ -334,4 +365,4 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
             bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
         return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer, bloom,
-                         run_format, threads, spill_memory, shard_bits)
+                         run_format, threads, spill_memory, shard_bits, bloom_fpr)

@@ -78,11 +78,13 @@ class Admission:
         commit in the spill folder and moved there after it. Returns figures:
         offered, unique, new, slices, bytes_spilled, bytes_read, bytes_written, and
         seconds by stage. The Bloom filter, when the store keeps one, is fed the new
-        keys (its own memory is not part of ``memory``: open with ``bloom=False``
-        to stay within it; the saved filter is then rebuilt by a later open)."""
+        keys after the commit, on a thread that runs on past the return (reads of
+        the filter wait for it: spill.DeferredInsert); its own memory is not part of
+        ``memory``: open with ``bloom=False`` to stay within it (the saved filter is
+        then rebuilt by a later open)."""
         self._check_writable()
         with self._mutex:
-            self._bloom_ready()
+            self._bloom_ready(settle=False)  # the last batch's insert runs on (spill.py)
             # the compaction between batches runs on while the batch is spilled (that
             # reads no run): admit_file joins it before the check and the commit
             figures = spill.admit_file(self, path, memory, fault, new_out,

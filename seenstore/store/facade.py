@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from .. import manifest, wal as walmod
+from .. import manifest, spill, wal as walmod
 from ..batch import as_keys, prepare
 from ..bloom import Binding, LayeredBloom
 from ..bloom.keeper import DEFAULT_BLOOM_FPR, BloomKeeper
@@ -178,8 +178,11 @@ class SeenStore(Admission):
                                           name="seenstore-bloom-prefault", daemon=True)
         self._prefault.start()
 
-    def _bloom_ready(self) -> None:
-        """Wait for ``_prefault_bloom``'s thread, if any (before the filter is written)."""
+    def _bloom_ready(self, settle: bool = True) -> None:
+        """Wait for ``_prefault_bloom``'s thread, if any (before the filter is written),
+        and with ``settle`` for a spilled batch's deferred insert (spill.settle)."""
+        if settle:
+            spill.settle(self)
         if self._prefault is not None:
             self._prefault.join()
             self._prefault = None
@@ -211,6 +214,7 @@ class SeenStore(Admission):
         self._check_open()
         with self._mutex:
             self._join_compactor()  # its commits change the generation and the runs digest
+            self._bloom_ready()  # a deferred insert's keys are in the generation saved
             if self._lock is not None:
                 self._keeper.checkpoint(os.path.join(self.path, BLOOM_NAME), self.generation,
                                         self._binding())
@@ -266,7 +270,9 @@ class SeenStore(Admission):
 
     @property
     def bloom(self) -> LayeredBloom | None:
-        """The Bloom filter in memory (None: none kept, or dropped after a failure)."""
+        """The Bloom filter in memory (None: none kept, or dropped after a failure),
+        holding every committed key (a spilled batch's deferred insert waited for)."""
+        spill.settle(self)
         return self._keeper.bf
 
     @bloom.setter

@@ -1,0 +1,65 @@
+"""The spilled plan's memory model (benchrun.spill_peak, plan_resources): the 1e10
+plan's estimated peak stays under 12 GiB by construction, with the filter the store
+really allocates."""
+
+import pytest
+
+from seenstore import benchrun
+from seenstore.bloom import LayeredBloom
+from seenstore.workload import CrawlStream
+
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize("fpr", [1e-3, 2e-3])
+def test_the_planned_bloom_bytes_are_the_filter_the_store_allocates(fpr):
+    assert benchrun.bloom_bytes_for(3_000_000, fpr) == LayeredBloom.for_capacity(
+        3_000_000, fpr).nbytes
+    assert benchrun.bloom_bytes_for(None, fpr) == 0
+
+
+def _machine(monkeypatch, tmp_path, free_gb=70, avail=22 * GiB):
+    from collections import namedtuple
+
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(benchrun.shutil, "disk_usage", lambda p: Usage(0, 0, free_gb * 10**9))
+    monkeypatch.setattr(benchrun, "_available_memory", lambda: avail)
+    monkeypatch.setattr(benchrun.os, "sysconf", lambda n: {"SC_PAGE_SIZE": 4096,
+                                                            "SC_PHYS_PAGES": 24 * GiB // 4096}[n])
+
+
+def test_the_1e10_plan_estimates_its_peak_under_the_cap(monkeypatch, tmp_path):
+    """This machine (24 GiB, 70 GB free): the 5.4e9-key filter at the default target
+    (one layer at 0.05%, 11.2 GiB) leaves no room under 12 GiB, so the plan takes the
+    next target (one layer at 0.1%, 9.9 GiB) and the largest budget whose estimate
+    stays RSS_MARGIN under the cap (half the memory here)."""
+    _machine(monkeypatch, tmp_path)
+    distinct = CrawlStream(10**10, 2 * 10**9).expected_total_new
+    p = benchrun.plan_resources(10**10, distinct, None, str(tmp_path), distinct, GiB, None,
+                                None, None, (20, None, 0))
+    est = p.memory_estimate
+    assert p.bloom_fpr == 2e-3 and p.bloom_bytes == benchrun.bloom_bytes_for(distinct, 2e-3)
+    assert benchrun.bloom_bytes_for(distinct, 1e-3) > 11 * GiB  # why the default is passed
+    assert est["bloom"] == p.bloom_bytes and est["total"] <= 12 * GiB - benchrun.RSS_MARGIN
+    assert est["total"] == (est["interpreter"] + est["bloom"]
+                            + max(est["spill_phase"], est["check_phase"]))
+    assert p.spill_memory >= benchrun.MIN_SPILL_MEMORY  # and as large as the room allows:
+    bigger = benchrun.spill_peak(p.spill_memory + (64 << 20), p.bloom_bytes)["total"]
+    assert bigger > 12 * GiB - benchrun.RSS_MARGIN
+
+
+def test_a_small_run_keeps_the_default_bloom_target(monkeypatch, tmp_path):
+    _machine(monkeypatch, tmp_path)
+    p = benchrun.plan_resources(10**8, 5 * 10**7, 10**7, str(tmp_path), 5 * 10**7, GiB, 1,
+                                None, True, (20, None, 0))
+    assert p.bloom_fpr == 1e-3 and p.spill_memory > GiB
+    assert p.memory_estimate["total"] <= 12 * GiB - benchrun.RSS_MARGIN
+
+
+def test_a_filter_too_large_for_any_target_is_refused(monkeypatch, tmp_path):
+    from seenstore.errors import StoreIOError
+
+    _machine(monkeypatch, tmp_path)
+    with pytest.raises(StoreIOError, match="leaving too little for spilled batches"):
+        benchrun.plan_resources(10**10, 10**10, None, str(tmp_path), 10**10, GiB, None,
+                                None, True, (20, None, 0))

@@ -1,0 +1,120 @@
+"""A spilled batch's Bloom insert, deferred past its commit (spill.DeferredInsert):
+answers stay exact while it runs, and a crash before it ends leaves a store whose
+next open answers every key (the filter rebuilt from the runs)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from seenstore import spill
+from seenstore.store import SeenStore
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """Deferred inserts start only once the test sets the returned event."""
+    go = threading.Event()
+    run = spill.DeferredInsert._run
+
+    def held(self):
+        go.wait(30)
+        run(self)
+
+    monkeypatch.setattr(spill.DeferredInsert, "_run", held)
+    yield go
+    go.set()
+
+
+def _batches(seed, n_batches=3, n=3000):
+    rng = np.random.default_rng(seed)
+    pool = rng.integers(0, 2**64 - 1, 4 * n, dtype=np.uint64, endpoint=True)
+    pool[:3] = [0, 2**63, 2**64 - 1]
+    return [rng.choice(pool, n) for _ in range(n_batches)], pool
+
+
+def test_answers_right_after_a_spilled_batch_wait_for_its_insert(tmp_path, gate):
+    batches, pool = _batches(1)
+    seen = set()
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, shard_bits=2) as s:
+        for i, b in enumerate(batches):
+            b.astype("<u8").tofile(str(tmp_path / "b.bin"))
+            r = s.add_new_file(str(tmp_path / "b.bin"), 1 << 26)
+            assert r["new"] == len(set(b.tolist()) - seen)
+            seen |= set(b.tolist())
+            if i == 0:  # the insert is held: the filter itself lacks the batch's keys ...
+                assert not s._keeper.bf.query(np.array(sorted(seen), dtype=np.uint64)).all()
+                threading.Timer(0.3, gate.set).start()
+            # ... but every answer waits for it: a Python set's answers exactly
+            want = np.array([int(k) in seen for k in pool])
+            assert np.array_equal(s.contains(pool), want)
+            assert s.bloom.query(np.array(sorted(seen), dtype=np.uint64)).all()
+        assert s.add_new(pool).tolist() == sorted(set(pool.tolist()) - seen)  # in-memory after
+        assert s.contains(pool).all()
+
+
+def test_a_failed_deferred_insert_drops_the_filter_not_the_batch(tmp_path, monkeypatch):
+    def broken(self, keys):
+        raise OSError("injected")
+
+    batches, _ = _batches(2, 1)
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as s:
+        monkeypatch.setattr(type(s._keeper.bf), "add", broken)
+        batches[0].astype("<u8").tofile(str(tmp_path / "b.bin"))
+        s.add_new_file(str(tmp_path / "b.bin"), 1 << 26)
+        with pytest.warns(UserWarning, match="filter dropped"):
+            assert s.bloom is None
+        assert s.contains(batches[0]).all()  # the runs answer
+
+
+CHILD = """
+import os, sys, threading
+import numpy as np
+from seenstore import spill
+from seenstore.store import SeenStore
+
+path, batch_dir, checkpoint = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+run, block = spill.DeferredInsert._run, threading.Event()
+
+def held(self):  # the second batch's insert starts only when let go
+    if self.keeper.bf.n_added:
+        block.wait(None if not checkpoint else 1.0)
+    run(self)
+
+spill.DeferredInsert._run = held
+s = SeenStore.open(path, create=True, shard_bits=2)
+for i in range(2):
+    s.add_new_file(os.path.join(batch_dir, f"b{i}.bin"), 1 << 26)
+    if i == 0:
+        s.checkpoint()  # BLOOM of generation 1
+if checkpoint:
+    s.checkpoint()  # waits for the held insert, then saves generation 2
+os._exit(0)  # killed: no close
+"""
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_crash_before_the_deferred_insert_ends_leaves_a_consistent_store(tmp_path,
+                                                                           checkpoint):
+    batches, pool = _batches(3, 2)
+    for i, b in enumerate(batches):
+        b.astype("<u8").tofile(str(tmp_path / f"b{i}.bin"))
+    path = str(tmp_path / "s")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), path, str(tmp_path),
+                    "1" if checkpoint else "0"], check=True, env=env, timeout=300)
+    seen = set(batches[0].tolist()) | set(batches[1].tolist())
+    with SeenStore.open(path) as s:
+        # without the checkpoint the saved filter is generation 1's: stale, rebuilt;
+        # with it, the checkpoint waited for the insert: loaded, every key in it
+        assert s._bloom_state == ("loaded" if checkpoint else "rebuilt (stale file)")
+        assert s.bloom.query(np.array(sorted(seen), dtype=np.uint64)).all()
+        assert np.array_equal(s.contains(pool), np.array([int(k) in seen for k in pool]))
+        s.verify()
