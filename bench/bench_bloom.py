@@ -302,9 +302,9 @@ def peers_part(a: argparse.Namespace) -> None:
     n, b = int(a.peers_stream[0]), int(a.peers_stream[1])
     stream = CrawlStream(n, b, 0.5, 0.1, seed=0)
     for k in range(7, 12):  # load every kernel the layers may use, outside the timing
-        probe = B.BloomFilter(1 << 14, k)
-        probe.add_in_background(np.arange(1 << 17, dtype=np.uint64)).wait()
-        probe.add(np.arange(64, dtype=np.uint64))
+        probe = B.BloomFilter(1 << 14, k)  # (from SMALL keys on: the twins run below it)
+        probe.add_in_background(np.arange(1 << 17, dtype=np.uint64)).wait()  # by regions
+        B.BloomFilter(1 << 18, k).add(np.arange(1 << 17, dtype=np.uint64))  # key order
     kp = BloomKeeper()
     kp.rebuild(MIN_BLOOM_CAPACITY, 1e-3, [])
     print(f"\n== the Bloom work of bench/peers.py's seenstore (defaults), {n:.0e} keys in "
