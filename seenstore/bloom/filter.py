@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from .. import dispatch as _dispatch
 from ..dispatch import bloom as _k  # numpy twins below dispatch.SMALL items
 from ..errors import InvalidInputError
 from . import file as _file
@@ -53,6 +54,25 @@ def _scratch(n_keys: int):
             with _scratch_lock:
                 if not _kept_scratch or len(_kept_scratch[0]) < len(buf):
                     _kept_scratch[:] = [buf]
+
+
+# A filter this large runs the numba kernels even for calls of fewer than
+# dispatch.SMALL keys: its store is large enough to need them anyway, and the numpy
+# twins cost ~1.8 us/key there (the store's fill put 97,000 keys into a new 129 MiB
+# layer through the twin: 0.17 s, against ~3 ms through the kernel).
+KERNEL_MIN_BYTES = 4 << 20
+
+
+class _Kernels:
+    """The Bloom kernels themselves (``dispatch.bloom.kernel``), never the twins."""
+
+    def __getattr__(self, name: str):
+        fn = _k.kernel(name)
+        _dispatch.announce(fn)
+        return fn
+
+
+_KERNELS = _Kernels()
 
 
 def region_bits(filter_bytes: int) -> int:
@@ -290,9 +310,10 @@ class BloomFilter:
         bits = self._region_bits_for(len(keys))
         if bits:
             with _scratch(self._region_scratch_len(len(keys))) as tmp:
-                fresh = int(_k.bloom_add_regions(self._words, keys, self._k, GROUP, bits, tmp))
+                fresh = int(self._kernels.bloom_add_regions(self._words, keys, self._k, GROUP,
+                                                           bits, tmp))
         else:
-            fresh = int(_k.bloom_add_query(self._words, keys, self._k, GROUP,
+            fresh = int(self._kernels.bloom_add_query(self._words, keys, self._k, GROUP,
                                            np.empty(0, np.bool_), False))
         return self._record_insert(fresh)
 
@@ -301,6 +322,12 @@ class BloomFilter:
         self._n_added += fresh
         self._hist = None
         return fresh
+
+    @property
+    def _kernels(self):
+        """Where this filter's calls go: ``dispatch.bloom`` (numpy twins below SMALL
+        keys), or for a filter of KERNEL_MIN_BYTES or more the kernels themselves."""
+        return _KERNELS if self._words.nbytes >= KERNEL_MIN_BYTES else _k
 
     def _region_bits_for(self, n_keys: int) -> int:
         """Region bits an insert of ``n_keys`` uses here; 0: insert in key order. Fewer
@@ -322,7 +349,7 @@ class BloomFilter:
         the region scheme of inserts measured slower for queries (docs/bloom.md)."""
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
-        _k.bloom_query(self._words, keys, self._k, GROUP, out)
+        self._kernels.bloom_query(self._words, keys, self._k, GROUP, out)
         return out
 
     def add_query(self, keys: np.ndarray) -> np.ndarray:
@@ -333,7 +360,8 @@ class BloomFilter:
         """
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
-        self._record_insert(int(_k.bloom_add_query(self._words, keys, self._k, GROUP, out, True)))
+        self._record_insert(int(self._kernels.bloom_add_query(self._words, keys, self._k, GROUP,
+                                                              out, True)))
         return out
 
     # -- figures ------------------------------------------------------------
