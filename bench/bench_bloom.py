@@ -18,9 +18,18 @@ alignment gave until the filter allocated its words aligned); without look-ahead
 
 Part 3 (alone, --store-stream KEYS BATCH): the Bloom work of `seenstore bench --keys
 KEYS --batch BATCH` without the store, thread CPU time per offered key per batch.
+Part 4 (alone, --peers-stream KEYS BATCH): the same for bench/peers.py's seenstore,
+whose store is opened with defaults (the filter starts at 2^20 keys and grows by
+layers): CPU per new key per batch, page faults, layers, and the save at close.
+
+With --baseline FILE (a seenstore/kernels/bloom.py of another checkout, e.g. of a
+worktree of main) part 2 adds a row "baseline file": the same filter through that
+file's kernels, in the same run (an A/B of a kernel change on a shared machine).
 
     python bench/bench_bloom.py [--fpr-keys 1e7] [--speed-keys 1e8] [--reps 3] [--quick]
     python bench/bench_bloom.py --store-stream 1e8 1e7
+    python bench/bench_bloom.py --peers-stream 1e8 1e7 [--lots 4] [--workdir DIR]
+    python bench/bench_bloom.py --skip-fpr --baseline ../main/seenstore/kernels/bloom.py
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from seenstore import bloom as B
 from seenstore.kernels import bloom as K
 
 TARGETS = (0.01, 0.001, 0.0001)
+BASELINE = None  # kernels module of --baseline FILE
 SWEEP = (1, 4, 8, 16, 32, 64, 128)
 M64 = 2**64 - 1
 
@@ -159,7 +169,17 @@ def speed_variant(name: str, n: int, fpr: float, rng, reps: int) -> dict[str, fl
         words[:] = 0  # pre-fault every page outside the timing
         out = np.empty(n, np.bool_)
         group = 1 if name == "blocked, group 1" else B.GROUP
-        if name == "blocked, previous":  # the kernels before SPECIAL_K (same bits)
+        if name == "baseline file":  # --baseline FILE's kernels (same bits)
+            none = np.empty(0, np.bool_)
+            r = {"insert": timed(n, BASELINE.bloom_add_query, words, keys, k, group, none, False),
+                 "probe absent": timed(n, BASELINE.bloom_query, words, others, k, group, out),
+                 "probe present": timed(n, BASELINE.bloom_query, words, keys, k, group, out)}
+            fresh = B.block_aligned(len(words))
+            fresh[:] = 0
+            tmp = np.zeros(min(n, max(B.REGION_MIN_KEYS, len(words))), np.uint64)
+            r["regions"] = timed(n, BASELINE.bloom_add_regions, fresh, keys, k, group,
+                                 B.region_bits(bf.nbytes), tmp)
+        elif name == "blocked, previous":  # the kernels before SPECIAL_K (same bits)
             r = {"insert": timed(n, K.bloom_add_ref, words, keys, k, group),
                  "probe absent": timed(n, K.bloom_query_ref, words, others, k, group, out),
                  "probe present": timed(n, K.bloom_query_ref, words, keys, k, group, out)}
@@ -198,12 +218,14 @@ def speed_part(a: argparse.Namespace) -> None:
           f"best of {a.reps} ==")
     rng = np.random.default_rng(a.seed + 1)
     for fpr in a.speed_fpr:
-        results = {v: speed_variant(v, n, fpr, rng, a.reps)
-                   for v in ("blocked", "blocked, previous", "blocked, unaligned",
-                             "blocked, group 1", "classic")}
+        variants = ("blocked", "blocked, previous", "blocked, unaligned", "blocked, group 1",
+                    "classic") + (("baseline file",) if BASELINE else ())
+        if a.variants:
+            variants = ("blocked",) + tuple(v for v in variants if v in a.variants)
+        results = {v: speed_variant(v, n, fpr, rng, a.reps) for v in variants}
         base = results["blocked"]
         print(f"\ntarget {fpr:.2%}: filter {base['MB']:.0f} MB, blocked k={base['k']}, "
-              f"classic k={results['classic']['k']} (same memory); ns/key "
+              f"classic k={results['classic']['k'] if 'classic' in results else '-'} (same memory); ns/key "
               f"(x = over blocked)")
         cols = ("insert", "regions", "probe absent", "probe present", "add_query")
         print(f"{'variant':18} " + " ".join(f"{c:>20}" for c in cols))
@@ -262,6 +284,60 @@ def store_part(a: argparse.Namespace) -> None:
     print(f"all batches: {total_cpu / total_keys * 1e9:.1f} ns per offered key (thread CPU)")
 
 
+def peers_part(a: argparse.Namespace) -> None:
+    """The Bloom work of bench/peers.py's seenstore (the store opened with defaults) alone:
+    the keeper as an empty store opens it (MIN_BLOOM_CAPACITY at 0.1%), per batch of the
+    same stream its new keys, sorted, fed in --lots lots as the store's BloomFeed does
+    (``start_insert`` / ``finish_insert``: fill, layers added as they fill), then
+    ``prepare_next`` (the next layer built ahead, joined here so its CPU counts in the
+    batch), and at the end the checkpoint's ``save``. Per batch: insert CPU (the insert
+    threads), process CPU (all threads), minor faults, layers."""
+    import os
+    import resource
+    import tempfile
+
+    from seenstore.bloom.keeper import MIN_BLOOM_CAPACITY, BloomKeeper
+    from seenstore.workload import CrawlStream
+
+    n, b = int(a.peers_stream[0]), int(a.peers_stream[1])
+    stream = CrawlStream(n, b, 0.5, 0.1, seed=0)
+    for k in range(7, 12):  # load every kernel the layers may use, outside the timing
+        probe = B.BloomFilter(1 << 14, k)  # (from SMALL keys on: the twins run below it)
+        probe.add_in_background(np.arange(1 << 17, dtype=np.uint64)).wait()  # by regions
+        B.BloomFilter(1 << 18, k).add(np.arange(1 << 17, dtype=np.uint64))  # key order
+    kp = BloomKeeper()
+    kp.rebuild(MIN_BLOOM_CAPACITY, 1e-3, [])
+    print(f"\n== the Bloom work of bench/peers.py's seenstore (defaults), {n:.0e} keys in "
+          f"batches of {b:.0e}, new keys fed in {a.lots} lots ==")
+    cpu_all = proc_all = 0.0
+    for plan in stream.plan():
+        batch = stream.batch(*plan)
+        new = np.sort(batch.keys[:batch.n_fresh])
+        p0, f0, cpu, fresh = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt, 0.0, 0
+        for part in np.array_split(new, a.lots):
+            pending = kp.start_insert(part)
+            fresh += kp.finish_insert(pending)
+            cpu += pending.cpu_s
+        kp.batch_done(fresh)
+        kp.prepare_next()
+        if kp.bf._next is not None:
+            kp.bf._next.take()
+        proc = time.process_time() - p0
+        cpu_all, proc_all = cpu_all + cpu, proc_all + proc
+        print(f"batch {plan[0]}: {len(new):,} new keys: insert CPU {cpu / len(new) * 1e9:.1f}, "
+              f"process CPU {proc / len(new) * 1e9:.1f} ns/new key; minor faults "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0}; layers "
+              f"{[f'{x.capacity / 1e6:.1f}M k{x.n_hashes}' for x in kp.bf.layers]} "
+              f"{kp.bf.nbytes / 2**20:.0f} MiB", flush=True)
+    with tempfile.TemporaryDirectory(dir=a.workdir) as d:
+        t0 = time.perf_counter()
+        kp.bf.save(os.path.join(d, "BLOOM"), 1)
+        save = time.perf_counter() - t0
+    print(f"per offered key: insert CPU {cpu_all / n * 1e9:.1f} ns, process CPU "
+          f"{proc_all / n * 1e9:.1f} ns; save at close {save:.2f} s = {save / n * 1e9:.1f} ns "
+          f"(wall)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -278,7 +354,21 @@ def main() -> None:
     ap.add_argument("--store-stream", type=float, nargs=2, metavar=("KEYS", "BATCH"),
                     help="only the store's Bloom work of `seenstore bench --keys KEYS "
                     "--batch BATCH` (e.g. 1e8 1e7), per offered key")
+    ap.add_argument("--peers-stream", type=float, nargs=2, metavar=("KEYS", "BATCH"),
+                    help="only the Bloom work of bench/peers.py's seenstore (defaults)")
+    ap.add_argument("--lots", type=int, default=4, help="--peers-stream: feed lots per batch")
+    ap.add_argument("--workdir", default=".", help="--peers-stream: where the save goes")
+    ap.add_argument("--baseline", metavar="FILE",
+                    help="another checkout's seenstore/kernels/bloom.py: a 'baseline file' row")
+    ap.add_argument("--variants", nargs="+", metavar="NAME",
+                    help="part 2: only these rows besides 'blocked' (e.g. 'baseline file')")
     a = ap.parse_args()
+    if a.baseline:
+        import importlib.util
+        global BASELINE
+        spec = importlib.util.spec_from_file_location("bloom_baseline", a.baseline)
+        BASELINE = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(BASELINE)
     if a.quick:
         a.fpr_keys = a.probes = a.speed_keys = 1e6
         a.reps = 1
@@ -286,6 +376,9 @@ def main() -> None:
           f"{warm_up():.2f} s")
     if a.store_stream:
         store_part(a)
+        return
+    if a.peers_stream:
+        peers_part(a)
         return
     if not a.skip_fpr:
         fpr_part(a)

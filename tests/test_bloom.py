@@ -361,3 +361,48 @@ def test_large_filters_start_on_a_huge_page_and_ask_for_huge_pages():
     flags = _vm_flags(big.ctypes.data)
     if "[never]" not in thp and flags is not None:
         assert " hg" in flags, flags
+
+
+def test_region_inserts_reuse_one_kept_seed_buffer():
+    """Region inserts take their seed buffer from one kept between calls (fresh pages
+    fault in slowly), and set the same bits as key-order inserts."""
+    from seenstore.bloom import filter as F
+    from seenstore.kernels import bloom as K
+
+    bf = BloomFilter.for_capacity(2_000_000, 1e-3)
+    assert bf._region_bits_for(100_000)
+    rng = np.random.default_rng(3)
+    a, b = (rng.integers(0, 2**64, 100_000, np.uint64, endpoint=False) for _ in range(2))
+    F._kept_scratch.clear()
+    bf.add(a)
+    kept = F._kept_scratch[0]
+    bf.add_in_background(b).wait()
+    assert F._kept_scratch[0] is kept
+    ref = np.zeros_like(bf.words)
+    for keys in (a, b):
+        K.bloom_add_query(ref, keys, bf.n_hashes, 32, np.empty(0, np.bool_), False)
+    assert np.array_equal(ref, bf.words)
+
+
+def test_large_filters_run_the_kernels_for_small_calls_too(monkeypatch):
+    """Below dispatch.SMALL keys a call runs the numpy twin (no JIT for a first small
+    run), except into a filter of KERNEL_MIN_BYTES or more, whose store needs the
+    kernels anyway and where the twin costs ~1.8 us/key."""
+    from seenstore import dispatch
+    from seenstore.bloom import filter as F
+
+    monkeypatch.setattr(dispatch, "SMALL", 100_000)  # the default (conftest may lower it)
+    asked = []
+    real = dispatch.bloom.kernel
+    monkeypatch.setattr(dispatch.bloom, "kernel", lambda name: asked.append(name) or real(name))
+    keys = np.arange(1000, dtype=np.uint64)
+    small = BloomFilter.for_capacity(10_000, 1e-3)
+    small.add(keys), small.query(keys), small.add_query(keys)
+    assert asked == []  # the twins
+    large = BloomFilter(F.KERNEL_MIN_BYTES // 64, 8)
+    large.add(keys)
+    assert large.query(keys).all() and large.add_query(keys).all()
+    assert asked == ["bloom_add_query", "bloom_query", "bloom_add_query"]
+    twin = BloomFilter(F.KERNEL_MIN_BYTES // 64, 8)
+    dispatch.bloom.bloom_add_query(twin.words, keys, 8, 32, np.empty(0, np.bool_), False)
+    assert np.array_equal(twin.words, large.words)  # same bits either way

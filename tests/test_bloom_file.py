@@ -8,6 +8,7 @@ error and a failed save leaves the previous file in place.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import struct
 
@@ -179,3 +180,42 @@ def test_failed_save_leaves_old_file_and_no_temp(saved, monkeypatch, err, kind):
     assert path.read_bytes() == before
     assert sorted(os.listdir(path.parent)) == ["bloom.bin"]
     assert BloomFilter.load(path)[1] == 41
+
+
+def large_filter() -> BloomFilter:
+    """A filter of DIRECT_MIN_BYTES or more (the O_DIRECT save) whose body length is
+    not a multiple of 4096 (a tail written through the page cache)."""
+    n_blocks = bloom_mod.DIRECT_MIN_BYTES // 64 + 3
+    bf = BloomFilter(n_blocks, 8)
+    bf.add(np.random.default_rng(5).integers(0, 2**64, 50_000, np.uint64, endpoint=False))
+    return bf
+
+
+@pytest.mark.parametrize("refuse", [None, "flag", "transfer"])
+def test_large_filter_saves_behind_a_block_header_and_loads_the_same(tmp_path, monkeypatch,
+                                                                    refuse):
+    """Large filters are written with O_DIRECT behind a 4096-byte header; a file system
+    refusing the flag, or accepting it and refusing the transfer (EINVAL), gets the
+    same file through the page cache. Every 1.x reader takes that header length."""
+    if refuse == "flag":
+        monkeypatch.setattr(bloom_mod, "set_direct", lambda fd, on: False)
+    elif refuse == "transfer":
+        real_write = bloom_mod.os.write
+
+        def refusing_write(fd, data):
+            if os.O_DIRECT & fcntl.fcntl(fd, fcntl.F_GETFL):
+                raise OSError(errno.EINVAL, "refused")
+            return real_write(fd, data)
+
+        monkeypatch.setattr(bloom_mod.os, "write", refusing_write)
+    bf = large_filter()
+    assert bf.nbytes % 4096 and bf.words.ctypes.data % 4096 == 0
+    path = tmp_path / "big"
+    bf.save(path, generation=7)
+    raw = path.read_bytes()
+    assert struct.unpack_from("<I", raw, 12)[0] == 4096
+    assert len(raw) == 4096 + bf.nbytes
+    loaded, gen = BloomFilter.load(path)
+    assert gen == 7 and np.array_equal(loaded.words, bf.words)
+    assert loaded.n_added == bf.n_added
+    assert sorted(os.listdir(tmp_path)) == ["big"]

@@ -169,3 +169,17 @@ def test_fill_adds_a_layer_only_for_keys_that_could_overfill_the_newest(rng):
     for layer in bf.layers:
         assert layer.n_added <= layer.capacity
     assert bf.query(np.concatenate([first, again, more])).all()
+
+
+def test_fill_replaces_an_empty_first_layer_too_small_for_the_first_keys(rng):
+    """A store opened empty has a small first layer (2^20 keys by default); a first
+    insert of more keys than it holds replaces it by one large enough, instead of
+    filling it and stacking a layer on it (one layer less to fault in and to probe)."""
+    bf = LayeredBloom.for_capacity(1 << 17, 1e-3)
+    keys = rng.integers(0, 2**64, 3 << 16, np.uint64, endpoint=False)  # > capacity, > a step
+    bf.add(keys)
+    assert len(bf.layers) == 1 and bf.layers[0].capacity >= len(keys)
+    assert bf.query(keys).all()
+    more = rng.integers(0, 2**64, bf.layers[0].capacity, np.uint64, endpoint=False)
+    bf.add(more)  # the first layer holds keys now: grown by a layer, not replaced
+    assert len(bf.layers) == 2 and bf.query(keys).all() and bf.query(more).all()

@@ -9,6 +9,7 @@ Kernels: seenstore/kernels/bloom.py.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -16,6 +17,7 @@ import time
 
 import numpy as np
 
+from .. import dispatch as _dispatch
 from ..dispatch import bloom as _k  # numpy twins below dispatch.SMALL items
 from ..errors import InvalidInputError
 from . import file as _file
@@ -28,6 +30,49 @@ GROUP = 32  # keys located (and prefetched) ahead in the kernels; see bench/benc
 # filter (measured flat from 256 KiB to 4 MiB on this machine, bench/bench_bloom.py).
 REGION_BYTES = 1 << 20
 REGION_MIN_KEYS = 1 << 16  # below this the bucketing passes cost more than they save
+# The seed buffer of a region insert is kept for the next one when at most this large
+# (one, shared by every filter): fresh pages fault in at 0.3-1 GB/s on this VM, and
+# the store's per-shard inserts each took a new one (a 9 MB buffer: 10-30 ms a call).
+SCRATCH_KEEP_BYTES = 64 << 20
+_kept_scratch: list = []  # at most one uint64 buffer, taken and given back under the lock
+_scratch_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _scratch(n_keys: int):
+    """A uint64 buffer of ``n_keys`` for one region insert: the kept one if large
+    enough, else a new one; given back (kept if at most SCRATCH_KEEP_BYTES and larger
+    than the one kept) when the insert is done."""
+    with _scratch_lock:
+        buf = _kept_scratch.pop() if _kept_scratch and len(_kept_scratch[-1]) >= n_keys else None
+    if buf is None:
+        buf = np.empty(n_keys, np.uint64)
+    try:
+        yield buf[:n_keys]
+    finally:
+        if buf.nbytes <= SCRATCH_KEEP_BYTES:
+            with _scratch_lock:
+                if not _kept_scratch or len(_kept_scratch[0]) < len(buf):
+                    _kept_scratch[:] = [buf]
+
+
+# A filter this large runs the numba kernels even for calls of fewer than
+# dispatch.SMALL keys: its store is large enough to need them anyway, and the numpy
+# twins cost ~1.8 us/key there (the store's fill put 97,000 keys into a new 129 MiB
+# layer through the twin: 0.17 s, against ~3 ms through the kernel).
+KERNEL_MIN_BYTES = 4 << 20
+
+
+class _Kernels:
+    """The Bloom kernels themselves (``dispatch.bloom.kernel``), never the twins."""
+
+    def __getattr__(self, name: str):
+        fn = _k.kernel(name)
+        _dispatch.announce(fn)
+        return fn
+
+
+_KERNELS = _Kernels()
 
 
 def region_bits(filter_bytes: int) -> int:
@@ -83,8 +128,11 @@ class _SharedInsert:
                 self.cv.notify_all()
 
     def _run_owner(self) -> None:
-        keys, bf, n_regions = self.keys, self.bf, 1 << self.bits
-        tmp = bf._region_scratch(len(keys))
+        with _scratch(self.bf._region_scratch_len(len(self.keys))) as tmp:
+            self._run_chunks(tmp)
+
+    def _run_chunks(self, tmp: np.ndarray) -> None:
+        keys, n_regions = self.keys, 1 << self.bits
         starts = np.empty(n_regions + 1, np.int64)
         edges = np.unique(np.linspace(0, n_regions, self.TASKS + 1).astype(np.int64))
         for c0 in range(0, len(keys), len(tmp)):
@@ -261,10 +309,11 @@ class BloomFilter:
         using scratch of at most one key per filter word (the filter's own size)."""
         bits = self._region_bits_for(len(keys))
         if bits:
-            fresh = int(_k.bloom_add_regions(self._words, keys, self._k, GROUP, bits,
-                                             self._region_scratch(len(keys))))
+            with _scratch(self._region_scratch_len(len(keys))) as tmp:
+                fresh = int(self._kernels.bloom_add_regions(self._words, keys, self._k, GROUP,
+                                                           bits, tmp))
         else:
-            fresh = int(_k.bloom_add_query(self._words, keys, self._k, GROUP,
+            fresh = int(self._kernels.bloom_add_query(self._words, keys, self._k, GROUP,
                                            np.empty(0, np.bool_), False))
         return self._record_insert(fresh)
 
@@ -274,6 +323,12 @@ class BloomFilter:
         self._hist = None
         return fresh
 
+    @property
+    def _kernels(self):
+        """Where this filter's calls go: ``dispatch.bloom`` (numpy twins below SMALL
+        keys), or for a filter of KERNEL_MIN_BYTES or more the kernels themselves."""
+        return _KERNELS if self._words.nbytes >= KERNEL_MIN_BYTES else _k
+
     def _region_bits_for(self, n_keys: int) -> int:
         """Region bits an insert of ``n_keys`` uses here; 0: insert in key order. Fewer
         keys than blocks go in key order: a region pass then meets about one key per
@@ -282,10 +337,10 @@ class BloomFilter:
         big = n_keys >= max(REGION_MIN_KEYS, self.n_blocks)
         return region_bits(self.nbytes) if big else 0
 
-    def _region_scratch(self, n_keys: int) -> np.ndarray:
-        """Seed buffer of a region insert of ``n_keys``: at most one uint64 per filter
-        word (the filter's own size); fewer keys per chunk would sweep it more often."""
-        return np.empty(min(n_keys, max(REGION_MIN_KEYS, len(self._words))), np.uint64)
+    def _region_scratch_len(self, n_keys: int) -> int:
+        """Seed buffer length of a region insert of ``n_keys``: at most one uint64 per
+        filter word (the filter's own size); fewer keys per chunk would sweep it more often."""
+        return min(n_keys, max(REGION_MIN_KEYS, len(self._words)))
 
     def query(self, keys: np.ndarray) -> np.ndarray:
         """Bool array aligned with ``keys``: True = maybe present, False = certainly absent.
@@ -294,7 +349,7 @@ class BloomFilter:
         the region scheme of inserts measured slower for queries (docs/bloom.md)."""
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
-        _k.bloom_query(self._words, keys, self._k, GROUP, out)
+        self._kernels.bloom_query(self._words, keys, self._k, GROUP, out)
         return out
 
     def add_query(self, keys: np.ndarray) -> np.ndarray:
@@ -305,7 +360,8 @@ class BloomFilter:
         """
         keys = _as_keys(keys)
         out = np.empty(keys.shape[0], dtype=np.bool_)
-        self._record_insert(int(_k.bloom_add_query(self._words, keys, self._k, GROUP, out, True)))
+        self._record_insert(int(self._kernels.bloom_add_query(self._words, keys, self._k, GROUP,
+                                                              out, True)))
         return out
 
     # -- figures ------------------------------------------------------------

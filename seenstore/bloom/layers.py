@@ -215,6 +215,9 @@ class LayeredBloom:
                 if background:
                     return fresh, top.add_in_background(rest)
                 return fresh + top._add_counting(rest), None
+            if top.n_added == 0 and len(self.layers) < MAX_LAYERS:
+                self.reserve(len(rest))  # an empty newest layer: replaced by a larger one
+                continue
             if room >= step:
                 fresh += top._add_counting(rest[:room])
                 rest = rest[room:]

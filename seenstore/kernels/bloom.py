@@ -197,68 +197,88 @@ def key_bits_set(words, base, seed, k):
 # -- the insert and query kernels --------------------------------------------
 # Per key: the seed and stream word 1 (block and first 3 fields) are made for a group
 # of keys whose blocks are prefetched; then each key's fields are taken straight from
-# its stream words (3 of word 1, then 7 of each further word) and set or tested in
-# the block. For k in SPECIAL_K (8: the first layer of a filter at the store's default
-# 0.1% target) the kernels are compiled with k a constant: the field loops unroll, with
-# no per-field "next word?" branch or loop counter (~20% fewer ns/key in cache; each
-# constant k adds ~10-30 s to a cold compile, so only one). Any other k runs the
-# previous field loop (set_key_bits, key_bits_set). Stream word 1 is made once per key.
-SPECIAL_K = (8,)
+# its stream words (3 of word 1, then 7 of each further word). An insert first tests
+# every bit (loads only), then sets them all if one was clear (``set_key``); a query
+# branches once per stream word (``key_present``). For k in SPECIAL_K (8: the first
+# layer of a filter at the store's default 0.1% target; 9, 10: the layers it grows,
+# at 1/2, 1/4 ... of that rate) the kernels are compiled with k a constant: the field
+# loops unroll, with no per-field "next word?" branch or loop counter. Each constant k
+# adds ~4-5 s of CPU to a cold compile (11.7 s with k = 8 alone and one pass, 25.7 now), so
+# only these. Any other k runs the previous field loop (set_key_bits, key_bits_set).
+SPECIAL_K = (8, 9, 10)
 
 
 @njit(inline="always")
-def set_fields(words, base, pool, nf, miss):
-    """Set the block bits of ``nf`` 9-bit fields of ``pool`` (low bits first), counted
-    from word ``base``; return ``miss`` OR the bits that were clear."""
+def fields_clear(words, base, pool, nf, miss):
+    """``miss`` OR the bits of ``nf`` 9-bit fields of ``pool`` (low bits first) that are
+    clear in the block counted from word ``base``. Loads only."""
     for _ in range(nf):
         b = pool & np.uint64(511)
         pool >>= np.uint64(9)
-        w = base + (b >> np.uint64(6))
-        bit = np.uint64(1) << (b & np.uint64(63))
-        old = words[w]
-        words[w] = old | bit
-        miss |= bit & ~old
+        miss |= (np.uint64(1) << (b & np.uint64(63))) & ~words[base + (b >> np.uint64(6))]
     return miss
 
 
 @njit(inline="always")
-def set_key(words, base, seed, w1, k):
-    """Set the key's k bits (scheme 1) in the block at word ``base`` from its seed and
-    stream word ``w1``; return the bits that were clear (0: the key was maybe present)."""
-    miss = set_fields(words, base, w1 & np.uint64(0xFFFFFFFF), min(k, 3), np.uint64(0))
+def fields_or(words, base, pool, nf):
+    """Set the block bits of ``nf`` 9-bit fields of ``pool`` (low bits first)."""
+    for _ in range(nf):
+        b = pool & np.uint64(511)
+        pool >>= np.uint64(9)
+        words[base + (b >> np.uint64(6))] |= np.uint64(1) << (b & np.uint64(63))
+
+
+@njit(inline="always")
+def key_clear(words, base, seed, w1, k):
+    """The key's k bits (scheme 1) that are clear in the block at word ``base``, OR-ed
+    (as bit masks of their words): 0 when all are set. Loads only."""
+    miss = fields_clear(words, base, w1 & np.uint64(0xFFFFFFFF), min(k, 3), np.uint64(0))
     left = k - 3
     j = 2
     while left > 0:
         nf = min(left, 7)
-        miss = set_fields(words, base, stream_word(seed, j), nf, miss)
+        miss = fields_clear(words, base, stream_word(seed, j), nf, miss)
         left -= nf
         j += 1
     return miss
 
 
 @njit(inline="always")
-def fields_set(words, base, pool, nf):
-    """True when the block bits of ``nf`` fields of ``pool`` are all set."""
-    for _ in range(nf):
-        b = pool & np.uint64(511)
-        pool >>= np.uint64(9)
-        if (words[base + (b >> np.uint64(6))] >> (b & np.uint64(63))) & np.uint64(1) == 0:
-            return False
-    return True
+def set_key(words, base, seed, w1, k):
+    """Set the key's k bits (scheme 1) in the block at word ``base`` from its seed and
+    stream word ``w1``; return the bits that were clear (0: the key was maybe present).
+
+    Two passes: first every bit is tested (loads only), then, if one was clear, every
+    bit is OR-ed in. A single read-modify-write pass loads a word right after storing
+    to it whenever two of the key's fields share a word (most keys: k fields in 8
+    words), and the CPU, which runs loads ahead of stores whose address it has not
+    checked, then often redoes work: the two passes cost ~25% fewer ns/key in cache."""
+    miss = key_clear(words, base, seed, w1, k)
+    if miss != np.uint64(0):
+        fields_or(words, base, w1 & np.uint64(0xFFFFFFFF), min(k, 3))
+        left = k - 3
+        j = 2
+        while left > 0:
+            nf = min(left, 7)
+            fields_or(words, base, stream_word(seed, j), nf)
+            left -= nf
+            j += 1
+    return miss
 
 
 @njit(inline="always")
 def key_present(words, base, seed, w1, k):
-    """True when all k bits of the key (scheme 1) are set in the block at word ``base``;
-    stops at the first clear bit (a key never added mostly stops at its first bits)
-    and makes stream word j >= 2 only when it gets there."""
-    if not fields_set(words, base, w1 & np.uint64(0xFFFFFFFF), min(k, 3)):
+    """True when all k bits of the key (scheme 1) are set in the block at word ``base``.
+    One branch per stream word, not per bit: a key never added mostly stops after its
+    first word's 3 bits, and the bits of one word are tested without a branch each
+    (an early exit per bit is a branch the CPU mispredicts about once per absent key)."""
+    if fields_clear(words, base, w1 & np.uint64(0xFFFFFFFF), min(k, 3), np.uint64(0)):
         return False
     left = k - 3
     j = 2
     while left > 0:
         nf = min(left, 7)
-        if not fields_set(words, base, stream_word(seed, j), nf):
+        if fields_clear(words, base, stream_word(seed, j), nf, np.uint64(0)):
             return False
         left -= nf
         j += 1
@@ -319,6 +339,10 @@ def run_keys_k(words, keys, k, group, seeded, out, want_out, write):
     """``run_keys`` compiled with k a constant for each of SPECIAL_K, else k a variable."""
     if k == 8:
         return run_keys(words, keys, 8, group, seeded, out, want_out, write, True)
+    if k == 9:
+        return run_keys(words, keys, 9, group, seeded, out, want_out, write, True)
+    if k == 10:
+        return run_keys(words, keys, 10, group, seeded, out, want_out, write, True)
     return run_keys(words, keys, k, group, seeded, out, want_out, write, False)
 
 
