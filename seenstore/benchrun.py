@@ -338,6 +338,7 @@ class BenchResult:
     sort_radix_s: float = 0.0  # the radix sort of every batch, on the store's threads
     verify_s: float = 0.0
     bytes_read: int = 0
+    bytes_cached: int = 0  # run bytes the checks took from the store's run cache, not the disk
     bytes_written: int = 0
     offered: int = 0
     new: int = 0
@@ -397,6 +398,8 @@ class BenchResult:
             },
             "shard_threads_ns_per_key": {k: v / n * 1e9 for k, v in self.thread_laps.items()},
             "bytes_read": self.bytes_read,
+            "bytes_cached": self.bytes_cached,
+            "run_cache": self.store_stats.get("run_cache"),
             "bytes_written": self.bytes_written,
             "disk_bytes": disk_bytes,
             "disk_bytes_per_key": disk_bytes / store_keys if store_keys else None,
@@ -599,6 +602,7 @@ def run_bench(
                 "generate_s": t_gen, "add_s": t_add, "sort_floor_s": min(t_numpy, t_radix),
                 "sort_numpy_s": t_numpy, "sort_radix_s": t_radix,
                 "bytes_read": int(tm.get("bytes_read", 0)),
+                "bytes_cached": int(tm.get("bytes_cached", 0)),
                 "bytes_written": int(tm.get("bytes_written", 0)),
                 **{f"{s}_s": float(tm.get(f"{s}_s", 0.0)) for s in STAGES[1:]},
             }
@@ -637,6 +641,7 @@ def run_bench(
             res.sort_radix_s += t_radix
             res.sort_floor_s = min(res.sort_numpy_s, res.sort_radix_s)
             res.bytes_read += row["bytes_read"]
+            res.bytes_cached += row["bytes_cached"]
             res.bytes_written += row["bytes_written"]
             res.offered += len(batch.keys)
             res.new += n_new

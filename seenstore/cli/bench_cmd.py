@@ -70,6 +70,11 @@ def _print_text(r: dict) -> None:
             for k in ("sort_wait", "check", "write", "fsync"))
              + " ns/key, summed over the threads; wall minus CPU = waiting")
     echo(f"bytes read       {r['bytes_read']:,}   written {r['bytes_written']:,}")
+    if r.get("run_cache"):
+        rc = r["run_cache"]
+        echo(f"run cache        {r['bytes_cached']:,} run bytes checked from memory, not read; "
+             f"budget {rc['budget_bytes'] / 2**30:.1f} GiB, holds {rc['bytes'] / 2**20:,.0f} MiB "
+             f"({rc['runs']} runs) at the end")
     bpk = r["disk_bytes_per_key"]
     echo(f"on disk          {r['disk_bytes']:,} bytes for {r['store_keys']:,} keys"
          + (f" = {bpk:.3f} bytes/key" if bpk else ""))

@@ -182,7 +182,7 @@ class Admission:
             "bloom_rebuild_s": 0.0, "bloom_background_s": 0.0, "merge_s": 0.0,
             "shard_sort_s": 0.0, "commit_s": 0.0,
             "compact_wait_s": 0.0,
-            "bytes_read": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
+            "bytes_read": 0, "bytes_cached": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
             "bloom_negative": 0, "approx_answered": 0}
         return self.last_timings
 
@@ -296,12 +296,13 @@ class Admission:
                                merge_threads=self.merge_threads, progress=progress,
                                sorter=self._sorter if sort_parts else None,
                                masks=self._arena.get("masks", len(keys), np.bool_),
-                               on_new=on_new)
+                               on_new=on_new, cache=self._live.cache)
         except OSError as e:
             raise io_error(e, f"{self.path}: writing runs") from e
         t1 = time.perf_counter()
         timings.update(merge_s=out.merge_s, shard_sort_s=out.shard_sort_s,
-                       bytes_read=out.bytes_read, bytes_written=out.bytes_written)
+                       bytes_read=out.bytes_read, bytes_written=out.bytes_written,
+                       bytes_cached=out.bytes_cached)
         timings["merge_parts"] = out.parts
         n_new = out.n_new
         try:

@@ -21,6 +21,7 @@ from ..errors import InvalidInputError, SeenStoreError
 from ..layout import Layout
 from . import runs as runsmod
 from .files import fault, io_error, run_name
+from .runcache import RunCache
 
 MAX_SHARD_BITS = 12
 SNAPSHOT_RETRIES = 20  # a reader's attempts at opening the runs of one committed generation
@@ -57,6 +58,7 @@ class Live:
         self.runs: dict[int, list] = {}
         self.sync = sync
         self.lock = threading.Lock()  # (doc, runs) change together
+        self.cache = RunCache(0)  # live runs' keys in memory (runcache.py); off until set
         self._retiring: threading.Thread | None = None
 
     def snapshot(self) -> tuple[dict, dict]:
@@ -156,6 +158,7 @@ class Live:
         runs = runsmod.readers_for(self.path, doc, have)
         with self.lock:  # readers on other threads see the old pair or the new one
             self.doc, self.runs = doc, runs
+        self.cache.forget(gone)
         self._retire([os.path.join(self.path, name) for name in sorted(gone)], step)
 
     def _retire(self, paths: list, step: str = "") -> None:
@@ -186,6 +189,7 @@ class Live:
             self._retiring = None
 
     def close(self) -> None:
+        self.cache.clear()
         for r in self.all_readers():
             r.close()
         self.runs = {}

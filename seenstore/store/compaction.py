@@ -137,8 +137,9 @@ class Compactor:
                 w = runsmod.new_writer(os.path.join(live.path, run_name(shard, gen)),
                                        Layout.from_dict(doc["layout"]).host_bits,
                                        doc["shard_bits"], shard,
-                                       policy_digest(doc["policy_id"]), self.run_format)
-                for chunk in runsmod.merged_chunks(readers):
+                                       policy_digest(doc["policy_id"]), self.run_format,
+                                       cache=live.cache)
+                for chunk in runsmod.merged_chunks(readers, cache=live.cache):
                     w.write(chunk)
                     fault("compact-write")
                 header, sparse, written = runsmod.finish(w, live.sync)

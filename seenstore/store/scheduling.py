@@ -182,6 +182,7 @@ class Written:
     merge_s: float = 0.0
     shard_sort_s: float = 0.0
     bytes_read: int = 0
+    bytes_cached: int = 0  # run bytes checked from the run cache (not read from disk)
     bytes_written: int = 0
     # summed over the shard threads: seconds waiting for a shard's sort, checking it
     # against its runs (wall, and thread CPU), writing its new keys, its run's fsync
@@ -315,7 +316,7 @@ class BloomFeed:
 def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                  target: Target, pool: BufferPool, chunk_keys: int, *, threads: int,
                  merge_threads: int, progress=None, sorter: ShardSorter | None = None,
-                 masks: np.ndarray | None = None, on_new=None) -> Written:
+                 masks: np.ndarray | None = None, on_new=None, cache=None) -> Written:
     """Check the keys of every shard in ``jobs`` against its live runs (``runs``,
     shard -> readers) and write the new ones as one new run per shard.
 
@@ -328,7 +329,9 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
     of a shard stay disjoint even under a damaged filter. ``masks``: a bool array as
     long as ``keys`` the shards' masks are views of (None: one array per shard).
     ``on_new``: called with each shard's new keys (sorted; not changed until the
-    batch ends) as its thread found them (the Bloom feed). Returns ``segs`` ``(lo,
+    batch ends) as its thread found them (the Bloom feed). ``cache``: the store's run
+    cache (runcache.py): runs it holds are checked from memory, and the new runs join
+    it. Returns ``segs`` ``(lo,
     m, mask, k)`` per shard: its sorted unique keys were ``keys[lo:lo + m]``,
     ``mask`` True where new, ``k`` new ones (with a sorter: now at ``keys[lo:lo +
     k]``). On any failure the new runs are deleted and the error raised (OSError as
@@ -362,7 +365,9 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
             found[:] = False
         bufs = pool.take(chunk_keys)
         try:
-            read = runsmod.check_runs(runs.get(shard, []), part, found, bufs.old)
+            tally: dict = {}
+            read = runsmod.check_runs(runs.get(shard, []), part, found, bufs.old,
+                                      cache=cache, tally=tally)
             is_new = np.logical_not(found, out=found)
             k = int(np.count_nonzero(is_new))
             clock.lap("check")
@@ -372,7 +377,7 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                 w = runsmod.new_writer(
                     os.path.join(target.path, run_name(shard, target.generation)),
                     target.host_bits, target.shard_bits, shard, target.policy_digest,
-                    target.run_format, buf=bufs.write)
+                    target.run_format, buf=bufs.write, cache=cache)
                 out.writers[shard] = w
                 if sorter is not None:  # the caller's scratch: the new keys to its front
                     new = part[:compact_inplace(part, is_new)]
@@ -390,7 +395,8 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
             pool.give(bufs)
         with finished_lock:
             clock.add_to(out.parts)
-        return shard, header, sparse, (lo, hi - lo, is_new, k), sort_s, read, nbytes
+        return (shard, header, sparse, (lo, hi - lo, is_new, k), sort_s, read, nbytes,
+                tally.get("cached", 0))
 
     sorted_parts = {}
     try:
@@ -411,8 +417,9 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
         raise
     out.merge_s = time.perf_counter() - t0
     out.shard_sort_s = sum(d[4] for d in done)
-    out.added = [(s, h, sp) for s, h, sp, _, _, _, _ in done if h is not None]
+    out.added = [(d[0], d[1], d[2]) for d in done if d[1] is not None]
     out.bytes_read = sum(d[5] for d in done)
+    out.bytes_cached = sum(d[7] for d in done)
     out.bytes_written = sum(d[6] for d in done)
     out.segs = [d[3] for d in done]
     return out
