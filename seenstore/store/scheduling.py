@@ -36,6 +36,10 @@ partition_top_bits = _batch_kernels.partition_top_bits
 compact_inplace = _batch_kernels.compact_inplace
 
 
+# The new runs are fsynced together once every shard's is written (``sync_runs``),
+# not each in its shard's thread: one journal commit covers them all, and the shard
+# threads go on checking instead of waiting for it (False: the old way, for A/B)
+GROUP_FSYNC = True
 PARALLEL_PARTITION_KEYS = 1 << 20  # fewer keys are partitioned on one thread
 ANSWER_BUFFERS = 2  # answer buffers a store keeps for reuse (BatchArena.answer)
 
@@ -313,6 +317,27 @@ class BloomFeed:
         return self.fresh
 
 
+def sync_runs(paths: list) -> None:
+    """fsync the files ``paths`` (new runs, written and closed), all at once on one
+    thread each: ext4 commits their metadata in one journal transaction, where an
+    fsync per shard thread, as each run was done, took ~20 ms each of its thread's
+    time (32 ns per offered key summed over the threads at 1e8 keys in batches of
+    1e7). Linux fsyncs the file whatever descriptor names it. Raises OSError."""
+    def one(path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    if len(paths) <= 1:
+        for p in paths:
+            one(p)
+        return
+    with ThreadPoolExecutor(len(paths), thread_name_prefix="seenstore-fsync") as ex:
+        list(ex.map(one, paths))
+
+
 def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                  target: Target, pool: BufferPool, chunk_keys: int, *, threads: int,
                  merge_threads: int, progress=None, sorter: ShardSorter | None = None,
@@ -387,9 +412,9 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                 if on_new is not None:
                     on_new(new)
                 clock.lap("write")
-                # fsync here, in the shard's thread: the fsyncs of several shards
-                # overlap each other and the checks still running
-                header, sparse, nbytes = runsmod.finish(w, target.sync)
+                # fsynced with the other shards' runs at the end (GROUP_FSYNC), else
+                # here, in the shard's thread
+                header, sparse, nbytes = runsmod.finish(w, target.sync and not GROUP_FSYNC)
                 clock.lap("fsync")
         finally:
             pool.give(bufs)
@@ -404,6 +429,11 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
             sorted_parts = sorter.submit(keys, bounds, jobs, threads)
         with ThreadPoolExecutor(max_workers=max(merge_threads, threads)) as tp:
             done = list(tp.map(job, jobs))
+        if target.sync and GROUP_FSYNC:
+            clock = _Clock()
+            sync_runs([w.path for w in out.writers.values()])
+            clock.lap("fsync")
+            clock.add_to(out.parts)
     except BaseException:
         for f in sorted_parts.values():
             f.cancel()
