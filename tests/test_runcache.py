@@ -71,7 +71,8 @@ def test_retired_runs_leave_and_blocks_are_reused(tmp_path):
             s.add_new(b)
         before = s.stats()["run_cache"]
         assert before["runs"] == 4
-        s.compact()
+        done = s.compact()  # merged from memory: nothing read from disk
+        assert done["bytes_read"] == 0 and done["bytes_cached"] == 8 * len(s)
         after = s.stats()["run_cache"]
         assert after["runs"] == 1 and after["keys"] == len(s)
         # the compacted run took blocks its inputs gave back: the pool did not double
@@ -145,3 +146,17 @@ def test_cached_check_matches_a_set(run, batch, ratio):
                               probe_ratio=ratio, cache=c, tally=tally)
     assert read == 0
     assert found.tolist() == [int(k) in set(run.tolist()) for k in b]
+
+
+def test_a_spilled_batch_turns_the_cache_off(tmp_path):
+    keys = np.arange(1, 20_001, dtype=np.uint64) * np.uint64(2**44 + 7)
+    f = tmp_path / "batch.bin"
+    keys.tofile(f)
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, bloom=False,
+                        cache_bytes=64 << 20) as s:
+        s.add_new(keys[:10_000])
+        assert s.stats()["run_cache"]["runs"] > 0
+        assert s.add_new_file(str(f), memory=64 << 20)["new"] == 10_000
+        assert s.cache_bytes == 0 and s.stats()["run_cache"]["pool_bytes"] == 0
+        assert len(s.add_new(keys + np.uint64(1))) == 20_000
+        s.verify()

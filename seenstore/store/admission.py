@@ -79,10 +79,15 @@ class Admission:
         offered, unique, new, slices, bytes_spilled, bytes_read, bytes_written, and
         seconds by stage. The Bloom filter, when the store keeps one, is fed the new
         keys (its own memory is not part of ``memory``: open with ``bloom=False``
-        to stay within it; the saved filter is then rebuilt by a later open)."""
+        to stay within it; the saved filter is then rebuilt by a later open). Nor is
+        the run cache's, which this call turns off (``cache_bytes`` = 0: the spilled
+        check reads the runs from disk anyway, and the compactions after it would
+        fill the cache beyond ``memory``); set ``cache_bytes`` again afterwards to
+        spend memory on it."""
         self._check_writable()
         with self._mutex:
             self._bloom_ready()
+            self.cache_bytes = 0
             # the compaction between batches runs on while the batch is spilled (that
             # reads no run): admit_file joins it before the check and the commit
             figures = spill.admit_file(self, path, memory, fault, new_out,

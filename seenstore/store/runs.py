@@ -272,14 +272,16 @@ def _cached_chunks(entry: Entry, buf: np.ndarray, cache: RunCache) -> Iterator[i
 
 def merged_chunks(readers: list, out_keys: int = 1 << 20,
                   buffer_bytes: int = MERGE_BUFFER_BYTES,
-                  cache: RunCache | None = None) -> Iterator[np.ndarray]:
+                  cache: RunCache | None = None,
+                  tally: dict | None = None) -> Iterator[np.ndarray]:
     """The union of ``readers`` (disjoint sorted runs of one shard), ascending, as
     successive views of one output buffer (use each before asking for the next).
 
     Reads each run sequentially (O_DIRECT where allowed) through its row of one
     ``buffer_bytes`` block; raises CorruptionError when a run fails its checksum, is
     out of order, or two runs share a key. ``cache``: runs it holds are read from
-    memory (compaction's inputs: no disk read)."""
+    memory (compaction's inputs: no disk read; ``tally["cached"]`` grows by their
+    bytes)."""
     k = len(readers)
     if k == 0:
         return
@@ -291,6 +293,9 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
     last = np.zeros(k, np.bool_)
     entries = [cache.acquire(r) if cache is not None and cache.budget else None
                for r in readers]
+    if tally is not None:
+        tally["cached"] = tally.get("cached", 0) + sum(
+            8 * r.count for r, e in zip(readers, entries) if e is not None)
     gens = [r.chunks(bufs[i]) if e is None else _cached_chunks(e, bufs[i], cache)
             for i, (r, e) in enumerate(zip(readers, entries))]
     seen = [0] * k
