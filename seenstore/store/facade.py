@@ -359,6 +359,7 @@ class SeenStore(Admission):
             uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
         found = np.zeros(len(uniq), dtype=np.bool_)
         bounds = self._shard_bounds(uniq)
+        cache = self._live.cache
         for shard, shard_runs in runs.items():  # one snapshot of the live runs
             lo, hi = bounds[shard], bounds[shard + 1]
             for reader in shard_runs:
@@ -366,7 +367,14 @@ class SeenStore(Admission):
                 if len(todo) == 0:
                     break
                 sub = np.zeros(len(todo), dtype=np.bool_)
-                runsmod.lookup(reader, uniq[todo], sub)  # sparse index, or the memory map
+                entry = cache.acquire(reader) if cache.budget else None
+                if entry is None:
+                    runsmod.lookup(reader, uniq[todo], sub)  # sparse index, or the memory map
+                else:  # a writer's run cache holds it: no page of the run is read
+                    try:
+                        runsmod.lookup_cached(entry, uniq[todo], sub)
+                    finally:
+                        cache.release(entry)
                 found[todo[sub]] = True
         mask = mark_members(keys, uniq[found])  # every occurrence, not just the first
         if len(pending):
