@@ -28,7 +28,9 @@ STAGES = ("generate", "sort", "spill", "bloom", "merge", "commit", "answer", "al
 # the shard threads' laps inside merge (store/scheduling.py), summed over the threads:
 # wall seconds and CPU seconds of each; wall minus CPU is time the thread waited
 # (for a sort, the disk, or a core)
-THREAD_LAPS = ("sort_wait", "check", "write", "fsync")
+# shard-thread laps (fsync: in the shard thread, with FSYNC = "inline"), and
+# fsync_wait: the batch's wait, after its checks, for the fsyncs run beside them
+THREAD_LAPS = ("sort_wait", "check", "write", "fsync", "fsync_wait")
 ANSWERS = ("new", "mask")
 BYTES_PER_OFFERED_KEY = 64  # measured peak RSS per batch key is below this (docs/bench.md)
 _CHUNK = 8 << 20

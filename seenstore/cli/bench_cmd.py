@@ -67,7 +67,7 @@ def _print_text(r: dict) -> None:
     if laps.get("check_s"):
         echo("shard threads    " + "  ".join(
             f"{k} {laps.get(k + '_s', 0):.1f} (CPU {laps.get(k + '_cpu_s', 0):.1f})"
-            for k in ("sort_wait", "check", "write", "fsync"))
+            for k in ("sort_wait", "check", "write", "fsync", "fsync_wait"))
              + " ns/key, summed over the threads; wall minus CPU = waiting")
     echo(f"bytes read       {r['bytes_read']:,}   written {r['bytes_written']:,}")
     if r.get("run_cache"):

@@ -36,10 +36,10 @@ partition_top_bits = _batch_kernels.partition_top_bits
 compact_inplace = _batch_kernels.compact_inplace
 
 
-# The new runs are fsynced together once every shard's is written (``sync_runs``),
-# not each in its shard's thread: one journal commit covers them all, and the shard
-# threads go on checking instead of waiting for it (False: the old way, for A/B)
-GROUP_FSYNC = True
+# A shard's new run is fsynced on a thread of its own (``Syncer``) while its shard
+# thread goes on to the next shard, not by the shard thread itself ("inline", the
+# old way, kept for A/B runs: FSYNC = "inline")
+FSYNC = "beside"
 PARALLEL_PARTITION_KEYS = 1 << 20  # fewer keys are partitioned on one thread
 ANSWER_BUFFERS = 2  # answer buffers a store keeps for reuse (BatchArena.answer)
 
@@ -317,25 +317,35 @@ class BloomFeed:
         return self.fresh
 
 
-def sync_runs(paths: list) -> None:
-    """fsync the files ``paths`` (new runs, written and closed), all at once on one
-    thread each: ext4 commits their metadata in one journal transaction, where an
-    fsync per shard thread, as each run was done, took ~20 ms each of its thread's
-    time (32 ns per offered key summed over the threads at 1e8 keys in batches of
-    1e7). Linux fsyncs the file whatever descriptor names it. Raises OSError."""
-    def one(path: str) -> None:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def fsync_path(path: str) -> None:
+    """fsync the file ``path`` (Linux fsyncs a file whatever descriptor names it)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
-    if len(paths) <= 1:
-        for p in paths:
-            one(p)
-        return
-    with ThreadPoolExecutor(len(paths), thread_name_prefix="seenstore-fsync") as ex:
-        list(ex.map(one, paths))
+
+class Syncer:
+    """fsyncs of a batch's new runs (written and closed) on threads of their own, as
+    each shard's run is done, so a shard thread goes on checking the next shard
+    instead of waiting ~20 ms for the journal (32 ns per offered key summed over the
+    shard threads at 1e8 keys in batches of 1e7); ``wait`` before the commit."""
+
+    def __init__(self, threads: int) -> None:
+        self._ex = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-fsync")
+        self._futures: list = []
+
+    def submit(self, path: str) -> None:
+        self._futures.append(self._ex.submit(fsync_path, path))  # list.append is atomic
+
+    def wait(self) -> None:
+        """Until every fsync is done; raises the first one's OSError."""
+        try:
+            for f in self._futures:
+                f.result()
+        finally:
+            self._ex.shutdown(wait=True)
 
 
 def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
@@ -412,9 +422,10 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                 if on_new is not None:
                     on_new(new)
                 clock.lap("write")
-                # fsynced with the other shards' runs at the end (GROUP_FSYNC), else
-                # here, in the shard's thread
-                header, sparse, nbytes = runsmod.finish(w, target.sync and not GROUP_FSYNC)
+                # fsynced beside (Syncer), else here in the shard's thread
+                header, sparse, nbytes = runsmod.finish(w, target.sync and syncer is None)
+                if syncer is not None:
+                    syncer.submit(w.path)
                 clock.lap("fsync")
         finally:
             pool.give(bufs)
@@ -424,17 +435,23 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                 tally.get("cached", 0))
 
     sorted_parts = {}
+    syncer = Syncer(max(merge_threads, threads)) if target.sync and FSYNC == "beside" else None
     try:
         if sorter is not None:
             sorted_parts = sorter.submit(keys, bounds, jobs, threads)
         with ThreadPoolExecutor(max_workers=max(merge_threads, threads)) as tp:
             done = list(tp.map(job, jobs))
-        if target.sync and GROUP_FSYNC:
+        if syncer is not None:
             clock = _Clock()
-            sync_runs([w.path for w in out.writers.values()])
-            clock.lap("fsync")
+            syncer.wait()
+            clock.lap("fsync_wait")  # what the fsyncs beside added to the batch's wall
             clock.add_to(out.parts)
     except BaseException:
+        if syncer is not None:
+            try:
+                syncer.wait()  # no fsync may run on a file abort deletes
+            except BaseException:
+                pass
         for f in sorted_parts.values():
             f.cancel()
         for f in sorted_parts.values():  # no sort may go on writing into ``keys``
