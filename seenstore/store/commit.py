@@ -105,7 +105,10 @@ class Live:
         """Record a batch that changed no run (every key was stored already) and the
         keys answered by the Bloom filter alone: a manifest with the same runs and
         generation, new counters (upgraded to the current format, as every commit)."""
+        self.join_retire()
         doc = manifest.upgraded(self.doc, self.n_keys())
+        # the upgrade drops a format 1 manifest's empty runs: their files go too
+        gone = {r["file"] for r in self.doc["runs"]} - {r["file"] for r in doc["runs"]}
         c = dict(doc["counters"])
         c["batches"] += batches
         if n_approx:
@@ -116,8 +119,12 @@ class Live:
             manifest.write(self.path, doc, sync=self.sync)
         except OSError as e:
             raise io_error(e, f"{self.path}: committing counters") from e
+        runs = (runsmod.readers_for(self.path, doc, {r.name: r for r in self.all_readers()})
+                if gone else self.runs)
         with self.lock:
-            self.doc = doc
+            self.doc, self.runs = doc, runs
+        if gone:
+            self._retire([os.path.join(self.path, name) for name in sorted(gone)])
 
     def commit(self, gen: int, added: list, removed: list, counters: dict,
                step: str = "") -> None:
