@@ -29,7 +29,9 @@ STAGES = ("generate", "sort", "spill", "bloom", "merge", "commit", "answer", "al
 # the shard threads' laps inside merge (store/scheduling.py), summed over the threads:
 # wall seconds and CPU seconds of each; wall minus CPU is time the thread waited
 # (for a sort, the disk, or a core)
-THREAD_LAPS = ("sort_wait", "check", "write", "fsync")
+# shard-thread laps (fsync: in the shard thread, with FSYNC = "inline"), and
+# fsync_wait: the batch's wait, after its checks, for the fsyncs run beside them
+THREAD_LAPS = ("sort_wait", "check", "write", "fsync", "fsync_wait")
 ANSWERS = ("new", "mask")
 BYTES_PER_OFFERED_KEY = 64  # measured peak RSS per batch key is below this (docs/bench.md)
 _CHUNK = 8 << 20
@@ -397,6 +399,7 @@ class BenchResult:
     sort_radix_s: float = 0.0  # the radix sort of every batch, on the store's threads
     verify_s: float = 0.0
     bytes_read: int = 0
+    bytes_cached: int = 0  # run bytes the checks took from the store's run cache, not the disk
     bytes_written: int = 0
     offered: int = 0
     new: int = 0
@@ -457,6 +460,8 @@ class BenchResult:
             },
             "shard_threads_ns_per_key": {k: v / n * 1e9 for k, v in self.thread_laps.items()},
             "bytes_read": self.bytes_read,
+            "bytes_cached": self.bytes_cached,
+            "run_cache": self.store_stats.get("run_cache"),
             "bytes_written": self.bytes_written,
             "disk_bytes": disk_bytes,
             "disk_bytes_per_key": disk_bytes / store_keys if store_keys else None,
@@ -578,21 +583,16 @@ def warm_up(directory: str, run_format: int = 1) -> float:
     return time.perf_counter() - t0
 
 
-# The run cache a store may keep of its runs' keys (``SeenStore.open(cache_bytes=)``,
-# where the store has one): off for spilled runs, whose memory plan has no room for it
-# and whose check reads only the touched range of each run.
+# The run cache (``SeenStore.open(cache_bytes=)``): off for spilled runs, whose memory
+# plan has no room for it and whose check reads only the touched range of each run.
 SPILL_CACHE_BYTES = 0
 
 
 def _store_options(spill_memory: int | None, bloom_fpr: float | None) -> dict:
     """SeenStore.open options of the plan: the Bloom target, and for spilled runs
-    ``cache_bytes=SPILL_CACHE_BYTES`` if this store's ``open`` takes it."""
-    import inspect
-
-    from .store import SeenStore
-
+    ``cache_bytes=SPILL_CACHE_BYTES``."""
     opts = {} if bloom_fpr is None else {"bloom_fpr": bloom_fpr}
-    if spill_memory and "cache_bytes" in inspect.signature(SeenStore.open).parameters:
+    if spill_memory:
         opts["cache_bytes"] = SPILL_CACHE_BYTES
     return opts
 
@@ -740,6 +740,7 @@ def run_bench(
                 "generate_s": t_gen, "add_s": t_add, "sort_floor_s": min(t_numpy, t_radix),
                 "sort_numpy_s": t_numpy, "sort_radix_s": t_radix,
                 "bytes_read": int(tm.get("bytes_read", 0)),
+                "bytes_cached": int(tm.get("bytes_cached", 0)),
                 "bytes_written": int(tm.get("bytes_written", 0)),
                 **{f"{s}_s": float(tm.get(f"{s}_s", 0.0)) for s in STAGES[1:]},
             }
@@ -778,6 +779,7 @@ def run_bench(
             res.sort_radix_s += t_radix
             res.sort_floor_s = min(res.sort_numpy_s, res.sort_radix_s)
             res.bytes_read += row["bytes_read"]
+            res.bytes_cached += row["bytes_cached"]
             res.bytes_written += row["bytes_written"]
             res.offered += len(batch.keys)
             res.new += n_new

@@ -74,9 +74,14 @@ def _print_text(r: dict) -> None:
     if laps.get("check_s"):
         echo("shard threads    " + "  ".join(
             f"{k} {laps.get(k + '_s', 0):.1f} (CPU {laps.get(k + '_cpu_s', 0):.1f})"
-            for k in ("sort_wait", "check", "write", "fsync"))
+            for k in ("sort_wait", "check", "write", "fsync", "fsync_wait"))
              + " ns/key, summed over the threads; wall minus CPU = waiting")
     echo(f"bytes read       {r['bytes_read']:,}   written {r['bytes_written']:,}")
+    if r.get("run_cache"):
+        rc = r["run_cache"]
+        echo(f"run cache        {r['bytes_cached']:,} run bytes checked from memory, not read; "
+             f"budget {rc['budget_bytes'] / 2**30:.1f} GiB, holds {rc['bytes'] / 2**20:,.0f} MiB "
+             f"({rc['runs']} runs) at the end")
     bpk = r["disk_bytes_per_key"]
     echo(f"on disk          {r['disk_bytes']:,} bytes for {r['store_keys']:,} keys"
          + (f" = {bpk:.3f} bytes/key" if bpk else ""))

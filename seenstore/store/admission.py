@@ -81,10 +81,14 @@ class Admission:
         keys after the commit, on a thread that runs on past the return (reads of
         the filter wait for it: spill.DeferredInsert); its own memory is not part of
         ``memory``: open with ``bloom=False`` to stay within it (the saved filter is
-        then rebuilt by a later open)."""
+        then rebuilt by a later open). Nor is the run cache's, which this call turns
+        off (``cache_bytes`` = 0: the spilled check reads the runs from disk anyway,
+        and the compactions after it would fill the cache beyond ``memory``); set
+        ``cache_bytes`` again afterwards to spend memory on it."""
         self._check_writable()
         with self._mutex:
             self._bloom_ready(settle=False)  # the last batch's insert runs on (spill.py)
+            self.cache_bytes = 0
             # the compaction between batches runs on while the batch is spilled (that
             # reads no run): admit_file joins it before the check and the commit
             figures = spill.admit_file(self, path, memory, fault, new_out,
@@ -184,7 +188,7 @@ class Admission:
             "bloom_rebuild_s": 0.0, "bloom_background_s": 0.0, "merge_s": 0.0,
             "shard_sort_s": 0.0, "commit_s": 0.0,
             "compact_wait_s": 0.0,
-            "bytes_read": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
+            "bytes_read": 0, "bytes_cached": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
             "bloom_negative": 0, "approx_answered": 0}
         return self.last_timings
 
@@ -298,12 +302,13 @@ class Admission:
                                merge_threads=self.merge_threads, progress=progress,
                                sorter=self._sorter if sort_parts else None,
                                masks=self._arena.get("masks", len(keys), np.bool_),
-                               on_new=on_new)
+                               on_new=on_new, cache=self._live.cache)
         except OSError as e:
             raise io_error(e, f"{self.path}: writing runs") from e
         t1 = time.perf_counter()
         timings.update(merge_s=out.merge_s, shard_sort_s=out.shard_sort_s,
-                       bytes_read=out.bytes_read, bytes_written=out.bytes_written)
+                       bytes_read=out.bytes_read, bytes_written=out.bytes_written,
+                       bytes_cached=out.bytes_cached)
         timings["merge_parts"] = out.parts
         n_new = out.n_new
         try:

@@ -21,6 +21,7 @@ from ..errors import InvalidInputError, SeenStoreError
 from ..layout import Layout
 from . import runs as runsmod
 from .files import fault, io_error, run_name
+from .runcache import RunCache
 
 MAX_SHARD_BITS = 12
 SNAPSHOT_RETRIES = 20  # a reader's attempts at opening the runs of one committed generation
@@ -57,6 +58,7 @@ class Live:
         self.runs: dict[int, list] = {}
         self.sync = sync
         self.lock = threading.Lock()  # (doc, runs) change together
+        self.cache = RunCache(0)  # live runs' keys in memory (runcache.py); off until set
         self._retiring: threading.Thread | None = None
 
     def snapshot(self) -> tuple[dict, dict]:
@@ -103,7 +105,10 @@ class Live:
         """Record a batch that changed no run (every key was stored already) and the
         keys answered by the Bloom filter alone: a manifest with the same runs and
         generation, new counters (upgraded to the current format, as every commit)."""
+        self.join_retire()
         doc = manifest.upgraded(self.doc, self.n_keys())
+        # the upgrade drops a format 1 manifest's empty runs: their files go too
+        gone = {r["file"] for r in self.doc["runs"]} - {r["file"] for r in doc["runs"]}
         c = dict(doc["counters"])
         c["batches"] += batches
         if n_approx:
@@ -114,8 +119,12 @@ class Live:
             manifest.write(self.path, doc, sync=self.sync)
         except OSError as e:
             raise io_error(e, f"{self.path}: committing counters") from e
+        runs = (runsmod.readers_for(self.path, doc, {r.name: r for r in self.all_readers()})
+                if gone else self.runs)
         with self.lock:
-            self.doc = doc
+            self.doc, self.runs = doc, runs
+        if gone:
+            self._retire([os.path.join(self.path, name) for name in sorted(gone)])
 
     def commit(self, gen: int, added: list, removed: list, counters: dict,
                step: str = "") -> None:
@@ -156,6 +165,7 @@ class Live:
         runs = runsmod.readers_for(self.path, doc, have)
         with self.lock:  # readers on other threads see the old pair or the new one
             self.doc, self.runs = doc, runs
+        self.cache.forget(gone)
         self._retire([os.path.join(self.path, name) for name in sorted(gone)], step)
 
     def _retire(self, paths: list, step: str = "") -> None:
@@ -186,6 +196,7 @@ class Live:
             self._retiring = None
 
     def close(self) -> None:
+        self.cache.clear()
         for r in self.all_readers():
             r.close()
         self.runs = {}

@@ -92,6 +92,7 @@ class Compactor:
         self.credit = 0  # bytes compaction may still read (earned by batches)
         self.credit_step = 0  # what the last batch earned: one round's spending limit
         self.last: dict = {}  # figures of the last background compaction
+        self.tally: dict = {}
         self.joined: dict = {}  # ... of the one the last join waited for
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -107,6 +108,7 @@ class Compactor:
         would take this round past ``credit_step`` (a first job may)."""
         t0 = time.perf_counter()
         done = {"jobs": 0, "runs_merged": 0, "bytes_read": 0, "bytes_written": 0}
+        self.tally = {}  # run bytes merged from the run cache, not read (runs.merged_chunks)
         for shard, entries in jobs:
             cost = job_bytes(entries)
             if paid:
@@ -119,6 +121,8 @@ class Compactor:
             done["runs_merged"] += len(entries)
             done["bytes_read"] += cost
             done["bytes_written"] += written
+        done["bytes_cached"] = self.tally.get("cached", 0)
+        done["bytes_read"] -= done["bytes_cached"]
         done["seconds"] = time.perf_counter() - t0
         return done
 
@@ -137,8 +141,9 @@ class Compactor:
                 w = runsmod.new_writer(os.path.join(live.path, run_name(shard, gen)),
                                        Layout.from_dict(doc["layout"]).host_bits,
                                        doc["shard_bits"], shard,
-                                       policy_digest(doc["policy_id"]), self.run_format)
-                for chunk in runsmod.merged_chunks(readers):
+                                       policy_digest(doc["policy_id"]), self.run_format,
+                                       cache=live.cache)
+                for chunk in runsmod.merged_chunks(readers, cache=live.cache, tally=self.tally):
                     w.write(chunk)
                     fault("compact-write")
                 header, sparse, written = runsmod.finish(w, live.sync)

@@ -33,6 +33,7 @@ from . import commit as commitmod, compaction as compactionmod, report, runs as 
 from .admission import Admission
 from .compaction import Compactor, plan
 from .files import BLOOM_NAME, io_error, remove_leftovers, stray_files
+from .runcache import default_budget
 from .scheduling import BatchArena, BufferPool, ShardSorter
 
 PREFAULT_MIN_BYTES = 4 << 20  # smaller new filters fault in within the first insert
@@ -88,7 +89,7 @@ class SeenStore(Admission):
              mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
              bloom_capacity: int | None = None, sync: bool = True,
              run_format: int = runsmod.DEFAULT_RUN_FORMAT,
-             threads: int | None = None) -> "SeenStore":
+             threads: int | None = None, cache_bytes: int | None = None) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
 
         ``layout``/``policy_id``: when given, must match the store's (MismatchError
@@ -112,9 +113,16 @@ class SeenStore(Admission):
         both formats are always read, and compaction rewrites the runs it merges in
         ``run_format``. ``threads``: shards sorted at once and threads of a
         whole-batch sort (default: the cores this process may use); answers never
-        depend on it."""
+        depend on it. ``cache_bytes``: memory a writer may keep live runs' keys in,
+        so a batch checks them without reading the disk (store/runcache.py; default
+        a quarter of the memory available at open, 0 turns it off; the
+        ``cache_bytes`` attribute changes it later); answers never depend on it."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
+        if cache_bytes is not None and (isinstance(cache_bytes, bool)
+                                        or not isinstance(cache_bytes, int) or cache_bytes < 0):
+            raise InvalidInputError(f"cache_bytes must be a whole number >= 0, got "
+                                    f"{cache_bytes!r}")
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotAStoreError(f"{path}: is a file, not a store directory")
@@ -149,6 +157,7 @@ class SeenStore(Admission):
             store = cls(path, manifest.read(path), lock, mode, run_format)
             store._live.sync = sync
             store.threads = threads or store.threads
+            store.cache_bytes = default_budget() if cache_bytes is None else cache_bytes
             store._check_identity(layout, policy_id, shard_bits)
             remove_leftovers(path, {r["file"] for r in store._doc["runs"]})
             store._live.open_runs()
@@ -269,6 +278,16 @@ class SeenStore(Admission):
         self._compactor.run_format = value
 
     @property
+    def cache_bytes(self) -> int:
+        """The run cache's budget in bytes (0: off; open's ``cache_bytes``). Lowering
+        it drops cached runs until the cache fits, at once."""
+        return self._live.cache.budget
+
+    @cache_bytes.setter
+    def cache_bytes(self, value: int) -> None:
+        self._live.cache.set_budget(value)
+
+    @property
     def bloom(self) -> LayeredBloom | None:
         """The Bloom filter in memory (None: none kept, or dropped after a failure),
         holding every committed key (a spilled batch's deferred insert waited for)."""
@@ -346,6 +365,7 @@ class SeenStore(Admission):
             uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
         found = np.zeros(len(uniq), dtype=np.bool_)
         bounds = self._shard_bounds(uniq)
+        cache = self._live.cache
         for shard, shard_runs in runs.items():  # one snapshot of the live runs
             lo, hi = bounds[shard], bounds[shard + 1]
             for reader in shard_runs:
@@ -353,7 +373,14 @@ class SeenStore(Admission):
                 if len(todo) == 0:
                     break
                 sub = np.zeros(len(todo), dtype=np.bool_)
-                runsmod.lookup(reader, uniq[todo], sub)  # sparse index, or the memory map
+                entry = cache.acquire(reader) if cache.budget else None
+                if entry is None:
+                    runsmod.lookup(reader, uniq[todo], sub)  # sparse index, or the memory map
+                else:  # a writer's run cache holds it: no page of the run is read
+                    try:
+                        runsmod.lookup_cached(entry, uniq[todo], sub)
+                    finally:
+                        cache.release(entry)
                 found[todo[sub]] = True
         mask = mark_members(keys, uniq[found])  # every occurrence, not just the first
         if len(pending):
@@ -397,8 +424,10 @@ class SeenStore(Admission):
         self._refresh()
         doc, runs = self._snapshot()
         keys = sum(r.count for rs in runs.values() for r in rs)
-        return report.stats(self, doc, runs, self._keeper.stats(
+        out = report.stats(self, doc, runs, self._keeper.stats(
             keys, os.path.join(self.path, BLOOM_NAME), self.generation, self._binding()))
+        out["run_cache"] = self._live.cache.stats()
+        return out
 
     def verify(self) -> dict:
         """Full integrity check of one generation's runs (checksums, order, shard

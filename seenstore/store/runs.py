@@ -26,6 +26,7 @@ from ..runformat import (ALIGN, HEADER_SIZE, MAGIC, MAJOR as RUN_MAJOR, MINOR as
                          SPARSE_STRIDE, aligned_empty, policy_digest, whole_blocks)
 from ..runreader import RunReader
 from ..runwriter import RunWriter
+from .runcache import Entry, RunCache, run_key
 
 RUN_FORMATS = (1, 2)  # 1: raw keys (runformat.py), 2: compressed (runcodec.py)
 DEFAULT_RUN_FORMAT = 1  # 2 once measured not slower (docs/architecture.md)
@@ -33,18 +34,48 @@ DEFAULT_RUN_FORMAT = 1  # 2 once measured not slower (docs/architecture.md)
 
 # -- the two run formats behind one contract (docs/format.md) ---------------------
 def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: bytes,
-               run_format: int, buf: np.ndarray | None = None):
+               run_format: int, buf: np.ndarray | None = None, cache: RunCache | None = None):
     """A writer of a new run in ``run_format`` (1 raw, 2 compressed); ``buf``: the
-    raw writer's block buffer (the compressed one keeps its own)."""
+    raw writer's block buffer (the compressed one keeps its own). ``cache``: the
+    keys written are also kept there (filed when ``finish`` succeeds, dropped when
+    the writer is aborted), so the next batch checks them from memory."""
     if run_format == 1:
-        return RunWriter(path, host_bits, shard_bits, shard, pdigest, buf=buf)
-    from ..runcodec import CompressedRunWriter  # imports numba: only for compressed runs
+        w = RunWriter(path, host_bits, shard_bits, shard, pdigest, buf=buf)
+    else:
+        from ..runcodec import CompressedRunWriter  # imports numba: only for compressed runs
 
-    return CompressedRunWriter(path, host_bits, shard_bits, shard, pdigest)
+        w = CompressedRunWriter(path, host_bits, shard_bits, shard, pdigest)
+    if cache is not None and cache.budget:
+        return _CachingWriter(w, cache, os.path.basename(path))
+    return w
+
+
+class _CachingWriter:
+    """A run writer whose keys also go to a run cache entry (``new_writer``)."""
+
+    def __init__(self, writer, cache: RunCache, name: str) -> None:
+        self.writer, self.cache, self.name = writer, cache, name
+        self.builder = cache.builder()
+
+    def write(self, keys: np.ndarray) -> None:
+        self.writer.write(keys)
+        self.builder.add(keys)
+
+    def abort(self) -> None:
+        self.builder.abandon()
+        self.cache.forget([self.name])  # filed by finish, but the batch did not commit
+        self.writer.abort()
+
+    def __getattr__(self, name):
+        return getattr(self.writer, name)
 
 
 def finish(writer, sync: bool):
     """(header, sparse index or None, file bytes) of a finished writer."""
+    if isinstance(writer, _CachingWriter):
+        out = finish(writer.writer, sync)
+        writer.builder.seal((writer.name, out[0].count, out[0].body_checksum))
+        return out
     h = writer.finish(sync=sync)
     if not isinstance(writer, RunWriter):
         return h, None, h.file_size
@@ -121,9 +152,12 @@ def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
         found |= np.asarray(keys[pos]) == needles
 
 
-def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
+def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray,
+          builder=None) -> int:
     """Set ``found`` where sorted unique ``batch`` keys are in the run, reading it once
-    sequentially through ``buf`` (checksum and order checked). Returns bytes read."""
+    sequentially through ``buf`` (checksum and order checked). Returns bytes read.
+    ``builder``: a run cache Builder the keys read are copied to (a raw run; filed
+    once the whole run passed its checks)."""
     if compressed(reader):  # decoded and compared block by block (runcodec.py)
         reader.sweep(batch, found)
         return run_bytes(reader)
@@ -135,14 +169,48 @@ def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarr
         prev = np.uint64(prev)  # numba hands uint64 back as a Python int
         if not ok:
             raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
+        if builder is not None:
+            builder.add(buf[:n])
+    if builder is not None:
+        builder.seal(run_key(reader))
     return run_bytes(reader)
 
 
+def sweep_cached(entry: Entry, name: str, batch: np.ndarray, found: np.ndarray) -> None:
+    """``sweep`` from a run cache entry: no I/O, the order still checked."""
+    j, prev, have = 0, np.uint64(0), False
+    for block, n in entry.chunks():
+        if j >= len(batch):
+            break
+        j, prev, have, ok = _kernels.sweep_step(block, n, batch, j, found, prev, have)
+        prev = np.uint64(prev)
+        if not ok:
+            raise CorruptionError(f"{name}: cached keys are not sorted and unique")
+
+
+def lookup_cached(entry: Entry, needles: np.ndarray, found: np.ndarray) -> None:
+    """``lookup`` from a run cache entry: a binary search in each block the sorted
+    ``needles`` fall in."""
+    lo = 0
+    for block, n in entry.chunks():
+        if lo >= len(needles):
+            break
+        keys = block[:n]
+        hi = lo + int(np.searchsorted(needles[lo:], keys[-1], side="right"))
+        if hi > lo:
+            pos = np.minimum(np.searchsorted(keys, needles[lo:hi]), n - 1)
+            found[lo:hi] |= keys[pos] == needles[lo:hi]
+        lo = hi
+
+
 def check_runs(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndarray,
-               probe_ratio: int = PROBE_RATIO) -> int:
+               probe_ratio: int = PROBE_RATIO, cache: RunCache | None = None,
+               tally: dict | None = None) -> int:
     """Mark in ``found`` the keys of sorted unique ``batch`` held by any of ``readers``
     (one shard's live runs). Each run is swept, or probed key by key when the keys
-    still unanswered are fewer than 1/``probe_ratio`` of it. Returns bytes swept."""
+    still unanswered are fewer than 1/``probe_ratio`` of it. Returns bytes read from
+    disk. ``cache``: runs it holds are checked from memory (``tally["cached"]``
+    grows by their bytes), and raw runs swept from disk join it while it has room."""
     read = 0
     left = len(batch) - int(np.count_nonzero(found))
     for reader in readers:
@@ -150,25 +218,70 @@ def check_runs(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndar
             continue
         if left == 0:
             break
-        if left * probe_ratio < reader.count:
+        few = left * probe_ratio < reader.count
+        entry = cache.acquire(reader) if cache is not None and cache.budget else None
+        if entry is not None:
+            try:
+                if few:
+                    todo = np.flatnonzero(~found)
+                    sub = np.zeros(len(todo), dtype=np.bool_)
+                    lookup_cached(entry, batch[todo], sub)
+                    found[todo[sub]] = True
+                else:
+                    sweep_cached(entry, reader.name, batch, found)
+            finally:
+                cache.release(entry)
+            if tally is not None:
+                tally["cached"] = tally.get("cached", 0) + 8 * reader.count
+        elif few:
             todo = np.flatnonzero(~found)  # the few keys left: looked up one by one
             sub = np.zeros(len(todo), dtype=np.bool_)
             lookup(reader, batch[todo], sub)
             found[todo[sub]] = True
         else:  # a count, not a list of the keys left: a sweep reads every key anyway
-            read += sweep(reader, batch, found, buf)
+            builder = (cache.builder() if cache is not None and cache.budget
+                       and not compressed(reader) else None)
+            try:
+                read += sweep(reader, batch, found, buf, builder)
+            finally:
+                if builder is not None:
+                    builder.abandon()  # a no-op once sealed
         left = len(batch) - int(np.count_nonzero(found))
     return read
 
 
+def _cached_chunks(entry: Entry, buf: np.ndarray, cache: RunCache) -> Iterator[int]:
+    """``RunReader.chunks`` from a pinned run cache entry (released at the end)."""
+    try:
+        filled = 0
+        for block, n in entry.chunks():
+            i = 0
+            while i < n:
+                m = min(n - i, len(buf) - filled)
+                buf[filled:filled + m] = block[i:i + m]
+                filled += m
+                i += m
+                if filled == len(buf):
+                    yield filled
+                    filled = 0
+        if filled:
+            yield filled
+    finally:
+        cache.release(entry)
+
+
 def merged_chunks(readers: list, out_keys: int = 1 << 20,
-                  buffer_bytes: int = MERGE_BUFFER_BYTES) -> Iterator[np.ndarray]:
+                  buffer_bytes: int = MERGE_BUFFER_BYTES,
+                  cache: RunCache | None = None,
+                  tally: dict | None = None) -> Iterator[np.ndarray]:
     """The union of ``readers`` (disjoint sorted runs of one shard), ascending, as
     successive views of one output buffer (use each before asking for the next).
 
     Reads each run sequentially (O_DIRECT where allowed) through its row of one
     ``buffer_bytes`` block; raises CorruptionError when a run fails its checksum, is
-    out of order, or two runs share a key."""
+    out of order, or two runs share a key. ``cache``: runs it holds are read from
+    memory (compaction's inputs: no disk read; ``tally["cached"]`` grows by their
+    bytes)."""
     k = len(readers)
     if k == 0:
         return
@@ -178,7 +291,13 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
     pos = np.zeros(k, np.int64)
     fill = np.zeros(k, np.int64)
     last = np.zeros(k, np.bool_)
-    gens = [r.chunks(bufs[i]) for i, r in enumerate(readers)]
+    entries = [cache.acquire(r) if cache is not None and cache.budget else None
+               for r in readers]
+    if tally is not None:
+        tally["cached"] = tally.get("cached", 0) + sum(
+            8 * r.count for r, e in zip(readers, entries) if e is not None)
+    gens = [r.chunks(bufs[i]) if e is None else _cached_chunks(e, bufs[i], cache)
+            for i, (r, e) in enumerate(zip(readers, entries))]
     seen = [0] * k
 
     def refill(r: int) -> None:
