@@ -37,6 +37,7 @@ from numba import njit
 
 SMALL = 16  # a run of at most this many alike keys is sorted by insertion
 ALIKE = 0.25  # one more LSD digit when about this share of a leaf's keys would share their run
+FEW_ALIKE = 64  # slots of the bits a leaf sorted per key from which _bubble is tried first
 
 
 @njit(cache=True, nogil=True)
@@ -271,13 +272,48 @@ def _sort_top(src, alt, out, lo, hi, extra, width, single, counts, fill, stack, 
         _scatter(src, lo, hi, out, fill, sh, mask)
         if hb == need:
             return top
-        return _runs(out, lo, hi, sh, stack, top)
+        return _finish(out, lo, hi, sh, need, stack, top)
     nd = (need + width - 1) // width
     start = max(hb - nd * width, 0)
     start = _lsd_digits(src, alt, out, lo, hi, start, nd, width, v, counts, fill)
     if start == 0:
         return top
-    return _runs(out, lo, hi, np.uint64(start), stack, top)
+    return _finish(out, lo, hi, np.uint64(start), hb - start, stack, top)
+
+
+@njit(cache=True, nogil=True)
+def _finish(out, lo, hi, sh, sorted_bits, stack, top):
+    """Finish sorted-by-``key >> sh`` ``out[lo:hi]`` (``sorted_bits`` bits sorted):
+    when keys alike in those bits are rare (at least FEW_ALIKE slots per key), a
+    branchless bubble pass (``_bubble``) first, which sorts every run of equal keys
+    and every run of two; the run scan (``_runs``) only when that left the leaf unsorted.
+    Returns the new top of ``stack``."""
+    if sorted_bits < 60 and (np.int64(1) << sorted_bits) >= FEW_ALIKE * (hi - lo):
+        if _bubble(out, lo, hi):
+            return top
+    return _runs(out, lo, hi, sh, stack, top)
+
+
+@njit(cache=True, nogil=True)
+def _bubble(out, lo, hi):
+    """One bubble pass over ``out[lo:hi]`` with no branch (each key swapped with the
+    largest before it when smaller); return True when ``out[lo:hi]`` is then
+    sorted. Requires ``out[lo:hi]`` sorted on some top bits: the pass swaps only keys
+    alike in them, so it stays so sorted either way. (A run scan's branch, taken at
+    each repeat, mispredicts: ~2 ns/key with 10% repeats, measured.)"""
+    s = out[lo:hi]
+    carry = s[0]
+    prev = np.uint64(0)
+    bad = False
+    for i in range(1, s.shape[0]):
+        y = s[i]
+        low = min(carry, y)
+        carry = max(carry, y)
+        s[i - 1] = low
+        bad |= prev > low
+        prev = low
+    s[s.shape[0] - 1] = carry
+    return not bad
 
 
 @njit(cache=True, nogil=True)
@@ -344,12 +380,11 @@ def _dedup(a, lo, hi, w):
     last = s[0]
     a[w] = last
     w += 1
-    for i in range(1, s.shape[0]):
+    for i in range(1, s.shape[0]):  # no branch: a repeat is written, then overwritten
         k = s[i]
-        if k != last:
-            a[w] = k
-            w += 1
-            last = k
+        a[w] = k
+        w += np.int64(k != last)
+        last = k
     return w
 
 
