@@ -249,8 +249,15 @@ def test_scratch_is_reused_on_shard_threads_only():
         big = sorting._scratch(sorting.SCRATCH_KEYS + 1)
         return np.shares_memory(a, b), np.shares_memory(a, big)
 
+    def sized_for_the_largest_shard():  # a small shard first: no second array later
+        sorting._local.buf = None
+        sorting._local.reuse = 300_000
+        a = sorting._scratch(50_000)
+        return np.shares_memory(a, sorting._scratch(300_000))
+
     with ThreadPoolExecutor(1) as ex:
         assert ex.submit(on_shard_thread).result() == (True, False)
+        assert ex.submit(sized_for_the_largest_shard).result()
 
 
 def test_sort_shards_reports_the_sorting_threads_cpu_time(monkeypatch, rng):
