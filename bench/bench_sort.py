@@ -1,7 +1,9 @@
 """Sort benchmark (issue 13): our radix sort (one and two threads) against np.sort.
 
-For each size (--sizes, default 1e6 1e7 1e8) and key shape, uniform and host-skewed
-(top 20 bits a Zipf(1) host over 2^20 buckets, low 44 random: the store's keys),
+For each size (--sizes, default 1e6 1e7 1e8) and key shape, uniform, host-skewed
+(top 20 bits a Zipf(1) host over 2^20 buckets, low 44 random: the store's keys) and
+crawl (a batch of ``seenstore bench``'s stream: host-skewed, 10% repeats of keys of
+the batch, half of the rest offered by earlier batches; what the store sorts),
 prints ns/key of np.sort, of the plain LSD radix sort (8-bit digits, constant digits
 skipped: the baseline), of our MSD+LSD radix sort on one thread, on two threads, and
 ``sort_unique`` (sort + dedup, what the store needs), each with its ratio to np.sort
@@ -15,7 +17,7 @@ seconds: divide by 2 for the cores' share).
 JIT warm-up (compile or cache load) is timed apart and reported. The CPU model,
 numpy's SIMD dispatch and the load average head the output.
 
-    python bench/bench_sort.py [--sizes 1e6 1e7 1e8] [--reps 3] [--shapes uniform skewed]
+    python bench/bench_sort.py [--sizes 1e6 1e7 1e8] [--reps 3] [--shapes uniform skewed crawl]
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ from seenstore.kernels.sort import lsd_sort, radix_sort, sort_unique
 
 
 def keys_of(shape: str, n: int) -> np.ndarray:
+    if shape == "crawl":  # what the store's shard sorts get: bench's second batch
+        from seenstore.workload import CrawlStream
+        stream = CrawlStream(4 * n, n, seed=7)
+        return stream.batch(*list(stream.plan())[1]).keys
     return sorting.probe_keys(n, shape == "skewed", seed=7)
 
 
@@ -52,8 +58,8 @@ def timed(keys: np.ndarray, fn, reps: int, process: bool = False) -> tuple[float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", nargs="+", default=["1e6", "1e7", "1e8"])
-    ap.add_argument("--shapes", nargs="+", default=["uniform", "skewed"],
-                    choices=["uniform", "skewed"])
+    ap.add_argument("--shapes", nargs="+", default=["uniform", "skewed", "crawl"],
+                    choices=["uniform", "skewed", "crawl"])
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
     print(f"machine: {sorting.machine_summary()}")

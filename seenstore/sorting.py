@@ -36,7 +36,7 @@ SMALL_KEYS = 1 << 14
 ENV = "SEENSTORE_SORT"
 CHOICES = ("radix", "numpy")
 PROBE_KEYS = 1 << 21
-PROBE_VERSION = 6  # part of the cache key: a changed probe or kernel is measured again
+PROBE_VERSION = 7  # part of the cache key: a changed probe or kernel is measured again
 # kernel tunables (bench/bench_sort.py measured them; docs/architecture.md)
 BUCKET_KEYS = 16384
 EXTRA = 1
@@ -287,15 +287,18 @@ def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None,
 
 def _scratch(n: int) -> np.ndarray:
     """A scratch array of ``n`` keys for the radix sort. On the threads of
-    ``sort_shards`` (which live for one batch) up to ``SCRATCH_KEYS`` keys, one kept
-    per thread and reused: the store sorts shard after shard, and a fresh array each
-    time cost its page faults (~1 ns/key here). Elsewhere, and above that size, a
-    new one: nothing stays allocated after the sort."""
-    if n > SCRATCH_KEYS or not getattr(_local, "reuse", False):
+    ``sort_shards`` up to ``SCRATCH_KEYS`` keys, one kept per thread and reused: the
+    store sorts shard after shard, and a fresh array each time cost its page faults
+    (~1 ns/key here); ``_local.reuse`` (set by ``sort_shards``: its largest shard)
+    is the least it allocates, so that a thread given a small shard first does not
+    fault in a second array for a larger one. Elsewhere, and above that size, a new
+    one: nothing stays allocated after the sort."""
+    want = int(getattr(_local, "reuse", 0))
+    if n > SCRATCH_KEYS or not want:
         return np.empty(n, np.uint64)
     buf = getattr(_local, "buf", None)
     if buf is None or len(buf) < n:
-        buf = _local.buf = np.empty(max(n, 1 << 16), np.uint64)
+        buf = _local.buf = np.empty(max(n, min(want, SCRATCH_KEYS), 1 << 16), np.uint64)
     return buf[:n]
 
 
@@ -364,8 +367,11 @@ def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int,
     threads beside its Bloom insert and its merge threads on the same cores, so a
     shard's wall time counted the others' turns too (issue 13: 62.9 "ns/key" of
     shard sort at 1e8 keys, ~3x the sort's own cost)."""
+    shards = list(shards)
+    largest = max((int(bounds[s + 1] - bounds[s]) for s in shards), default=1)
+
     def one(shard: int):
-        _local.reuse = True  # this thread's scratch goes with the executor
+        _local.reuse = max(largest, 1)  # this thread's scratch goes with the executor
         lo, hi = int(bounds[shard]), int(bounds[shard + 1])
         t = time.thread_time()
         m = sort_unique_keys(keys[lo:hi])

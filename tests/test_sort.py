@@ -249,8 +249,15 @@ def test_scratch_is_reused_on_shard_threads_only():
         big = sorting._scratch(sorting.SCRATCH_KEYS + 1)
         return np.shares_memory(a, b), np.shares_memory(a, big)
 
+    def sized_for_the_largest_shard():  # a small shard first: no second array later
+        sorting._local.buf = None
+        sorting._local.reuse = 300_000
+        a = sorting._scratch(50_000)
+        return np.shares_memory(a, sorting._scratch(300_000))
+
     with ThreadPoolExecutor(1) as ex:
         assert ex.submit(on_shard_thread).result() == (True, False)
+        assert ex.submit(sized_for_the_largest_shard).result()
 
 
 def test_sort_shards_reports_the_sorting_threads_cpu_time(monkeypatch, rng):
@@ -264,3 +271,22 @@ def test_sort_shards_reports_the_sorting_threads_cpu_time(monkeypatch, rng):
     end, secs = futs[0].result()
     ex.shutdown()
     assert end == 1000 and secs == 5.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(key, min_size=1, max_size=300), sh=st.sampled_from([0, 1, 8, 40, 56, 63]))
+def test_bubble_finishes_a_prefix_sorted_leaf_or_says_not(keys, sh):
+    """kernels/sort.py ``_bubble`` on keys sorted by ``key >> sh`` (what a leaf's
+    passes leave): a permutation still so sorted; True exactly when it is now sorted,
+    and always when every run alike in those bits is of equal keys or of two."""
+    from seenstore.kernels.sort import _bubble
+    a = np.array(keys, dtype=np.uint64)
+    a = a[np.argsort(a >> np.uint64(sh), kind="stable")]
+    got = a.copy()
+    ok = _bubble(got, 0, len(got))
+    assert np.array_equal(np.sort(got), np.sort(a))
+    assert np.all(np.diff((got >> np.uint64(sh)).astype(object)) >= 0)
+    assert ok == bool(np.all(got[1:] >= got[:-1]))
+    _, starts, sizes = np.unique(a >> np.uint64(sh), return_index=True, return_counts=True)
+    if all(n <= 2 or len(set(a[i:i + n].tolist())) == 1 for i, n in zip(starts, sizes)):
+        assert ok
