@@ -95,6 +95,22 @@ def test_many_buffers_and_blocks(tmp_path):
     assert np.array_equal(r.lookup(q), np.isin(q, keys))
 
 
+def test_a_reader_streams_and_sweeps_its_run_after_the_file_is_removed(tmp_path):
+    # A compaction's commit may unlink a run while a reader taken before it still
+    # streams it (the deferred Bloom insert of a spilled batch did, and failed with
+    # "No such file or directory"); the reader's map outlives the removal.
+    keys = spread_keys(20_000, 1e9)
+    write_crun(tmp_path / "r.run", keys, block_keys=1024, buf_keys=4096)
+    r = CompressedRunReader(str(tmp_path / "r.run"))
+    os.unlink(tmp_path / "r.run")
+    assert np.array_equal(stream(r, 3000), keys)
+    batch = np.sort(np.concatenate([keys[::7], keys[::5] + np.uint64(1)]))
+    batch = uniq(batch)
+    found = np.zeros(len(batch), np.bool_)
+    r.sweep(batch, found)
+    assert np.array_equal(found, np.isin(batch, keys))
+
+
 @pytest.mark.parametrize("density,limit", [(1e9, 5.0), (1e10, 4.5)])
 def test_bytes_per_key_targets(tmp_path, density, limit):
     """The issue's targets (Bloom excluded), whole file with header, index and footer
