@@ -301,6 +301,7 @@ class DeferredInsert:
         self.inserted = 0
         self._done = threading.Lock()  # wait() may be called by two threads at once
         self._settled = False
+        self.dropped = False  # set by keeper.drop
         keeper.dirty = True  # the saved file lacks these keys from now on
         self.thread = threading.Thread(target=self._run, name="seenstore-bloom-deferred",
                                        daemon=True)
@@ -356,9 +357,7 @@ class DeferredInsert:
         if self.error is not None and self.keeper.bf is not None:
             warnings.warn(f"Bloom filter insert of a spilled batch failed ({self.error!r}); "
                           "filter dropped, the next open rebuilds it from the runs")
-            self.keeper.bf = None
-            self.keeper.dirty = False
-            self.keeper.state = "dropped (insert failed)"
+            self.keeper.drop(self)
         else:
             self.keeper.batch_done(self.inserted)
 
