@@ -87,7 +87,9 @@ class Admission:
         ``cache_bytes`` again afterwards to spend memory on it."""
         self._check_writable()
         with self._mutex:
-            self._bloom_ready(settle=False)  # the last batch's insert runs on (spill.py)
+            # neither the last batch's deferred insert nor a new filter's prefault is
+            # waited for: the spill and check never touch the filter, and the next
+            # deferred insert waits for both on its own thread (spill._defer_insert)
             self.cache_bytes = 0
             # the compaction between batches runs on while the batch is spilled (that
             # reads no run): admit_file joins it before the check and the commit
