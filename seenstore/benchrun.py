@@ -73,11 +73,21 @@ PLAN_RUN_BYTES = {1: PLAN_RUN_BYTES_PER_KEY, 2: 6}
 # in-memory batches would be more than SPILL_ABOVE_BATCHES, each sweeping the whole store.
 SPILL_ABOVE_BATCHES = 25
 SPILL_SHARD_BITS = 8  # spilled runs: 256 shards, so the busiest shard's bucket stays small
-SPILL_MAX_BATCH = 2_500_000_000
+SPILL_MAX_BATCH = 4_000_000_000
+# the share of the spare disk (free, less the run's whole need but its buckets) that
+# a spilled batch's buckets may take: the spare already counts, beside the buckets,
+# the last batch's own new runs (written as its buckets are read and unlinked), the
+# Bloom file (written at the close) and the disk probe (before and after the batches),
+# so the disk's real peak stays well under the check's need
+SPILL_DISK_SHARE = 0.8
 RSS_CAP = 12 << 30  # the spilled plan keeps the process under this (and half the memory)
 # The spilled plan's memory model (``spill_peak``), each part measured on scaled-down
 # spilled runs (docs/bench.md, "Memory of a spilled run"):
-RSS_MARGIN = 1 << 29  # the estimate stays this far under the cap: 0.5 GiB
+RSS_MARGIN = 1 << 28  # the estimate stays this far under the cap: 0.25 GiB
+# freed memory the allocator keeps resident (small arrays of the check and of the
+# threads beside it): the 1e10 run at 199b99f measured its check 0.42 GiB over the
+# model without it (11.69 GiB), a 2e8-key run its spill 0.27 GiB over
+HEAP_SLACK = 1 << 29
 RSS_BASE = 1 << 28  # interpreter, numpy, numba kernels after the warm-up (190 MiB measured)
 GEN_CHUNK = 1 << 22  # keys per generated chunk of a spilled batch
 GEN_BYTES = 6 * 8 * GEN_CHUNK  # a generated chunk and its temporaries (workload.py)
@@ -155,9 +165,9 @@ def spill_peak(memory: int, bloom_bytes: int, io_bytes: int | None = None) -> di
     insert = 2 * 8 * DEFERRED_CHUNK_KEYS
     spill_phase = 2 * memory // 5 + GEN_BYTES + COMPACTION_BYTES + insert
     check_phase = 17 * memory // 32 + io + insert
-    parts = {"interpreter": RSS_BASE, "bloom": bloom_bytes, "spill_phase": spill_phase,
-             "check_phase": check_phase}
-    parts["total"] = RSS_BASE + bloom_bytes + max(spill_phase, check_phase)
+    parts = {"interpreter": RSS_BASE, "heap_slack": HEAP_SLACK, "bloom": bloom_bytes,
+             "spill_phase": spill_phase, "check_phase": check_phase}
+    parts["total"] = RSS_BASE + HEAP_SLACK + bloom_bytes + max(spill_phase, check_phase)
     return parts
 
 
@@ -165,7 +175,7 @@ def spill_budget(cap: int, bloom_bytes: int) -> int:
     """The largest budget whose ``spill_peak`` stays RSS_MARGIN under ``cap`` (0: none)."""
     from .spill import DEFERRED_CHUNK_KEYS
 
-    room = cap - RSS_MARGIN - RSS_BASE - bloom_bytes - 2 * 8 * DEFERRED_CHUNK_KEYS
+    room = cap - RSS_MARGIN - RSS_BASE - HEAP_SLACK - bloom_bytes - 2 * 8 * DEFERRED_CHUNK_KEYS
     by_spill = (room - GEN_BYTES - COMPACTION_BYTES) * 5 // 2
     by_check = (room - IO_BYTES) * 32 // 17
     return max(0, min(by_spill, by_check))
@@ -187,9 +197,10 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
     (``spill_peak``) stays RSS_MARGIN under min(RSS_CAP, half the machine's memory, 80%
     of the available), at the first Bloom target of SPILL_BLOOM_TARGETS that leaves at
     least MIN_SPILL_MEMORY (``bloom_fpr`` given: that one only);
-    the batch as large as the disk holds as spill buckets, the busiest shard's bucket
-    (measured on the stream, ``stream_shape`` = (host_bits, n_hosts, seed)) counted
-    twice for its split, at most SPILL_MAX_BATCH. ``run_format`` None: raw runs (1) when the raw plan
+    the batch as large as SPILL_DISK_SHARE of the spare disk holds as spill buckets, the
+    busiest shard's bucket (measured on the stream, ``stream_shape`` = (host_bits,
+    n_hosts, seed)) counted twice for its split, at most SPILL_MAX_BATCH (docs/bench.md,
+    "Batch size of a spilled run"). ``run_format`` None: raw runs (1) when the raw plan
     takes at most 80% of the free disk, else compressed (2).
 
     Raises DiskFullError (exit 6) naming what is needed when the disk is short,
@@ -258,14 +269,15 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
     shard_bits = SPILL_SHARD_BITS
     share = busiest_shard_share(shard_bits, *stream_shape)
     if batch is None:
-        # as large as the disk holds as spill buckets (half of what the rest of the plan
-        # leaves), the busiest shard's bucket counted twice (split into key ranges while
-        # it is bigger than a slice, spill._slices). Not capped by the slice: a split
-        # costs one more read and write of a few buckets, while every batch fewer saves
-        # a sweep of the whole store (issue 15: 8.3e8-key batches, capped by the busiest
-        # shard fitting one slice, made the 1e10 run 2.75x the 1e8 cost per key)
+        # as large as the disk holds as spill buckets (SPILL_DISK_SHARE of what the rest
+        # of the plan leaves), the busiest shard's bucket counted twice (split into key
+        # ranges while it is bigger than a slice, spill._slices). Not capped by the
+        # slice: a split costs one more read and write of a few buckets, while every
+        # batch fewer saves a sweep of the whole store (issue 15: 8.3e8-key batches
+        # made the 1e10 run 2.75x the 1e8 cost per key; 5 of 2e9, from half the spare
+        # disk, 2.24x with 48 ns/key of merge growing 17 ns per stored key per batch)
         spare = free - sum(disk_for(run_format, 0).values())
-        by_disk = int(0.5 * spare / (8 * (1 + share)))
+        by_disk = int(SPILL_DISK_SHARE * spare / (8 * (1 + share)))
         batch = max(100_000, min(SPILL_MAX_BATCH, by_disk, total_keys))
         n_batches = -(-total_keys // batch)
         batch = -(-total_keys // n_batches)

@@ -17,6 +17,7 @@ docs/architecture.md ("Batches bigger than memory").
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shutil
 import threading
@@ -280,23 +281,35 @@ def _bisect(fd: int, count: int, x: int, before) -> int:
 
 
 class DeferredInsert:
-    """A committed spilled batch's new keys going into the store's Bloom filter on a
-    thread of their own, read back from the batch's new runs (``iter_keys``, gathered
-    in lots of DEFERRED_CHUNK_KEYS: two 8 MiB buffers, no batch-sized memory), while the caller
-    returns and the next batch spills (the second core is mostly idle then: issue 15,
-    31.7 ns per offered key waited for the insert at 1e10 when it ran beside the
-    check). The spilled check itself never asks the filter, so only another insert and
-    the filter's readers must wait for it (``settle``): ``SeenStore.bloom``,
-    ``contains``, ``checkpoint``/``close`` and the in-memory batches do. The filter is
-    derived data: a crash before the insert ends leaves a BLOOM file of an older
-    generation (a checkpoint settles first), which the next open rebuilds from the runs
-    (docs/bloom.md, "Binding"); a failed insert drops the filter with a warning, as
-    ``BloomKeeper.finish_insert`` does."""
+    """A spilled batch's new keys going into the store's Bloom filter on a thread of
+    their own, read back from the batch's new runs (``iter_keys``, gathered in lots of
+    DEFERRED_CHUNK_KEYS: two 8 MiB buffers, no batch-sized memory). ``_start_insert``
+    makes one at the start of the batch's check and feeds it each shard's new run as
+    it is finished, so the insert runs beside the batch's own check and on past its
+    return, beside the next batch's spill (issue 15: the last batch's insert, begun
+    only after its commit, was 37.8 ns per offered key of the 1e10 run's last batch;
+    31.7 when every insert ran inside the check's critical path). The spilled check
+    itself never asks the filter, so only another insert and the filter's readers
+    must wait for it (``settle``): ``SeenStore.bloom``, ``contains``,
+    ``checkpoint``/``close`` and the in-memory batches do, all after the commit. The
+    filter is derived data: a crash before the insert ends leaves a BLOOM file of an
+    older generation (a checkpoint settles first), which the next open loads if the
+    batch did not commit or rebuilds from the runs if it did (docs/bloom.md,
+    "Binding"); a failed insert drops the filter with a warning, as
+    ``BloomKeeper.finish_insert`` does, and so does a batch failing before its commit
+    once keys of its uncommitted runs are in (``abandon``)."""
 
-    def __init__(self, keeper, readers: list, chunk_keys: int = 0, after=None):
+    def __init__(self, keeper, readers: list | None, chunk_keys: int = 0, after=()):
         self.keeper, self.readers = keeper, readers
-        self.after = after  # a thread to join before the first insert (the prefault)
-        self.prefault_wait_s = 0.0
+        # threads to join before the first insert: a new filter's prefault, the
+        # previous batch's insert (one insert at a time)
+        self.after = [t for t in after if t is not None]
+        self.wait_before_s = 0.0
+        # readers None: fed run by run (``feed``) as the batch's check finishes each
+        # shard's new run, until ``close``; the keys go in before the commit
+        self._feed = queue.SimpleQueue() if readers is None else None
+        self._abort = False
+        self.idle_s = 0.0  # waiting to be fed: not part of elapsed_s
         self.chunk_keys = chunk_keys or DEFERRED_CHUNK_KEYS
         self.error: BaseException | None = None
         self.elapsed_s = self.cpu_s = 0.0
@@ -312,10 +325,10 @@ class DeferredInsert:
     def _run(self) -> None:
         from .store.runs import iter_keys
 
-        if self.after is not None:  # a new filter's pages still faulting in: an insert
-            t = time.perf_counter()  # meanwhile would be overwritten by its zeros
-            self.after.join()
-            self.prefault_wait_s = time.perf_counter() - t
+        t = time.perf_counter()
+        for other in self.after:  # an insert beside the prefault would be zeroed by it
+            other.join()
+        self.wait_before_s = time.perf_counter() - t
         t0, c0 = time.perf_counter(), time.thread_time()
         lot = np.empty(self.chunk_keys, dtype=np.uint64)
         fill = 0
@@ -323,7 +336,7 @@ class DeferredInsert:
             # runs of a few thousand keys each (one per shard) are gathered into lots
             # of chunk_keys: a filter call below dispatch.SMALL keys takes the numpy
             # twin, ~25x slower (measured: 1,670 against 74 ns/key)
-            for keys in iter_keys(self.readers, self.chunk_keys):
+            for keys in self._keys(iter_keys):
                 at = 0
                 while at < len(keys):
                     take = min(len(keys) - at, len(lot) - fill)
@@ -336,13 +349,52 @@ class DeferredInsert:
         except BaseException as e:  # reported by wait(), on the caller's thread
             self.error = e
         finally:
-            self.elapsed_s = time.perf_counter() - t0
+            self.elapsed_s = time.perf_counter() - t0 - self.idle_s
             self.cpu_s = time.thread_time() - c0
 
+    def _keys(self, iter_keys):
+        if self._feed is None:
+            yield from iter_keys(self.readers, self.chunk_keys)
+            return
+        while True:
+            t = time.perf_counter()
+            reader = self._feed.get()
+            self.idle_s += time.perf_counter() - t
+            if reader is None:
+                return
+            try:
+                if not self._abort:
+                    yield from iter_keys([reader], self.chunk_keys)
+            finally:
+                reader.close()
+
+    def feed(self, reader) -> None:
+        """One more finished new run of the batch to insert (a reader of its own)."""
+        self._feed.put(reader)
+
+    def close(self) -> None:
+        """No more runs: the insert ends once the fed runs are in."""
+        if self._feed is not None:
+            self._feed.put(None)
+
+    def abandon(self) -> None:
+        """The batch failed before its commit: stop, and drop the filter if any key of
+        the uncommitted runs may be in it (a filter must not hold a key the store
+        lacks: approximate mode would call it seen); the next open rebuilds it."""
+        self._abort = True
+        self.close()
+        self.thread.join()
+        with self._done:
+            self._settled = True
+        if self.keeper.bf is not None and (self.inserted or self.error is not None):
+            warnings.warn("a spilled batch failed after its Bloom insert began; "
+                          "filter dropped, the next open rebuilds it from the runs")
+            self.keeper.drop(self)
+
     def _insert(self, keys: np.ndarray) -> bool:
-        """Insert ``keys``; False once the filter is gone (dropped)."""
+        """Insert ``keys``; False once the filter is gone (dropped) or the batch failed."""
         bf = self.keeper.bf
-        if bf is None:
+        if bf is None or self._abort:
             return False
         if len(keys):
             bf.add(keys)
@@ -382,11 +434,29 @@ def settle(store) -> float:
     return time.perf_counter() - t
 
 
-def _defer_insert(store, gen: int, added: list, clock: Clock, figures: dict) -> None:
-    """After the commit of generation ``gen``: the previous batch's deferred insert
-    waited for (one insert at a time; "bloom" in ``clock``: it ran beside this batch's
-    spill and check; its thread's wall and CPU seconds in ``figures``), then this
-    batch's new runs ``added`` handed to a new one."""
+def _start_insert(store):
+    """At the start of a spilled batch's check: a DeferredInsert fed each shard's new
+    run as it is finished, so the batch's keys go into the filter beside its own
+    check (issue 15: the last batch's insert, read back after its commit, was waited
+    for at the end: 37.8 ns per offered key of the 1e10 run's last batch). It waits on
+    its thread for the new filter's prefault and for the previous batch's insert; the
+    filter holds keys of uncommitted runs meanwhile, which nobody reads (the spilled
+    check never asks it; readers settle after the commit), and a failed batch drops
+    it (``abandon``). None without a filter."""
+    if store._keeper.bf is None:
+        return None
+    behind = store.__dict__.get("_bloom_behind")
+    prefault, store._prefault = store.__dict__.get("_prefault"), None
+    return DeferredInsert(store._keeper, None,
+                          after=(prefault, behind.thread if behind is not None else None))
+
+
+def _defer_insert(store, early, clock: Clock, figures: dict) -> None:
+    """After the commit: the previous batch's deferred insert waited for ("bloom" in
+    ``clock``: it ran beside this batch's spill and check; its thread's wall and CPU
+    seconds in ``figures``; the filter dropped if it failed), then this batch's
+    insert ``early`` (``_start_insert``), which runs on past the return, made the
+    store's (``settle`` waits for it)."""
     behind = store.__dict__.get("_bloom_behind")
     t = clock.start()
     settle(store)
@@ -394,18 +464,9 @@ def _defer_insert(store, gen: int, added: list, clock: Clock, figures: dict) -> 
     if behind is not None:
         figures["bloom_background_s"] = behind.elapsed_s
         figures["bloom_cpu_s"] = behind.cpu_s
-    if store._keeper.bf is None or not added:
-        return
-    from .store import run_name
-
-    names = {run_name(s, gen) for s, _, _ in added}
-    readers = [r for r in store._all_readers() if r.name in names]
-    # the new filter's prefault (facade._prefault_bloom), started at the open, ran
-    # beside this batch (the first): this insert waits for it on its own thread, and
-    # the filter's readers wait for this insert (issue 15: add_new_file joined it
-    # before spilling, 75.8 s of batch 0's 'other' at 1e10 for a 9.85 GiB filter)
-    prefault, store._prefault = store.__dict__.get("_prefault"), None
-    store._bloom_behind = DeferredInsert(store._keeper, readers, after=prefault)
+    if early is not None:
+        early.close()
+        store._bloom_behind = early
 
 
 def admit_file(store, path, memory: int, fault, new_out: str | None = None,
@@ -428,6 +489,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     sb = store.shard_bits
     pd = policy_digest(store.policy_id)
     writers: dict = {}
+    early = None  # this batch's Bloom insert (_start_insert), until the commit
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
     clock = Clock()
@@ -455,6 +517,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         t_joined = time.perf_counter()
         store._spill_phase = "check"
         # 2. shard by shard, slice by slice: sort, check, append the new keys
+        early = _start_insert(store)
         buf = aligned_empty(budget.io_keys)
         wbuf = aligned_empty(budget.io_keys)
         slab = np.empty(budget.slice_keys, dtype=np.uint64)
@@ -498,6 +561,9 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                 h, sparse, nbytes = tiers.finish(w, store.sync)
                 clock.stop("sync", t)
                 added.append((s, h, sparse))
+                if early is not None:
+                    early.feed(tiers.open_reader(os.path.join(store.path, run_name(s, gen)),
+                                                 sparse))
                 figures["bytes_written"] += nbytes
         t_check = time.perf_counter()
         store._spill_phase = "commit"
@@ -516,7 +582,8 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             else:
                 shutil.move(new_path, new_out)
         clock.stop("commit", t)
-        _defer_insert(store, gen, added, clock, figures)
+        _defer_insert(store, early, clock, figures)
+        early = None
         # merge_s: the check against the runs and the new run's writing (the slices'
         # sorts, inside that phase, are reported on their own; bloom_s: the wait for
         # the previous batch's deferred insert, after the commit);
@@ -528,6 +595,8 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                                for k, v in clock.wall.items()})
         return figures
     except BaseException:
+        if early is not None:
+            early.abandon()
         for w in writers.values():
             w.abort()
         raise

@@ -99,15 +99,20 @@ os._exit(0)  # killed: no close
 """
 
 
+def _child_setup(tmp_path, batches):
+    """The batch files b<i>.bin, and (store path, environment) for a child process."""
+    for i, b in enumerate(batches):
+        b.astype("<u8").tofile(str(tmp_path / f"b{i}.bin"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    return str(tmp_path / "s"), env
+
+
 @pytest.mark.parametrize("checkpoint", [False, True])
 def test_a_crash_before_the_deferred_insert_ends_leaves_a_consistent_store(tmp_path,
                                                                            checkpoint):
     batches, pool = _batches(3, 2)
-    for i, b in enumerate(batches):
-        b.astype("<u8").tofile(str(tmp_path / f"b{i}.bin"))
-    path = str(tmp_path / "s")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    path, env = _child_setup(tmp_path, batches)
     subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), path, str(tmp_path),
                     "1" if checkpoint else "0"], check=True, env=env, timeout=300)
     seen = set(batches[0].tolist()) | set(batches[1].tolist())
@@ -150,3 +155,78 @@ def test_a_spilled_batch_does_not_wait_for_the_new_filters_prefault(tmp_path, mo
         assert not faulting.is_alive()
         assert s.bloom.query(np.array(sorted(seen), dtype=np.uint64)).all()
         assert np.array_equal(s.contains(pool), np.array([int(k) in seen for k in pool]))
+
+
+def _fail_once_inserting(s, then, at=2):
+    """A store fault seam that, at the ``at``-th slice of a spilled batch (shards
+    before it finished and fed to the batch's insert), waits until the insert has put
+    keys in the filter, then calls ``then``."""
+    calls = [0]
+
+    def fault(point):
+        if point == "spill-sorted":
+            calls[0] += 1
+            if calls[0] == at:
+                for _ in range(3000):
+                    if s._keeper.bf.n_added:
+                        break
+                    threading.Event().wait(0.01)
+                assert s._keeper.bf.n_added, "the batch's insert never began"
+                then()
+    return fault
+
+
+def test_a_batch_failing_after_its_insert_began_drops_the_filter(tmp_path, monkeypatch):
+    """The batch's keys go into the filter as its shards finish, before the commit:
+    a batch that fails after that leaves a filter with keys the store lacks, so it is
+    dropped (approximate answers would call them seen); the runs answer exactly."""
+    from seenstore.store import admission
+
+    monkeypatch.setattr(spill, "DEFERRED_CHUNK_KEYS", 64)  # lots small enough to go in
+    batches, pool = _batches(5, 1)
+    batches[0].astype("<u8").tofile(str(tmp_path / "b.bin"))
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, shard_bits=2) as s:
+        def boom():
+            raise OSError("injected")
+        monkeypatch.setattr(admission, "fault", _fail_once_inserting(s, boom))
+        with pytest.raises(OSError, match="injected"), pytest.warns(UserWarning,
+                                                                     match="filter dropped"):
+            s.add_new_file(str(tmp_path / "b.bin"), 1 << 26)
+        assert s.bloom is None and len(s) == 0
+        assert not s.contains(pool).any()
+        monkeypatch.setattr(admission, "fault", lambda point: None)
+        assert s.add_new_file(str(tmp_path / "b.bin"), 1 << 26)["new"] == len(
+            set(batches[0].tolist()))
+        assert s.contains(batches[0]).all()
+
+
+KILL_CHILD = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[3])
+from seenstore import spill
+from seenstore.store import SeenStore, admission
+from test_spill_bloom import _fail_once_inserting
+
+spill.DEFERRED_CHUNK_KEYS = 64
+s = SeenStore.open(sys.argv[1], create=True, shard_bits=2)
+s.add_new_file(os.path.join(sys.argv[2], "b0.bin"), 1 << 26)
+s.checkpoint()  # BLOOM of generation 1
+admission.fault = _fail_once_inserting(s, lambda: os.kill(os.getpid(), signal.SIGKILL))
+s.add_new_file(os.path.join(sys.argv[2], "b1.bin"), 1 << 26)  # killed inside its check
+"""
+
+
+def test_sigkill_after_a_batchs_insert_began_leaves_a_set(tmp_path):
+    """Killed while the filter in memory holds keys of the batch's uncommitted runs:
+    the next open answers like a set of the committed batches (the saved filter is
+    generation 1's, which lacks none of them), and the store verifies."""
+    batches, pool = _batches(6, 2)
+    path, env = _child_setup(tmp_path, batches)
+    p = subprocess.run([sys.executable, "-c", KILL_CHILD, path, str(tmp_path), HERE],
+                       env=env, timeout=300, capture_output=True, text=True)
+    assert p.returncode == -9, p.stderr
+    seen = set(batches[0].tolist())
+    with SeenStore.open(path) as s:
+        assert s.generation == 1 and s._bloom_state == "loaded"
+        assert np.array_equal(s.contains(pool), np.array([int(k) in seen for k in pool]))
+        s.verify()

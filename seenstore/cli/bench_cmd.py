@@ -320,7 +320,7 @@ def _print_memory_plan(plan: dict, r: dict) -> None:
         return
     g = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
     click.echo(f"memory plan      estimated peak {g(est['total'])} = interpreter "
-               f"{g(est['interpreter'])} + Bloom {g(est['bloom'])} (target "
+               f"{g(est['interpreter'])} + heap slack {g(est.get('heap_slack', 0))} + Bloom {g(est['bloom'])} (target "
                f"{plan['bloom_fpr']:g}) + max(spill phase {g(est['spill_phase'])}, check "
                f"phase {g(est['check_phase'])}); measured peak {g(r['peak_rss_bytes'])}")
     phases = r.get("rss_by_phase") or {}
