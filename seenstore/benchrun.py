@@ -419,6 +419,7 @@ class BenchResult:
     bad_batches: list = field(default_factory=list)
     disk: list = field(default_factory=list)
     store_stats: dict = field(default_factory=dict)
+    bloom_end: dict | None = None  # the filter after the last batch (``_bloom_end``)
     disk_bytes: int = 0  # allocated by the store directory after close (runs, BLOOM, ...)
     peak_rss: int = 0
     rss_by_phase: dict = field(default_factory=dict)  # spilled runs: RssSampler
@@ -474,6 +475,7 @@ class BenchResult:
             "bytes_read": self.bytes_read,
             "bytes_cached": self.bytes_cached,
             "run_cache": self.store_stats.get("run_cache"),
+            "bloom_end": self.bloom_end,
             "bytes_written": self.bytes_written,
             "disk_bytes": disk_bytes,
             "disk_bytes_per_key": disk_bytes / store_keys if store_keys else None,
@@ -662,6 +664,19 @@ def _settle_last(store, res: BenchResult) -> None:
         res.bloom_cpu_s += behind.cpu_s
 
 
+def _bloom_end(store, stats: dict) -> dict:
+    """The Bloom filter after the last batch (settled by ``stats``): "kept" with its
+    keys and figures, or "dropped" with the store's reason (a failed insert; the
+    warning alone went to stderr before)."""
+    bf = store._keeper.bf
+    if bf is None:
+        return {"state": "dropped", "reason": store._bloom_state}
+    b = stats.get("bloom") or {}
+    return {"state": "kept", "keys": int(bf.n_added), "bytes": b.get("bytes"),
+            "layers": b.get("layers"), "fill_ratio": b.get("fill_ratio"),
+            "expected_fpr": b.get("expected_fpr")}
+
+
 def run_bench(
     stream: CrawlStream,
     store_path: str,
@@ -806,6 +821,7 @@ def run_bench(
         if sampler is not None:
             res.rss_by_phase = sampler.stop()
         res.store_stats = store.stats()
+        res.bloom_end = _bloom_end(store, res.store_stats) if bloom else None
     res.disk_bytes = dir_bytes(store_path)
     res.disk.append(disk_bandwidth(work, probe_bytes))
     res.peak_rss = peak_rss_bytes()

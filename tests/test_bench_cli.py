@@ -149,6 +149,7 @@ def test_no_bloom_run_verifies_and_spends_nothing_on_the_filter(tmp_path):
     with SeenStore.open(out["params"]["kept_store"], bloom=False) as st:
         assert len(st) == out["expected_new"]
         assert not os.path.exists(os.path.join(st.path, "BLOOM"))
+    assert out["bloom_end"] is None
 
 
 def test_spilled_batches_verify_and_report_their_budget(tmp_path):
@@ -164,6 +165,24 @@ def test_spilled_batches_verify_and_report_their_budget(tmp_path):
     assert res["shard_bits"] == 8
     assert res["disk"]["spill_buckets"] == int(8 * 50_000 * (1 + res["busiest_shard_share"]))
     assert d["ns_per_key"]["spill"] > 0 and all(b["ok"] for b in d["batches"])
+    end = d["bloom_end"]  # the last batch's deferred insert settled: every new key in
+    assert end["state"] == "kept" and 0.99 * d["new"] <= end["keys"] <= d["new"]
+
+
+def test_a_dropped_bloom_filter_is_reported_at_the_end(tmp_path, monkeypatch):
+    """A spilled batch's failed Bloom insert drops the filter (a warning on stderr);
+    the report says so too, in its text and its JSON."""
+    from seenstore import spill
+
+    def broken(self, keys):
+        raise OSError("injected")
+    monkeypatch.setattr(spill.DeferredInsert, "_insert", broken)
+    args = ["--keys", "1e5", "--batch", "5e4", "--memory", "16M", "--dir", str(tmp_path)]
+    r = CliRunner().invoke(main, ["bench", "--quiet", "--probe-bytes", "8e6", "--save",
+                                  str(tmp_path / "r.json")] + args)
+    assert r.exit_code == 0, r.output
+    assert "bloom at end     dropped (insert failed" in r.output
+    assert json.loads((tmp_path / "r.json").read_text())["bloom_end"]["state"] == "dropped"
 
 
 def test_bench_with_a_wrong_spilled_count_exits_1(tmp_path, monkeypatch):

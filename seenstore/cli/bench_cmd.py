@@ -42,6 +42,13 @@ def _print_text(r: dict) -> None:
     else:
         echo("bloom capacity   " + (f"{cap:,} keys" if cap else
                                   "store default (2^20, grows 4x by adding a layer)"))
+        end = r.get("bloom_end") or {}
+        if end.get("state") == "kept":
+            echo(f"bloom at end     kept: {end['keys']:,} keys, {end['bytes'] / 2**30:.2f} GiB in "
+                 f"{end['layers']} layer(s), fill {end['fill_ratio']:.3f}, expected "
+                 f"false-positive rate {end['expected_fpr']:.2g}")
+        elif end:
+            echo(f"bloom at end     {end['reason']}: the next open rebuilds it")
     echo(f"new keys         {r['new']:,} (expected {r['expected_new']:,}): "
          + ("VERIFIED" if r["verified"] else f"WRONG in batches {r['bad_batches']}"))
     echo(f"store total      {r['store_s']:.2f} s  = {r['keys_per_s'] / 1e6:.2f} M keys/s"

@@ -421,6 +421,7 @@ class SeenStore(Admission):
         files, layout, versions, WAL segments a stage left), all of one generation (a
         read-only store moves to the newest first)."""
         self._check_open()
+        spill.settle(self)  # a spilled batch's deferred Bloom insert: its keys counted
         self._refresh()
         doc, runs = self._snapshot()
         keys = sum(r.count for rs in runs.values() for r in rs)
