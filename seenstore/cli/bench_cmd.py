@@ -63,8 +63,8 @@ def _print_text(r: dict) -> None:
         echo("                 beside the disk I/O of the shards already sorted)")
     if ns.get("bloom_background") and p.get("spill_memory"):
         echo(f"                 (bloom = time waited for the deferred Bloom inserts: each "
-             f"batch's new keys, read back from its runs after its commit, went in on a "
-             f"thread beside the next batch,")
+             f"batch's new keys, read back from each shard's new run as its check finished "
+             f"it, went in on a thread beside that check and the next batch's spill,")
         echo(f"                 {ns['bloom_background']:.1f} ns/key of wall time, "
              f"{ns.get('bloom_cpu', 0):.1f} of CPU; the last batch's is waited for at "
              "the end)")
