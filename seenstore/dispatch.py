@@ -498,6 +498,9 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
             merge.kernel("merge_step")(keys, 0, len(keys), True, keys + _U(500),
                                        0, np.zeros(len(keys), np.bool_), np.empty(64, _U),
                                        _U(0), False)
+            # a sweep from disk (runs the run cache does not hold): order checked
+            merge.kernel("sweep_step")(keys, len(keys), keys, 0, np.zeros(len(keys), np.bool_),
+                                       _U(0), False)
         finally:
             _set_small(saved)
             shutil.rmtree(directory, ignore_errors=True)
