@@ -199,11 +199,18 @@ def _sweep_step(old, n_old, batch, j, found, prev, have_prev):
         return j, prev, have_prev, True
     if not _is_strictly_increasing(a) or (have_prev and a[0] <= prev):
         return j, prev, have_prev, False
+    return _sweep_sorted(old, n_old, batch, j, found), a[-1], True, True
+
+
+def _sweep_sorted(old, n_old, batch, j, found):
+    if n_old == 0:
+        return j
+    a = old[:n_old]
     end = max(j, int(np.searchsorted(batch, a[-1], side="right")))
     b = batch[j:end]
     pos = np.minimum(np.searchsorted(a, b), n_old - 1)
     found[j:end] |= a[pos] == b
-    return end, a[-1], True, True
+    return end
 
 
 def _kway_step(bufs, pos, fill, last, out, prev, have_prev):
@@ -411,6 +418,7 @@ merge = _Family("merge", {
     "merge_step": (_merge_step, _merge_len),
     "is_strictly_increasing": (_is_strictly_increasing, _first_len),
     "sweep_step": (_sweep_step, lambda args: args[1] + len(args[2]) - args[3]),
+    "sweep_sorted": (_sweep_sorted, lambda args: args[1] + len(args[2]) - args[3]),
     "kway_step": (_kway_step, lambda args: int(np.sum(args[2] - args[1]))),
     "sparse_member": (_sparse_member, lambda args: len(args[3])),
 })
@@ -489,6 +497,9 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
             # (tiered runs write only new keys); kept, with its tests, for comparison
             merge.kernel("merge_step")(keys, 0, len(keys), True, keys + _U(500),
                                        0, np.zeros(len(keys), np.bool_), np.empty(64, _U),
+                                       _U(0), False)
+            # a sweep from disk (runs the run cache does not hold): order checked
+            merge.kernel("sweep_step")(keys, len(keys), keys, 0, np.zeros(len(keys), np.bool_),
                                        _U(0), False)
         finally:
             _set_small(saved)

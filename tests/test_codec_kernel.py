@@ -1,6 +1,7 @@
 """The block codec kernels (seenstore/kernels/codec.py) against their twins in tests/naive.py."""
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from conftest import EDGE_KEYS
@@ -162,3 +163,30 @@ def test_sweep_blocks_refuses_a_block_the_index_disagrees_with():
     out = K.sweep_blocks(words, len(words), first, np.zeros(16, np.uint64),
                          np.arange(5, dtype=np.uint64), 0, np.zeros(5, bool), np.uint64(0), False)
     assert (out[3], out[2]) == (K.BAD_INDEX, 2)
+
+
+@pytest.mark.parametrize("found_share", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("ratio", [0.5, 1.8, 12.0])
+def test_sweep_blocks_on_long_runs_matches_a_set(found_share, ratio):
+    """Blocks holding many batch keys each (sweep_blocks' four chains per block and
+    their tails) at several run/batch ratios, none / half / all of the batch found,
+    the edge keys 0, 2^63 and 2^64-1 in the run (and in the batch when all are)."""
+    rng = np.random.default_rng(int(ratio * 10 + found_share * 3))
+    n_batch = 3000
+    pool = np.unique(rng.integers(0, TOP, 3 * int(n_batch * (ratio + 1)), dtype=np.uint64,
+                                  endpoint=True))
+    rng.shuffle(pool)
+    n_run = int(n_batch * ratio)
+    edges = np.array([0, 2**63, TOP], np.uint64)
+    run = np.union1d(pool[:n_run], edges)
+    hits = rng.choice(run, int(found_share * min(n_batch, len(run))), replace=False)
+    batch = (np.union1d(hits, edges) if found_share == 1.0
+             else np.union1d(hits, pool[n_run:n_run + n_batch - len(hits)]))
+    for block_keys in (512, K.MAX_BLOCK_KEYS):
+        words, first, _ = encode(run, block_keys)
+        found = np.zeros(len(batch), bool)
+        out = K.sweep_blocks(words, len(words), first,
+                             np.zeros(block_keys + K.SENTINELS, np.uint64), batch, 0, found,
+                             np.uint64(0), False)
+        assert out[3] == K.OK and out[5] == len(batch)
+        assert found.tolist() == np.isin(batch, run).tolist()

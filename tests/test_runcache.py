@@ -160,3 +160,18 @@ def test_a_spilled_batch_turns_the_cache_off(tmp_path):
         assert s.cache_bytes == 0 and s.stats()["run_cache"]["pool_bytes"] == 0
         assert len(s.add_new(keys + np.uint64(1))) == 20_000
         s.verify()
+
+
+@pytest.mark.parametrize("chunks", [[[5, 3, 9]], [[1, 2, 2]], [[1, 5], [5, 6]], [[4, 7], [2, 9]]])
+def test_keys_out_of_order_are_never_cached(chunks):
+    """Sweeps of a cached run skip the order check (runs.sweep_cached): the cache
+    checks the keys as they enter it, and a builder fed keys out of order or
+    repeated (within a chunk or across two) files nothing."""
+    c = RunCache(4 * BLOCK_BYTES)
+    b = c.builder()
+    for part in chunks:
+        b.add(np.array(part, np.uint64))
+    n = sum(len(p) for p in chunks)
+    b.seal(("bad.run", n, 7))
+    assert c.acquire(_Reader("bad.run", n, 7)) is None
+    assert c.stats()["runs"] == 0

@@ -13,7 +13,7 @@ from naive import kway_naive, setdiff, sweep_naive, union, uniq
 from seenstore import manifest, tiers
 from seenstore.errors import CorruptionError, NotSupportedError
 from seenstore.kernels.merge import (KWAY_BAD, KWAY_DONE, KWAY_FULL, kway_step, sparse_member,
-                                     sweep_step)
+                                     sweep_sorted, sweep_step)
 from seenstore.store import SeenStore
 
 key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.integers(0, 40))
@@ -65,6 +65,60 @@ def test_sweep_step_on_batches_denser_than_the_run_matches_twins(run, batch, chu
     got = _sweep_all(sweep_step, run, batch, chunk)
     assert got[0] == sweep_naive(run, batch).tolist()
     assert got == _sweep_all(D.merge._twins["sweep_step"][0], run, batch, chunk)
+
+
+def _sorted_all(step, run, batch, chunk):
+    """Drive ``sweep_sorted`` (or its twin) over ``run`` in chunks: (found, j)."""
+    found = np.zeros(len(batch), np.bool_)
+    j = 0
+    for lo in range(0, len(run), chunk):
+        part = run[lo:lo + chunk].copy()
+        j = step(part, len(part), batch, j, found)
+    return found.tolist(), j
+
+
+# runs and batches long enough for sweep_sorted's four chains (more than 16 run
+# keys, more than 4 batch keys below the chunk's 16th last), gaps above and below 8
+chain_keys = st.sets(st.one_of(st.integers(0, 3000), st.sampled_from(EDGE_KEYS),
+                               st.integers(2**64 - 3000, 2**64 - 1)),
+                     max_size=700).map(lambda s: np.array(sorted(s), dtype=np.uint64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(run=chain_keys, batch=chain_keys, chunk=st.sampled_from([1, 17, 40, 300, 10**6]))
+def test_sweep_sorted_matches_twins(run, batch, chunk):
+    """sweep_sorted (the run cache's sweep, order not checked) against the naive
+    twin and dispatch's numpy twin: found and the batch position; the same answers
+    as sweep_step on every chunking."""
+    from seenstore import dispatch as D
+    got = _sorted_all(sweep_sorted, run, batch, chunk)
+    assert got[0] == sweep_naive(run, batch).tolist()
+    assert got == _sorted_all(D.merge._twins["sweep_sorted"][0], run, batch, chunk)
+    assert got == _sweep_all(sweep_step, run, batch, chunk)
+
+
+@pytest.mark.parametrize("found_share", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("ratio", [0.3, 1.0, 1.8, 12.0, 80.0])
+def test_sweep_sorted_on_long_runs_matches_a_set(found_share, ratio):
+    """Hash-like keys at run/batch ratios on both sides of every path (chains,
+    their tails, 8-key skips of the batch), none / half / all of the batch found,
+    the edge keys 0, 2^63 and 2^64-1 at both ends."""
+    rng = np.random.default_rng(int(ratio * 10 + found_share * 3))
+    n_batch = 4000
+    n_run = int(n_batch * ratio)
+    pool = np.unique(rng.integers(0, 2**64 - 1, 3 * (n_run + n_batch), dtype=np.uint64,
+                                  endpoint=True))
+    rng.shuffle(pool)
+    edges = np.array([0, 2**63, 2**64 - 1], np.uint64)
+    run = np.union1d(pool[:n_run], edges)
+    hits = rng.choice(run, int(found_share * min(n_batch, len(run))), replace=False)
+    batch = np.union1d(hits, pool[n_run:n_run + n_batch - len(hits)])
+    if found_share == 1.0:  # all found
+        batch = np.union1d(hits, edges)
+    for chunk in (len(run), 1000, 33):
+        got, j = _sorted_all(sweep_sorted, run, batch, chunk)
+        assert got == np.isin(batch, run).tolist()
+        assert j == len(batch)
 
 
 @pytest.mark.parametrize("run, prev", [([1, 2, 2, 3], None), ([1, 2, 4, 3, 9], None),

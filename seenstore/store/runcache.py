@@ -23,6 +23,8 @@ import threading
 
 import numpy as np
 
+from ..dispatch import merge as _merge
+
 BLOCK_KEYS = 1 << 17  # 1 MiB blocks: small runs waste little, sweeps stay long
 BLOCK_BYTES = 8 * BLOCK_KEYS
 # Blocks are carved from slabs of up to SLAB_BLOCKS: numpy asks for huge pages from
@@ -88,11 +90,22 @@ class Builder:
         self.entry = Entry(())
         self.ok = cache.budget > 0
         self._fill = BLOCK_KEYS  # keys in the last block
+        self._last = None  # the last key added
 
     def add(self, keys: np.ndarray) -> None:
+        """Append ``keys``, checked strictly above every key added before: sweeps of
+        the entry skip the order check (runs.sweep_cached), so keys out of order are
+        never cached (the builder gives up; the run's next check reads the file,
+        whose sweep refuses it as corrupt)."""
         if not self.ok:
             return
         e, i, n = self.entry, 0, len(keys)
+        if n and ((self._last is not None and keys[0] <= self._last)
+                  or not _merge.is_strictly_increasing(keys)):
+            self.abandon()
+            return
+        if n:
+            self._last = keys[n - 1]
         while i < n:
             if self._fill == BLOCK_KEYS:
                 b = self.cache._take()

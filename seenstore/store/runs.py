@@ -176,16 +176,14 @@ def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarr
     return run_bytes(reader)
 
 
-def sweep_cached(entry: Entry, name: str, batch: np.ndarray, found: np.ndarray) -> None:
-    """``sweep`` from a run cache entry: no I/O, the order still checked."""
-    j, prev, have = 0, np.uint64(0), False
+def sweep_cached(entry: Entry, batch: np.ndarray, found: np.ndarray) -> None:
+    """``sweep`` from a run cache entry: no I/O, and no order check (the cache
+    checked the keys' order once, as they entered it: runcache.Builder)."""
+    j = 0
     for block, n in entry.chunks():
         if j >= len(batch):
             break
-        j, prev, have, ok = _kernels.sweep_step(block, n, batch, j, found, prev, have)
-        prev = np.uint64(prev)
-        if not ok:
-            raise CorruptionError(f"{name}: cached keys are not sorted and unique")
+        j = _kernels.sweep_sorted(block, n, batch, j, found)
 
 
 def lookup_cached(entry: Entry, needles: np.ndarray, found: np.ndarray) -> None:
@@ -228,7 +226,7 @@ def check_runs(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndar
                     lookup_cached(entry, batch[todo], sub)
                     found[todo[sub]] = True
                 else:
-                    sweep_cached(entry, reader.name, batch, found)
+                    sweep_cached(entry, batch, found)
             finally:
                 cache.release(entry)
             if tally is not None:
