@@ -321,7 +321,8 @@ def _shard_twin(a, bits):
 
 
 @settings(max_examples=150, deadline=None)
-@given(keys=st.lists(key, max_size=400), shape=st.sampled_from(["any", "sorted", "reverse", "equal"]),
+@given(keys=st.lists(key, max_size=400),
+       shape=st.sampled_from(["any", "sorted", "reverse", "equal"]),
        bits=st.integers(0, 3), more=st.integers(0, 6), bk=st.sampled_from([1, 4, 64, 16384]))
 @example(keys=EDGE_KEYS * 20, shape="any", bits=1, more=3, bk=4)
 @example(keys=[2**63] * 50 + [0, 2**64 - 1] * 30, shape="reverse", bits=0, more=6, bk=1)
