@@ -7,7 +7,11 @@ the batch, half of the rest offered by earlier batches; what the store sorts),
 prints ns/key of np.sort, of the plain LSD radix sort (8-bit digits, constant digits
 skipped: the baseline), of our MSD+LSD radix sort on one thread, on two threads, and
 ``sort_unique`` (sort + dedup, what the store needs), each with its ratio to np.sort
-measured in the same run. Every radix row sorts with the same scratch array (its
+measured in the same run; then the store's path on one thread, the partition
+included: the keys partitioned by their top 4 bits (16 shards) and each shard
+through ``sort_unique`` ("16 shards"), and partitioned by ``sorting.fine_bits`` top
+bits, each shard sorted from those groups (``ShardSorter.partition``: "16 shards
+fine part."). Every radix row sorts with the same scratch array (its
 pages already touched), except "2 threads new scratch", which allocates one as the
 store's callers do (a fresh array's page faults: ~1 ns/key of CPU here). Median of --reps,
 a fresh copy of the keys each rep (the copy not timed). Wall time and its ratio,
@@ -29,6 +33,7 @@ import time
 import numpy as np
 
 from seenstore import sorting
+from seenstore.kernels.batch import partition_top_bits
 from seenstore.kernels.sort import lsd_sort, radix_sort, sort_unique
 
 
@@ -53,6 +58,21 @@ def timed(keys: np.ndarray, fn, reps: int, process: bool = False) -> tuple[float
         cpus.append(clock() - c0)
         del a
     return float(np.median(walls)), float(np.median(cpus))
+
+
+def shards(a: np.ndarray, buf: np.ndarray, fine: bool) -> None:
+    """The store's path on one thread: ``a`` partitioned (into ``buf``) by its top 4
+    bits, or by ``fine_bits`` when ``fine``; each shard sorted and deduplicated."""
+    bits = sorting.fine_bits(len(a), 4) if fine else 4
+    starts = np.empty((1 << bits) + 1, np.int64)
+    partition_top_bits(a, bits, buf, starts)
+    sub = 1 << (bits - 4)
+    for s in range(16):
+        lo, hi = starts[s * sub], starts[(s + 1) * sub]
+        if fine:
+            sorting.sort_unique_buckets(buf[lo:hi], starts[s * sub:(s + 1) * sub + 1], "radix")
+        else:
+            sort_unique(buf[lo:hi], a, *sorting._tunables())
 
 
 def main() -> None:
@@ -86,6 +106,8 @@ def main() -> None:
                 ("sort_unique 1 thread", lambda x: sort_unique(x, buf, *kw)),
                 ("sort_unique 2 threads", lambda x: sorting._sort(x, True, 2, "radix", buf)),
                 ("2 threads new scratch", lambda x: sorting._sort(x, False, 2, "radix")),
+                ("16 shards", lambda x: shards(x, buf, False)),
+                ("16 shards fine part.", lambda x: shards(x, buf, True)),
             ]
             base = base_cpu = None
             for name, fn in rows:

@@ -290,3 +290,99 @@ def test_bubble_finishes_a_prefix_sorted_leaf_or_says_not(keys, sh):
     _, starts, sizes = np.unique(a >> np.uint64(sh), return_index=True, return_counts=True)
     if all(n <= 2 or len(set(a[i:i + n].tolist())) == 1 for i, n in zip(starts, sizes)):
         assert ok
+
+
+def _fine_case(a, bits, fine, bucket_keys):
+    """partition_top_bits by ``fine`` bits, then each shard (top ``bits``) through
+    sort_unique_buckets (radix, bucket_keys patched in); the unique keys per shard."""
+    from seenstore.kernels.batch import partition_top_bits
+    part = np.empty(len(a), np.uint64)
+    starts = np.empty((1 << fine) + 1, np.int64)
+    partition_top_bits(a, fine, part, starts)
+    sub = 1 << (fine - bits)
+    saved = sorting.BUCKET_KEYS
+    sorting.BUCKET_KEYS = bucket_keys
+    try:
+        got = []
+        for s in range(1 << bits):
+            lo, hi = starts[s * sub], starts[(s + 1) * sub]
+            m = sorting.sort_unique_buckets(part[lo:hi], starts[s * sub:(s + 1) * sub + 1],
+                                            method="radix")
+            got.append(part[lo:lo + m].copy())
+    finally:
+        sorting.BUCKET_KEYS = saved
+    return got
+
+
+def _shard_twin(a, bits):
+    """np.unique of each shard (top ``bits``) of ``a``."""
+    top = (a >> np.uint64(64 - bits)) if bits else np.zeros(len(a), np.uint64)
+    return [np.unique(a[top == s]) for s in range(1 << bits)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(keys=st.lists(key, max_size=400),
+       shape=st.sampled_from(["any", "sorted", "reverse", "equal"]),
+       bits=st.integers(0, 3), more=st.integers(0, 6), bk=st.sampled_from([1, 4, 64, 16384]))
+@example(keys=EDGE_KEYS * 20, shape="any", bits=1, more=3, bk=4)
+@example(keys=[2**63] * 50 + [0, 2**64 - 1] * 30, shape="reverse", bits=0, more=6, bk=1)
+def test_sort_unique_buckets_of_a_fine_partition_match_numpy(keys, shape, bits, more, bk):
+    """A shard sorted from the finer groups of its partition (the store's path,
+    ShardSorter.partition): the same unique keys as np.unique of the shard."""
+    a = shaped(keys, shape)
+    got = _fine_case(a, bits, bits + more, bk)
+    for g, want in zip(got, _shard_twin(a, bits)):
+        assert np.array_equal(g, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hosts=st.lists(st.integers(0, 2**20 - 1), min_size=1, max_size=4),
+       n=st.integers(0, 3000), seed=st.integers(0, 2**32 - 1), bk=st.sampled_from([4, 64, 16384]))
+def test_sort_unique_buckets_host_skewed(hosts, n, seed, bk):
+    r = np.random.default_rng(seed)
+    h = np.array(hosts, dtype=np.uint64)[r.integers(0, len(hosts), n)]
+    a = (h << np.uint64(44)) | r.integers(0, 2**44, n, dtype=np.uint64)
+    a[: n // 5] = a[n // 5: 2 * (n // 5)]  # repeats
+    got = _fine_case(a, 2, 9, bk)
+    for g, want in zip(got, _shard_twin(a, 2)):
+        assert np.array_equal(g, want)
+
+
+def test_fine_bits_rule():
+    """At least the shard bits, at most FINE_MAX_BITS, groups of BUCKET_KEYS / 4 to / 2."""
+    assert sorting.fine_bits(10_000_000, 4) == sorting.FINE_MAX_BITS
+    assert sorting.fine_bits(1000, 4) == 4
+    assert sorting.fine_bits(0, 0) == 0
+    assert sorting.fine_bits(10_000_000, 12) == 12
+    for n in (1 << 18, 1 << 20, (1 << 20) + 1, 3_000_000):
+        f = sorting.fine_bits(n, 0)
+        assert sorting.BUCKET_KEYS // 4 <= n / (1 << f) <= sorting.BUCKET_KEYS // 2
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("method", ["radix", "numpy"])
+def test_shard_sorter_sorts_shards_from_its_fine_partition(threads, method, monkeypatch):
+    """ShardSorter.partition + submit (the store's path): shard bounds as a plain
+    partition gives, each shard's unique keys as np.unique; bounds not from its last
+    partition are sorted the plain way."""
+    from seenstore.store.scheduling import ShardSorter, partition
+    monkeypatch.setenv(sorting.ENV, method)
+    keys = sorting.probe_keys(1 << 20, True, seed=3)
+    keys[:100_000] = keys[200_000:300_000]
+    keys[-5:] = [0, 2**63, 2**64 - 1, 2**64 - 1, 0]
+    sorter = ShardSorter()
+    try:
+        part, bounds = sorter.partition(keys, 3, threads)
+        assert sorter._fine is not None and len(sorter._fine[2]) > len(bounds)
+        assert np.array_equal(bounds, partition(keys, 3, 1)[1])
+        futs = sorter.submit(part, bounds, range(8), threads)
+        assert sorter._fine is None  # used once
+        for s, want in enumerate(_shard_twin(keys, 3)):
+            end = futs[s].result()[0]
+            assert np.array_equal(part[bounds[s]:end], want)
+        plain, pb = partition(keys, 3, threads)
+        futs = sorter.submit(plain, pb, range(8), threads)
+        for s, want in enumerate(_shard_twin(keys, 3)):
+            assert np.array_equal(plain[pb[s]:futs[s].result()[0]], want)
+    finally:
+        sorter.close()

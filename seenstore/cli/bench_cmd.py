@@ -106,7 +106,8 @@ def _print_text(r: dict) -> None:
          f"{fl['io_s']:.2f} s")
     echo(f"                 (the faster sort of the same batches, both timed in this run: "
          f"np.sort {fl['sort_numpy_s']:.2f} s, radix on {p.get('threads')} threads "
-         f"{fl['sort_radix_s']:.2f} s)")
+         f"{fl['sort_radix_s']:.2f} s, its scratch touched before the timer, as the store "
+         f"keeps its own)")
     echo(f"ratio            store/floor {fl['ratio_store_to_floor']:.2f}x   "
          f"(store+generate)/floor {fl['ratio_store_plus_generate_to_floor']:.2f}x")
     if fl.get("direct_total_s"):

@@ -415,16 +415,16 @@ def _leaf(src, alt, out, lo, hi, extra, width, single, counts, fill, stack):
 
 
 @njit(cache=True, nogil=True)
-def _dedup(a, lo, hi, w):
-    """Copy the unique keys of sorted ``a[lo:hi]`` to ``a[w:]``; return the index
-    after the last. Requires: ``w <= lo``, ``lo < hi``."""
+def _dedup(a, lo, hi, d, w):
+    """Copy the unique keys of sorted ``a[lo:hi]`` to ``d[w:]``; return the index
+    after the last. Requires: ``lo < hi``; ``w <= lo`` when ``d`` is ``a``."""
     s = a[lo:hi]
     last = s[0]
-    a[w] = last
+    d[w] = last
     w += 1
     for i in range(1, s.shape[0]):  # no branch: a repeat is written, then overwritten
         k = s[i]
-        a[w] = k
+        d[w] = k
         w += np.int64(k != last)
         last = k
     return w
@@ -456,12 +456,15 @@ def _push_parts(c, hi, bucket_keys, in_src, st_lo, st_hi, st_src, top):
 
 
 @njit(cache=True, nogil=True)
-def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, max_bits, unique, w):
+def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, max_bits, unique, w,
+                 dst):
     """Sort buckets ``b0 <= b < b1`` of ``src`` (bucket b is ``src[starts[b]:starts[b+1]]``,
     buckets ascending) into the same places of ``out``. With ``unique``, repeats are
-    dropped and the unique keys packed into ``out`` from index ``w`` on (Requires:
+    dropped and the unique keys packed into ``dst`` (``out``, or ``src``: no copy
+    back when the keys are wanted where they were) from index ``w`` on (Requires:
     ``w <= starts[b0]``). Returns the index after the last key written. ``src`` is
-    clobbered.
+    clobbered (below ``w``, the unique keys when ``dst`` is ``src``): a part is
+    finished before any of higher index, so what lies below it is consumed.
 
     A bucket of more than ``2 * bucket_keys`` keys is split again by an MSD pass on its
     own top varying bits, between ``src`` and ``out``, until every part fits the
@@ -515,7 +518,7 @@ def sort_buckets(src, out, starts, b0, b1, bucket_keys, extra, width, single, ma
                 src[lo:hi] = out[lo:hi]
             _leaf(src, alt, out, lo, hi, extra, width, single, counts, fill, stack)
             if unique:
-                w = _dedup(out, lo, hi, w)
+                w = _dedup(out, lo, hi, dst, w)
     return w if unique else (starts[b1] if b1 > b0 else w)
 
 
@@ -540,7 +543,8 @@ def _sort(a, buf, unique, bucket_keys, extra, width, single, max_bits):
         starts[d + 1] = starts[d] + np.int64(counts[d])
     fill = starts[:-1].astype(np.uint64)
     msd_scatter(a, 0, n, buf, fill, shift, bits)
-    return sort_buckets(buf, a, starts, 0, 1 << bits, bucket_keys, extra, width, single, max_bits, unique, 0)
+    return sort_buckets(buf, a, starts, 0, 1 << bits, bucket_keys, extra, width, single, max_bits, unique, 0,
+                        a)
 
 
 @njit(cache=True, nogil=True)

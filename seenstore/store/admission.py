@@ -25,7 +25,7 @@ from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL key
 from ..errors import InvalidInputError
 from ..runformat import policy_digest
 from .files import fault, io_error
-from .scheduling import BloomFeed, Target, partition, write_shards
+from .scheduling import BloomFeed, Target, write_shards
 
 compact_inplace, mark_first_new = _kernels.compact_inplace, _kernels.mark_first_new
 
@@ -158,8 +158,9 @@ class Admission:
             try:
                 t0 = time.perf_counter()
                 if self.mode == "exact":
-                    part, bounds = partition(keys, self.shard_bits, self.threads,
-                                             out=self._arena.get("part", len(keys), np.uint64))
+                    part, bounds = self._sorter.partition(  # by finer groups: see there
+                        keys, self.shard_bits, self.threads,
+                        out=self._arena.get("part", len(keys), np.uint64))
                     t_sort = time.perf_counter() - t0
                     new = self._add_partitioned(part, bounds, progress, feed, scratch_answer)
                 else:

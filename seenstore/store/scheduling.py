@@ -156,17 +156,34 @@ class ShardSorter:
     def __init__(self) -> None:
         self._ex: ThreadPoolExecutor | None = None
         self._threads = 0
+        self._fine: tuple | None = None  # (keys, bounds, fine starts) of the last partition
+
+    def partition(self, keys: np.ndarray, bits: int, threads: int,
+                  out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``partition(keys, bits, threads, out)``, by ``sorting.fine_bits`` top bits
+        (more than the shard's ``bits``): a ``submit`` of what it returns then sorts
+        each shard from those finer groups, its first radix pass done by the
+        partition's scatter (one pass over the batch fewer)."""
+        fine_bits = _sorting.fine_bits(len(keys), bits)
+        out, fine = partition(keys, fine_bits, threads, out)
+        bounds = np.ascontiguousarray(fine[::1 << (fine_bits - bits)])
+        self._fine = (out, bounds, fine) if fine_bits > bits else None
+        return out, bounds
 
     def submit(self, keys: np.ndarray, bounds: np.ndarray, shards, threads: int) -> dict:
         """Sort each shard ``keys[bounds[s]:bounds[s+1]]`` (in the order given) on
         ``threads`` threads; return ``{shard: future}``, each giving ``(end of the
-        shard's unique keys, CPU seconds of its sort)``."""
+        shard's unique keys, CPU seconds of its sort)``. ``keys`` and ``bounds`` as
+        ``partition`` returned them: from its finer groups."""
         threads = max(1, threads)
         if self._ex is None or self._threads != threads:
             self.close()
             self._ex = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-shard-sort")
             self._threads = threads
-        return _sorting.sort_shards(keys, bounds, shards, threads, executor=self._ex)[1]
+        last, self._fine = self._fine, None
+        fine = last[2] if last is not None and last[0] is keys and last[1] is bounds else None
+        return _sorting.sort_shards(keys, bounds, shards, threads, executor=self._ex,
+                                    fine=fine)[1]
 
     def close(self) -> None:
         if self._ex is not None:
