@@ -384,6 +384,33 @@ def test_region_inserts_reuse_one_kept_seed_buffer():
     assert np.array_equal(ref, bf.words)
 
 
+def test_inserts_into_a_filter_past_the_tlb_go_by_regions(monkeypatch):
+    """Into a filter of TLB_REGION_MIN_BYTES or more, an insert of fewer keys than it
+    has blocks still goes by regions (of about KEYS_PER_REGION keys: a TLB miss saved
+    per key), with the same bits as a key-order insert; below that size it does not."""
+    from seenstore.bloom import filter as F
+    from seenstore.kernels import bloom as K
+
+    bf = BloomFilter.for_capacity(10_000_000, 1e-3)
+    n = 100_000
+    assert F.REGION_MIN_KEYS <= n < bf.n_blocks
+    assert bf._region_bits_for(n) == 0
+    monkeypatch.setattr(F, "TLB_REGION_MIN_BYTES", bf.nbytes)
+    assert bf._region_bits_for(n) == min(F.region_bits(bf.nbytes), 6)
+    assert bf._region_bits_for(F.REGION_MIN_KEYS - 1) == 0
+    called = []
+    real = K.bloom_add_regions
+    monkeypatch.setattr(F._k, "kernel", lambda name: (
+        called.append(name) or (real if name == "bloom_add_regions" else getattr(K, name))))
+    keys = np.random.default_rng(5).integers(0, 2**64, n, np.uint64, endpoint=False)
+    bf.add(keys)
+    assert called == ["bloom_add_regions"]
+    ref = np.zeros_like(bf.words)
+    K.bloom_add_query(ref, keys, bf.n_hashes, 32, np.empty(0, np.bool_), False)
+    assert np.array_equal(ref, bf.words)
+    assert bf.n_added == n
+
+
 def test_large_filters_run_the_kernels_for_small_calls_too(monkeypatch):
     """Below dispatch.SMALL keys a call runs the numpy twin (no JIT for a first small
     run), except into a filter of KERNEL_MIN_BYTES or more, whose store needs the
