@@ -35,8 +35,9 @@ REGION_MIN_KEYS = 1 << 16  # below this the bucketing passes cost more than they
 # keys of one region share a few 2 MiB pages, so the insert stops paying a TLB miss
 # (a two-dimensional page walk in a VM) per key: 2^20 keys into 9.8 GiB (the spilled
 # path's deferred insert at 1e10) 87 -> 48-51 ns/key, into 3.3 GiB 54 -> 37-41, bucketing
-# included; into 0.9 GiB no gain (its pages fit the TLB). docs/bloom.md, "Speed".
-TLB_REGION_MIN_BYTES = 2 << 30
+# included, into 1.5 GiB 50-65 -> 40-44; into 0.9 GiB 42 -> 42-50 on a quieter minute,
+# 53 -> 46 on a busier one (docs/bloom.md, "Speed").
+TLB_REGION_MIN_BYTES = 1 << 30
 KEYS_PER_REGION = 1 << 10
 # The seed buffer of a region insert is kept for the next one when at most this large
 # (one, shared by every filter): fresh pages fault in at 0.3-1 GB/s on this VM, and
