@@ -22,6 +22,13 @@ Part 4 (alone, --peers-stream KEYS BATCH): the same for bench/peers.py's seensto
 whose store is opened with defaults (the filter starts at 2^20 keys and grows by
 layers): CPU per new key per batch, page faults, layers, and the save at close.
 
+Part 5 (alone, --big-filter GIB [--lot N] [--reps R]): what the spilled path's deferred
+insert does, lots of --lot random keys (default 2^20) into a filter of about GIB GiB at
+0.1%, on 2 MiB pages if Linux gives them (printed): ``BloomFilter.add`` (by regions of
+~1,024 keys from 1 GiB up: one TLB miss per region, not per key) against the key-order
+kernel, lots interleaved, thread CPU per key, median and min of R lots each. Needs GIB
+of memory, and first touch of that much fresh memory takes a while on a VM.
+
 With --baseline FILE (a seenstore/kernels/bloom.py of another checkout, e.g. of a
 worktree of main) part 2 adds a row "baseline file": the same filter through that
 file's kernels, in the same run (an A/B of a kernel change on a shared machine).
@@ -29,6 +36,7 @@ file's kernels, in the same run (an A/B of a kernel change on a shared machine).
     python bench/bench_bloom.py [--fpr-keys 1e7] [--speed-keys 1e8] [--reps 3] [--quick]
     python bench/bench_bloom.py --store-stream 1e8 1e7
     python bench/bench_bloom.py --peers-stream 1e8 1e7 [--lots 4] [--workdir DIR]
+    python bench/bench_bloom.py --big-filter 3 [--lot 1048576] [--reps 7]
     python bench/bench_bloom.py --skip-fpr --baseline ../main/seenstore/kernels/bloom.py
 """
 
@@ -338,6 +346,53 @@ def peers_part(a: argparse.Namespace) -> None:
           f"(wall)")
 
 
+def huge_page_kib(words: np.ndarray) -> int | None:
+    """AnonHugePages (KiB) of the mapping holding ``words`` (Linux), else None."""
+    at, inside = words.ctypes.data, False
+    try:
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split()
+                if head and "-" in head[0] and not head[0].endswith(":"):
+                    lo, hi = (int(x, 16) for x in head[0].split("-"))
+                    inside = lo <= at < hi
+                elif inside and head[0] == "AnonHugePages:":
+                    return int(head[1])
+    except OSError:
+        pass
+    return None
+
+
+def big_part(a: argparse.Namespace) -> None:
+    """Lots of --lot keys into a filter of --big-filter GiB: ``add`` against key order."""
+    from seenstore.bloom.sizing import prefault, size_for
+
+    per_gib = 2**30 / (size_for(10**9, 1e-3)[0] * 64) * 1e9
+    n_blocks, k = size_for(int(a.big_filter * per_gib), 1e-3)
+    bf = B.BloomFilter(n_blocks, k)
+    t0 = time.perf_counter()
+    prefault(bf.words)
+    huge = huge_page_kib(bf.words)
+    print(f"\n== lots of {a.lot:,} keys into {bf.nbytes / 2**30:.2f} GiB (k={k}; first touch "
+          f"{time.perf_counter() - t0:.1f} s; on 2 MiB pages: "
+          f"{'unknown' if huge is None else f'{huge / 2**20:.2f} GiB'}; "
+          f"add by {bf._region_bits_for(a.lot)} region bits) ==")
+    rng = np.random.default_rng(a.seed)
+    none = np.empty(0, np.bool_)
+    res: dict[str, list] = {"add": [], "key order": []}
+    for r in range(a.reps):
+        for name in (("add", "key order") if r % 2 == 0 else ("key order", "add")):
+            keys = np.sort(uniform_keys(rng, a.lot))  # new keys arrive sorted per shard
+            if name == "add":
+                res[name].append(timed(a.lot, bf.add, keys))
+            else:
+                res[name].append(timed(a.lot, K.bloom_add_query, bf.words, keys, k, B.GROUP,
+                                       none, False))
+    for name, got in res.items():
+        print(f"{name:>10}: {np.median(got):.1f} ns/key (median of {a.reps}; min {min(got):.1f})")
+    print(f"wall/CPU median {np.median(CONTENTION):.2f} (above 1: the machine was shared)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -358,6 +413,10 @@ def main() -> None:
                     help="only the Bloom work of bench/peers.py's seenstore (defaults)")
     ap.add_argument("--lots", type=int, default=4, help="--peers-stream: feed lots per batch")
     ap.add_argument("--workdir", default=".", help="--peers-stream: where the save goes")
+    ap.add_argument("--big-filter", type=float, metavar="GIB",
+                    help="only lots of --lot keys into a filter of GIB GiB (add against "
+                    "key order)")
+    ap.add_argument("--lot", type=int, default=1 << 20, help="--big-filter: keys per lot")
     ap.add_argument("--baseline", metavar="FILE",
                     help="another checkout's seenstore/kernels/bloom.py: a 'baseline file' row")
     ap.add_argument("--variants", nargs="+", metavar="NAME",
@@ -379,6 +438,10 @@ def main() -> None:
         return
     if a.peers_stream:
         peers_part(a)
+        return
+    if a.big_filter:
+        a.reps = max(a.reps, 1)
+        big_part(a)
         return
     if not a.skip_fpr:
         fpr_part(a)

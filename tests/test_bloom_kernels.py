@@ -227,6 +227,26 @@ def test_region_insert_sets_the_twin_bits(keys, n_blocks, k, region_bits, chunk,
         assert fresh == want_fresh
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 31, 32, 33, 64, 65, 100])
+@pytest.mark.parametrize("k", [7, 8, 10])
+def test_seed_insert_around_group_edges_equals_key_order(n, k):
+    """``insert_seeds`` locates the next group ahead (double-buffered): at key counts
+    around multiples of the group, the same words and the same count as the key-order
+    insert of the same keys (seeds are fmix64 of the keys), the edge keys among them."""
+    rng = np.random.default_rng(n * 31 + k)
+    keys = np.array((EDGE_KEYS + [int(x) for x in rng.integers(0, M64, n, np.uint64, True)])[:n],
+                    np.uint64)
+    seeds = np.array([fmix64(int(x)) for x in keys], np.uint64)
+    a, b = np.zeros(8 * 5, np.uint64), np.zeros(8 * 5, np.uint64)
+    fresh = K.insert_seeds(a, seeds, k, 32)
+    want = K.bloom_add_query(b, keys, k, 32, np.empty(0, np.bool_), False)
+    assert np.array_equal(a, b)
+    assert fresh == want
+    twin_words = [0] * (8 * 5)
+    twin_add_query(twin_words, [int(x) for x in keys], k)
+    assert [int(w) for w in a] == twin_words
+
+
 def test_region_insert_large_batch_equals_plain_insert():
     """3e5 keys (repeats included) into 4096 blocks with 2**6 regions and chunks of
     1e5: identical words to the plain kernel; fresh equal (a sparse filter: no key

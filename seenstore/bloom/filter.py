@@ -30,6 +30,15 @@ GROUP = 32  # keys located (and prefetched) ahead in the kernels; see bench/benc
 # filter (measured flat from 256 KiB to 4 MiB on this machine, bench/bench_bloom.py).
 REGION_BYTES = 1 << 20
 REGION_MIN_KEYS = 1 << 16  # below this the bucketing passes cost more than they save
+# Into a filter this large even an insert of fewer keys than blocks goes by regions,
+# of about KEYS_PER_REGION keys each: its keys then meet no cache line twice, but the
+# keys of one region share a few 2 MiB pages, so the insert stops paying a TLB miss
+# (a two-dimensional page walk in a VM) per key: 2^20 keys into 9.8 GiB (the spilled
+# path's deferred insert at 1e10) 87 -> 48-51 ns/key, into 3.3 GiB 54 -> 37-41, bucketing
+# included, into 1.5 GiB 50-65 -> 40-44; into 0.9 GiB 42 -> 42-50 on a quieter minute,
+# 53 -> 46 on a busier one (docs/bloom.md, "Speed").
+TLB_REGION_MIN_BYTES = 1 << 30
+KEYS_PER_REGION = 1 << 10
 # The seed buffer of a region insert is kept for the next one when at most this large
 # (one, shared by every filter): fresh pages fault in at 0.3-1 GB/s on this VM, and
 # the store's per-shard inserts each took a new one (a 9 MB buffer: 10-30 ms a call).
@@ -332,10 +341,17 @@ class BloomFilter:
     def _region_bits_for(self, n_keys: int) -> int:
         """Region bits an insert of ``n_keys`` uses here; 0: insert in key order. Fewer
         keys than blocks go in key order: a region pass then meets about one key per
-        cache line, as key order does, and the bucketing (~10 ns/key) is pure cost
-        (the spilled path feeds 2^20 new keys at a time into a filter of GBs)."""
-        big = n_keys >= max(REGION_MIN_KEYS, self.n_blocks)
-        return region_bits(self.nbytes) if big else 0
+        cache line, as key order does, and the bucketing (~10 ns/key) is pure cost,
+        except into a filter of TLB_REGION_MIN_BYTES or more, where regions of about
+        KEYS_PER_REGION keys save a TLB miss per key (the spilled path feeds 2^20 new
+        keys at a time into a filter of GBs)."""
+        if n_keys < REGION_MIN_KEYS:
+            return 0
+        if n_keys >= self.n_blocks:
+            return region_bits(self.nbytes)
+        if self.nbytes >= TLB_REGION_MIN_BYTES:  # for the TLB's sake, not the cache's
+            return min(region_bits(self.nbytes), (n_keys // KEYS_PER_REGION).bit_length() - 1)
+        return 0
 
     def _region_scratch_len(self, n_keys: int) -> int:
         """Seed buffer length of a region insert of ``n_keys``: at most one uint64 per
