@@ -95,3 +95,28 @@ def test_the_memory_estimate_counts_the_allocators_slack(monkeypatch, tmp_path):
     est = benchrun.spill_peak(2169 << 20, p.bloom_bytes)
     assert est["total"] >= 11.69 * GiB  # the budget of that run: its measured peak
     assert p.memory_estimate["total"] <= 12 * GiB - benchrun.RSS_MARGIN
+
+
+def test_the_bench_takes_one_batch_more_when_the_bigger_batchs_keys_do_not_fit(
+        monkeypatch, tmp_path):
+    """Fewer, bigger batches re-offer less, so the plan is remade for the chosen batch's
+    own distinct keys; when their filter no longer fits (1e10 on this 24 GiB machine:
+    3 batches of 3.33e9 have 6e9 distinct keys), the bench takes one batch more
+    instead of failing (it exited 6 before)."""
+    from seenstore.cli import bench_cmd
+
+    _machine(monkeypatch, tmp_path, free_gb=82, avail=23 * GiB)
+    plan, cap = bench_cmd.plan_bench(10**10, None, 0.5, 0.1, 0, str(tmp_path), 1 << 30,
+                                     None, True, True, "auto", None, None)
+    assert plan.spill_memory is not None
+    n_batches = -(-10**10 // plan.batch)
+    assert n_batches >= 4  # 3 batches' filter does not fit under the cap
+    assert cap == CrawlStream(10**10, plan.batch, 0.5, 0.1, seed=0).expected_total_new
+    assert plan.bloom_bytes == benchrun.bloom_bytes_for(cap, plan.bloom_fpr)
+    assert plan.memory_estimate["total"] <= benchrun.RSS_CAP
+    # the plan of one batch fewer, with its own distinct keys, is the one refused
+    fewer = -(-10**10 // (n_batches - 1))
+    d = CrawlStream(10**10, fewer, 0.5, 0.1, seed=0).expected_total_new
+    with pytest.raises(benchrun.StoreIOError):
+        benchrun.plan_resources(10**10, d, fewer, str(tmp_path), d, 1 << 30, None, None,
+                                True, (20, None, 0))

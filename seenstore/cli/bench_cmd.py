@@ -16,7 +16,7 @@ import click
 
 from ..benchrun import (ANSWERS, SPILL_ABOVE_BATCHES, STAGES, BenchResult, default_batch_size,
                         gib, plan_resources, run_bench)
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, StoreIOError
 from ..workload import CrawlStream
 from . import COUNT, SIZE, Count, fail, main, threads_option
 
@@ -260,21 +260,10 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
                                     "drop --answer mask (or use --in-memory)")
         if spill is False and memory is not None:
             raise InvalidInputError("--memory is the spilled batches' budget: drop --in-memory")
-        sized = bloom_capacity_arg is None
-        for _ in range(3):  # the batch chosen changes the distinct keys a little
-            plan = plan_resources(total, distinct, batch, work_dir,
-                                  bloom_capacity if bloom else None, probe,
-                                  None if run_format == "auto" else int(run_format), memory,
-                                  spill if answer == "new" else False, (20, None, seed))
-            d = CrawlStream(total, plan.batch, reoffer, dup, seed=seed).expected_total_new
-            if d == distinct or (d < distinct and not sized):
-                break
-            # the filter sized for the run's own distinct keys, exactly (it never grows,
-            # and the spilled plan's memory depends on its size: 1e10 in batches of 2e9
-            # has 5.4e9, not the 5.625e9 of batches of 1e8)
-            distinct = d
-            if sized:
-                bloom_capacity = distinct
+        plan, bloom_capacity = plan_bench(
+            total, batch, reoffer, dup, seed, work_dir, probe, bloom_capacity,
+            bloom_capacity_arg is None, bloom, run_format, memory,
+            spill if answer == "new" else False)
         stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
         res = _run(stream, store_path, probe, quiet, bloom_capacity, answer, bloom,
                    plan.run_format, threads, plan.spill_memory, plan.shard_bits,
@@ -379,3 +368,50 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
 
         return run_bench(stream, store_path, probe, on_batch, bloom_capacity, answer, bloom,
                          run_format, threads, spill_memory, shard_bits, bloom_fpr)
+
+
+def plan_bench(total, batch, reoffer, dup, seed, work_dir, probe, bloom_capacity, sized,
+               bloom, run_format, memory, spill):
+    """The run's ResourcePlan and the Bloom capacity it was made for: the stream's
+    distinct keys depend on the batch chosen (fewer, bigger batches re-offer less), so
+    the plan is made again for the chosen batch's own count (``sized``: the filter is
+    sized for it); when a bigger spilled batch's keys no longer fit (filter memory,
+    disk), one batch more, until a plan fits (1e10 on this project's 24 GiB machine:
+    3 batches of 3.33e9 have 6e9 distinct keys, whose filter leaves no memory)."""
+    distinct = CrawlStream(total, batch or min(total, 100_000_000), reoffer, dup,
+                           seed=seed).expected_total_new
+    if sized:
+        bloom_capacity = distinct
+    plan_batch, plan_spill = batch, spill
+    plan = spilled_batch = error = None  # spilled_batch: the last spilled plan's batch
+    for _ in range(8):
+        try:
+            plan = plan_resources(total, distinct, plan_batch, work_dir,
+                                  bloom_capacity if bloom else None, probe,
+                                  None if run_format == "auto" else int(run_format),
+                                  memory, plan_spill, (20, None, seed))
+        except StoreIOError as e:
+            if spilled_batch is None or batch is not None:
+                raise
+            plan, error = None, e
+            n_batches = -(-total // spilled_batch) + 1
+            plan_batch, plan_spill = -(-total // n_batches), True
+            spilled_batch = plan_batch
+            distinct = CrawlStream(total, plan_batch, reoffer, dup, seed=seed).expected_total_new
+            if sized:
+                bloom_capacity = distinct
+            continue
+        if plan.spill_memory is not None:
+            spilled_batch = plan.batch
+        d = CrawlStream(total, plan.batch, reoffer, dup, seed=seed).expected_total_new
+        if d == distinct or (d < distinct and not sized):
+            return plan, bloom_capacity
+        # the filter sized for the run's own distinct keys, exactly (it never grows,
+        # and the spilled plan's memory depends on its size: 1e10 in batches of 2e9
+        # has 5.4e9, not the 5.625e9 of batches of 1e8)
+        distinct = d
+        if sized:
+            bloom_capacity = distinct
+    if plan is None:
+        raise error
+    return plan, bloom_capacity
