@@ -106,8 +106,9 @@ def test_the_bench_takes_one_batch_more_when_the_bigger_batchs_keys_do_not_fit(
     from seenstore.cli import bench_cmd
 
     _machine(monkeypatch, tmp_path, free_gb=82, avail=23 * GiB)
-    plan, cap = bench_cmd.plan_bench(10**10, None, 0.5, 0.1, 0, str(tmp_path), 1 << 30,
-                                     None, True, True, "auto", None, None)
+    first = CrawlStream(10**10, 10**8, 0.5, 0.1, seed=0).expected_total_new
+    plan, cap = bench_cmd.plan_bench(10**10, first, None, 0.5, 0.1, 0, str(tmp_path),
+                                     1 << 30, first, True, True, "auto", None, None)
     assert plan.spill_memory is not None
     n_batches = -(-10**10 // plan.batch)
     assert n_batches >= 4  # 3 batches' filter does not fit under the cap

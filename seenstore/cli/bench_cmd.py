@@ -232,8 +232,8 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
             raise InvalidInputError(
                 "--plot needs matplotlib: pip install 'seenstore[bench]'") from None
     probe = probe_bytes or min(1 << 30, max(64 << 20, 8 * total))
-    # the stream's distinct keys do not depend on the batch size much: size with one
-    # batch of 1e8 (or all) to plan, then build the stream with the chosen batch
+    # a first guess of the stream's distinct keys, with one batch of 1e8 (or all):
+    # plan_bench remakes the plan for the chosen batch's own count
     distinct = CrawlStream(total, batch or min(total, 100_000_000), reoffer, dup,
                            seed=seed).expected_total_new
     bloom_capacity_arg = bloom_capacity
@@ -261,7 +261,7 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
         if spill is False and memory is not None:
             raise InvalidInputError("--memory is the spilled batches' budget: drop --in-memory")
         plan, bloom_capacity = plan_bench(
-            total, batch, reoffer, dup, seed, work_dir, probe, bloom_capacity,
+            total, distinct, batch, reoffer, dup, seed, work_dir, probe, bloom_capacity,
             bloom_capacity_arg is None, bloom, run_format, memory,
             spill if answer == "new" else False)
         stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
@@ -370,18 +370,18 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
                          run_format, threads, spill_memory, shard_bits, bloom_fpr)
 
 
-def plan_bench(total, batch, reoffer, dup, seed, work_dir, probe, bloom_capacity, sized,
-               bloom, run_format, memory, spill):
-    """The run's ResourcePlan and the Bloom capacity it was made for: the stream's
-    distinct keys depend on the batch chosen (fewer, bigger batches re-offer less), so
-    the plan is made again for the chosen batch's own count (``sized``: the filter is
-    sized for it); when a bigger spilled batch's keys no longer fit (filter memory,
-    disk), one batch more, until a plan fits (1e10 on this project's 24 GiB machine:
-    3 batches of 3.33e9 have 6e9 distinct keys, whose filter leaves no memory)."""
-    distinct = CrawlStream(total, batch or min(total, 100_000_000), reoffer, dup,
-                           seed=seed).expected_total_new
-    if sized:
-        bloom_capacity = distinct
+def plan_bench(total, distinct, batch, reoffer, dup, seed, work_dir, probe, bloom_capacity,
+               sized, bloom, run_format, memory, spill):
+    """The run's ResourcePlan and the Bloom capacity it was made for, from a first
+    guess of the stream's ``distinct`` keys. They depend on the batch chosen (fewer,
+    bigger batches re-offer less), so the plan is made again for the chosen batch's own
+    count (``sized``: the filter is sized for it); when a bigger spilled batch's keys no
+    longer fit (filter memory, disk), one batch more, until a plan fits (1e10 on this
+    project's 24 GiB machine: 3 batches of 3.33e9 have 6e9 distinct keys, whose filter
+    leaves no memory)."""
+    def distinct_of(b: int) -> int:
+        return CrawlStream(total, b, reoffer, dup, seed=seed).expected_total_new
+
     plan_batch, plan_spill = batch, spill
     plan = spilled_batch = error = None  # spilled_batch: the last spilled plan's batch
     for _ in range(8):
@@ -394,18 +394,15 @@ def plan_bench(total, batch, reoffer, dup, seed, work_dir, probe, bloom_capacity
             if spilled_batch is None or batch is not None:
                 raise
             plan, error = None, e
-            n_batches = -(-total // spilled_batch) + 1
-            plan_batch, plan_spill = -(-total // n_batches), True
-            spilled_batch = plan_batch
-            distinct = CrawlStream(total, plan_batch, reoffer, dup, seed=seed).expected_total_new
-            if sized:
-                bloom_capacity = distinct
-            continue
-        if plan.spill_memory is not None:
-            spilled_batch = plan.batch
-        d = CrawlStream(total, plan.batch, reoffer, dup, seed=seed).expected_total_new
-        if d == distinct or (d < distinct and not sized):
-            return plan, bloom_capacity
+            spilled_batch = plan_batch = -(-total // (-(-total // spilled_batch) + 1))
+            plan_spill = True
+            d = distinct_of(plan_batch)
+        else:
+            if plan.spill_memory is not None:
+                spilled_batch = plan.batch
+            d = distinct_of(plan.batch)
+            if d == distinct or (d < distinct and not sized):
+                return plan, bloom_capacity
         # the filter sized for the run's own distinct keys, exactly (it never grows,
         # and the spilled plan's memory depends on its size: 1e10 in batches of 2e9
         # has 5.4e9, not the 5.625e9 of batches of 1e8)

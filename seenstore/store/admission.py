@@ -89,7 +89,7 @@ class Admission:
         with self._mutex:
             # neither the last batch's deferred insert nor a new filter's prefault is
             # waited for: the spill and check never touch the filter, and the next
-            # deferred insert waits for both on its own thread (spill._defer_insert)
+            # deferred insert waits for both on its own thread (spill._start_insert)
             self.cache_bytes = 0
             # the compaction between batches runs on while the batch is spilled (that
             # reads no run): admit_file joins it before the check and the commit
