@@ -97,6 +97,24 @@ def test_size_for_trades_a_little_memory_for_fewer_hashes():
     assert fewest < blocks <= 1.025 * fewest
 
 
+def test_precomputed_loads_equal_the_computation():
+    """loads_table.py (tools/bloom_loads.py) saves every store open ~0.1 s of sizing;
+    each entry must be exactly what the bisection gives, and it must cover the rates
+    a default store and the spilled benchmark ask for (layers 0..7)."""
+    from seenstore.benchrun import SPILL_BLOOM_TARGETS
+    from seenstore.bloom.keeper import DEFAULT_BLOOM_FPR
+    from seenstore.bloom.layers import LayeredBloom
+    from seenstore.bloom.loads_table import KNOWN_LOADS
+    from seenstore.bloom.sizing import compute_max_loads
+
+    wanted = {LayeredBloom.layer_fpr(t, i)
+              for t in (DEFAULT_BLOOM_FPR, *SPILL_BLOOM_TARGETS) for i in range(8)}
+    assert wanted <= set(KNOWN_LOADS)
+    for fpr, loads in KNOWN_LOADS.items():
+        assert compute_max_loads(fpr) == loads, fpr
+    assert max_loads(3e-4) == compute_max_loads(3e-4)  # a rate not in the table
+
+
 def test_for_capacity_figures():
     bf = BloomFilter.for_capacity(1_000_000, 0.001)
     assert (bf.n_blocks, bf.n_hashes) == size_for(1_000_000, 0.001)

@@ -17,6 +17,7 @@ import threading
 import numpy as np
 
 from ..runformat import aligned_empty
+from .loads_table import KNOWN_LOADS
 
 BLOCK_BITS = 512
 WORDS_PER_BLOCK = BLOCK_BITS // 64
@@ -140,7 +141,16 @@ def max_loads(fpr: float) -> tuple:
     """``((k, load), ...)``: for each k in 1..MAX_HASHES meeting ``fpr`` at all, the
     largest keys per block whose ``blocked_fpr`` is <= fpr. Independent of the key
     count, so a filter of any size at this rate is sized from it in microseconds
-    (the store's Bloom layers ask for a new size at a known rate as they grow)."""
+    (the store's Bloom layers ask for a new size at a known rate as they grow).
+
+    The default layer rates are precomputed (loads_table.py, checked equal by the
+    tests): computing one takes 0.02-0.15 s of CPU, which every new store paid."""
+    known = KNOWN_LOADS.get(float(fpr))
+    return known if known is not None else compute_max_loads(fpr)
+
+
+def compute_max_loads(fpr: float) -> tuple:
+    """``max_loads`` computed: bisection on ``blocked_fpr`` for each k."""
     out = []
     for k in range(1, MAX_HASHES + 1):
         lo, hi = 0.0, 1.0
