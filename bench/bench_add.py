@@ -15,15 +15,16 @@ file): its start-up alone (the command on the first 1,000 lines with every
 kernel taken, ``SEENSTORE_JIT_MIN=0``: interpreter, imports, numba's cache
 loads, store open and close; best of --reps), then for each thread count
 (--threads, default 1 and 2) one warm-up run and the best of --reps runs over
-the whole file: lines/s over the wall time (start-up included) and net of the
+the whole file, the child pinned to that many cores (sched_setaffinity, so the
+one-thread figure is one core's, its commit thread sharing that core): lines/s over the wall time (start-up included) and net of the
 start-up, with the CPU time of the child (all its threads) and the load average
 beside it. The start-up is split (CPU time, fresh processes): the bare interpreter,
 ``seenstore add --help``, and inside the command its imports, numba's import, the
 kernels' cache loads, the store's open and the rest. JIT compilation (an empty numba cache) happens in the warm-up run
 before any timing and is reported separately (``seenstore warmup``).
 
-Then the per-stage split, in process: ``add_fast`` (what the command runs) over the
-whole file into a fresh store with the time of each stage (read: waiting for the
+Then the per-stage split, in process (pinned the same way): ``add_fast`` (what the
+command runs) over the whole file into a fresh store with the time of each stage (read: waiting for the
 next URL buffer from the line kernel; kernel: normalise + fingerprint; scalar:
 the routed URLs; merge; store: ``SeenStore.add``; write: the new canonical URLs
 to a file), as wall time per thread count, and one thread again with each
@@ -129,6 +130,15 @@ class _Sink:
 
 def in_process(data: str, threads: int, tmp: str) -> tuple[float, float, int, dict, str]:
     store_dir, out_path = os.path.join(tmp, f"store-{threads}"), os.path.join(tmp, f"out-{threads}")
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores(threads))  # threads started from here on inherit it
+    try:
+        return _in_process(data, threads, store_dir, out_path)
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def _in_process(data, threads, store_dir, out_path):
     seconds: dict[str, float] = {}
     counts: dict[str, int] = {}
     with open(data, "rb") as f, open(out_path, "wb") as out, \
@@ -161,10 +171,15 @@ def cpu_split(data: str, tmp: str) -> tuple[int, dict]:
     return n, sec
 
 
-def cli(src: str, tmp: str, name: str, *extra: str, env: dict | None = None
-        ) -> tuple[float, float, str]:
-    """Run ``seenstore add --pairs`` on ``src`` into a fresh store: (wall s, CPU s of the
-    child over all its threads, output path)."""
+def cores(n: int) -> set[int]:
+    """The first ``n`` CPUs this process may run on."""
+    return set(sorted(os.sched_getaffinity(0))[:n])
+
+
+def cli(src: str, tmp: str, name: str, *extra: str, env: dict | None = None,
+        cpus: set[int] | None = None) -> tuple[float, float, str]:
+    """Run ``seenstore add --pairs`` on ``src`` into a fresh store (on ``cpus`` only,
+    if given): (wall s, CPU s of the child over all its threads, output path)."""
     store_dir, out_path = os.path.join(tmp, f"cstore-{name}"), os.path.join(tmp, f"cout-{name}")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
                **(env or {}))
@@ -173,7 +188,8 @@ def cli(src: str, tmp: str, name: str, *extra: str, env: dict | None = None
     with open(out_path, "wb") as out:
         subprocess.run([sys.executable, "-m", "seenstore.cli", "add", "--pairs", "--store",
                         store_dir, src, *extra], stdout=out, stderr=subprocess.DEVNULL,
-                       check=True, env=env)
+                       check=True, env=env,
+                       preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -210,10 +226,10 @@ def command(data: str, n: int, threads: list[int], reps: int, tmp: str) -> dict[
     outs = {}
     for t in threads:
         def run(t=t):
-            return cli(data, tmp, f"t{t}", "--threads", str(t))
+            return cli(data, tmp, f"t{t}", "--threads", str(t), cpus=cores(t))
         run()  # warm-up: page cache, numba cache
         wall, cpu, load, outs[t] = best_of(reps, run)
-        print(f"seenstore add --pairs --threads {t}: {wall:.2f} s wall = "
+        print(f"seenstore add --pairs --threads {t} on {len(cores(t))} core(s): {wall:.2f} s wall = "
               f"{n / wall / 1e6:.2f} M lines/s end to end; net of start-up "
               f"{n / max(wall - su, 1e-9) / 1e6:.2f} M lines/s; CPU {cpu:.2f} s "
               f"({(cpu - su_cpu) / n * 1e9:.0f} ns/line net of start-up, all threads); "
