@@ -292,9 +292,10 @@ def test_bubble_finishes_a_prefix_sorted_leaf_or_says_not(keys, sh):
         assert ok
 
 
-def _fine_case(a, bits, fine, bucket_keys):
+def _fine_case(a, bits, fine, bucket_keys, method="radix"):
     """partition_top_bits by ``fine`` bits, then each shard (top ``bits``) through
-    sort_unique_buckets (radix, bucket_keys patched in); the unique keys per shard."""
+    sort_unique_buckets (``method``; radix: bucket_keys patched in); the unique keys
+    per shard."""
     from seenstore.kernels.batch import partition_top_bits
     part = np.empty(len(a), np.uint64)
     starts = np.empty((1 << fine) + 1, np.int64)
@@ -307,7 +308,7 @@ def _fine_case(a, bits, fine, bucket_keys):
         for s in range(1 << bits):
             lo, hi = starts[s * sub], starts[(s + 1) * sub]
             m = sorting.sort_unique_buckets(part[lo:hi], starts[s * sub:(s + 1) * sub + 1],
-                                            method="radix")
+                                            method=method)
             got.append(part[lo:lo + m].copy())
     finally:
         sorting.BUCKET_KEYS = saved
@@ -323,14 +324,20 @@ def _shard_twin(a, bits):
 @settings(max_examples=150, deadline=None)
 @given(keys=st.lists(key, max_size=400),
        shape=st.sampled_from(["any", "sorted", "reverse", "equal"]),
-       bits=st.integers(0, 3), more=st.integers(0, 6), bk=st.sampled_from([1, 4, 64, 16384]))
-@example(keys=EDGE_KEYS * 20, shape="any", bits=1, more=3, bk=4)
-@example(keys=[2**63] * 50 + [0, 2**64 - 1] * 30, shape="reverse", bits=0, more=6, bk=1)
-def test_sort_unique_buckets_of_a_fine_partition_match_numpy(keys, shape, bits, more, bk):
+       bits=st.integers(0, 3), more=st.integers(0, 6), bk=st.sampled_from([1, 4, 64, 16384]),
+       method=st.sampled_from(["radix", "numpy"]))
+@example(keys=EDGE_KEYS * 20, shape="any", bits=1, more=3, bk=4, method="radix")
+@example(keys=EDGE_KEYS * 20, shape="any", bits=1, more=3, bk=4, method="numpy")
+@example(keys=[2**63] * 50 + [0, 2**64 - 1] * 30, shape="reverse", bits=0, more=6, bk=1,
+         method="radix")
+@example(keys=[2**63] * 50 + [0, 2**64 - 1] * 30, shape="reverse", bits=0, more=6, bk=1,
+         method="numpy")
+def test_sort_unique_buckets_of_a_fine_partition_match_numpy(keys, shape, bits, more, bk, method):
     """A shard sorted from the finer groups of its partition (the store's path,
-    ShardSorter.partition): the same unique keys as np.unique of the shard."""
+    ShardSorter.partition), by either sort: the same unique keys as np.unique of the
+    shard."""
     a = shaped(keys, shape)
-    got = _fine_case(a, bits, bits + more, bk)
+    got = _fine_case(a, bits, bits + more, bk, method)
     for g, want in zip(got, _shard_twin(a, bits)):
         assert np.array_equal(g, want)
 
@@ -343,9 +350,10 @@ def test_sort_unique_buckets_host_skewed(hosts, n, seed, bk):
     h = np.array(hosts, dtype=np.uint64)[r.integers(0, len(hosts), n)]
     a = (h << np.uint64(44)) | r.integers(0, 2**44, n, dtype=np.uint64)
     a[: n // 5] = a[n // 5: 2 * (n // 5)]  # repeats
-    got = _fine_case(a, 2, 9, bk)
-    for g, want in zip(got, _shard_twin(a, 2)):
-        assert np.array_equal(g, want)
+    for method in ("radix", "numpy"):
+        got = _fine_case(a, 2, 9, bk, method)
+        for g, want in zip(got, _shard_twin(a, 2)):
+            assert np.array_equal(g, want)
 
 
 def test_fine_bits_rule():
