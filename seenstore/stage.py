@@ -24,7 +24,7 @@ import numpy as np
 
 from . import spill as spillmod
 from . import wal as walmod
-from .batch import as_keys
+from .batch import as_keys, unique_first
 from .bloom import BloomFilter
 from .errors import ClosedError, CorruptionError, InvalidInputError, MismatchError
 from .fastpath import normalise_urls
@@ -529,7 +529,7 @@ class DedupStage:
         anomalies = int(len(certain) - is_new[np.searchsorted(uniq, certain)].sum())
         if len(held) == 0:
             return _EMPTY, None, anomalies, len(uniq), 0
-        hu, first = np.unique(held, return_index=True)
+        hu, first = unique_first(held)
         new = is_new[np.searchsorted(uniq, hu)]
         if len(certain):
             p = np.minimum(np.searchsorted(certain, hu), len(certain) - 1)
@@ -548,7 +548,7 @@ class DedupStage:
         memory = max(spillmod.MIN_MEMORY, self.budget_bytes)
         new_path = spillmod.spill_dir(self.store.path) + ".new"
         sort_keys(certain, self.store.threads)
-        hu, first = np.unique(held, return_index=True) if len(held) else (_EMPTY, None)
+        hu, first = unique_first(held) if len(held) else (_EMPTY, None)
         in_new_c = np.zeros(len(certain), dtype=np.bool_)
         in_new_h = np.zeros(len(hu), dtype=np.bool_)
         try:

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import EDGE_KEYS
 from naive import add_naive, uniq
-from seenstore.batch import as_keys, prepare, read_batch_file
+from seenstore.batch import as_keys, prepare, read_batch_file, unique_first
 from seenstore.errors import InvalidInputError
 from seenstore.kernels.batch import mark_first_new, mark_members
 
@@ -93,3 +93,14 @@ def test_count_then_scatter_by_slices_is_the_stable_partition(keys, bits, cut):
     scatter_top_bits(arr[cut:], bits, out, fill[1])
     order = sorted(range(len(keys)), key=lambda i: top[i])  # stable
     assert out.tolist() == [keys[i] for i in order]
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(key, max_size=80))
+def test_unique_first_is_np_unique_with_index(keys):
+    """The stage's first occurrences: the same as np.unique(return_index=True)."""
+    arr = np.array(keys, dtype=np.uint64)
+    got_u, got_i = unique_first(arr)
+    want_u, want_i = np.unique(arr, return_index=True)
+    assert got_u.dtype == np.uint64 and got_u.tolist() == want_u.tolist()
+    assert got_i.tolist() == want_i.tolist()
