@@ -533,7 +533,7 @@ def _floor_sorts(keys: np.ndarray, threads: int) -> tuple[float, float]:
             buf = np.empty(len(a), np.uint64)
             buf.fill(0)
         t0 = time.perf_counter()
-        sorting._sort(a, False, threads if method == "radix" else 1, method, buf)
+        sorting.sort_keys(a, threads if method == "radix" else 1, method=method, buf=buf)
         out.append(time.perf_counter() - t0)
         del a, buf
     return out[0], out[1]
@@ -642,7 +642,7 @@ class RssSampler:
         with f:
             while not self._stop.wait(self.SAMPLE_S):
                 rss = int(os.pread(f.fileno(), 128, 0).split()[1]) * self._page
-                phase = self.store.__dict__.get("_spill_phase") or "between"
+                phase = self.store._spill_phase or "between"
                 if rss > self.peaks.get(phase, 0):
                     self.peaks[phase] = rss
 
@@ -658,7 +658,7 @@ def _settle_last(store, res: BenchResult) -> None:
     ("bloom"), its thread's time as background, so the run's totals include it."""
     from .spill import settle
 
-    behind = store.__dict__.get("_bloom_behind")
+    behind = store._bloom_behind
     waited = settle(store)
     row = res.batches[-1]
     row["bloom_s"] += waited

@@ -245,9 +245,12 @@ def _reset() -> None:
 
 
 # ------------------------------------------------------------------ sorting
-def sort_keys(a: np.ndarray, threads: int = 1, *, method: str | None = None) -> None:
-    """Sort uint64 ``a`` in place. ``method``: "radix"/"numpy" (default: ``choice()``)."""
-    _sort(a, False, threads, method)
+def sort_keys(a: np.ndarray, threads: int = 1, *, method: str | None = None,
+              buf: np.ndarray | None = None) -> None:
+    """Sort uint64 ``a`` in place. ``method``: "radix"/"numpy" (default: ``choice()``).
+    ``buf``: the radix sort's scratch, at least ``len(a)`` uint64 (default: one of
+    the module's; a caller timing the sort passes one already faulted in)."""
+    _sort(a, False, threads, method, buf)
 
 
 def sort_unique_keys(a: np.ndarray, threads: int = 1, *, method: str | None = None) -> int:

@@ -424,13 +424,13 @@ def settle(store) -> float:
     """Wait for ``store``'s deferred Bloom insert (``DeferredInsert``), if one is
     running; return the seconds waited. Called before anything reads or writes the
     filter (facade.py: ``bloom``, ``_bloom_ready``, ``checkpoint``)."""
-    behind = store.__dict__.get("_bloom_behind")
+    behind = store._bloom_behind
     if behind is None:
         return 0.0
     t = time.perf_counter()
     behind.wait()  # another thread may wait too: it returns once the insert is done
-    if store.__dict__.get("_bloom_behind") is behind:
-        store.__dict__.pop("_bloom_behind", None)
+    if store._bloom_behind is behind:
+        store._bloom_behind = None
     return time.perf_counter() - t
 
 
@@ -445,8 +445,8 @@ def _start_insert(store):
     it (``abandon``). None without a filter."""
     if store._keeper.bf is None:
         return None
-    behind = store.__dict__.get("_bloom_behind")
-    prefault, store._prefault = store.__dict__.get("_prefault"), None
+    behind = store._bloom_behind
+    prefault, store._prefault = store._prefault, None
     return DeferredInsert(store._keeper, None,
                           after=(prefault, behind.thread if behind is not None else None))
 
@@ -457,7 +457,7 @@ def _defer_insert(store, early, clock: Clock, figures: dict) -> None:
     seconds in ``figures``; the filter dropped if it failed), then this batch's
     insert ``early`` (``_start_insert``), which runs on past the return, made the
     store's (``settle`` waits for it)."""
-    behind = store.__dict__.get("_bloom_behind")
+    behind = store._bloom_behind
     t = clock.start()
     settle(store)
     clock.stop("bloom", t)

@@ -76,6 +76,12 @@ class SeenStore(Admission):
         self._arena = BatchArena()  # a batch's partition, masks and answer, reused
         self._sorter = ShardSorter()  # its threads keep their sort scratch across batches
         self._prefault: threading.Thread | None = None  # a new filter's pages faulting in
+        # spilled batches (spill.py): the last batch's Bloom insert still running past
+        # its return (a spill.DeferredInsert; spill.settle waits for it), and the phase
+        # of the batch under way (spill, check, commit; None between batches), which
+        # the benchmark's memory sampler reads
+        self._bloom_behind = None
+        self._spill_phase: str | None = None
         self.last_timings: dict = {}
         self._closed = False
         self._pending = walmod.PendingKeys(path)  # keys a stage logged, not merged yet
