@@ -488,6 +488,11 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                 st.compact()
                 st.verify()  # one run: its order check
                 st.stats()  # the Bloom fill histogram
+            with SeenStore.open(os.path.join(directory, "uncached"), create=True, sync=False,
+                                cache_bytes=0) as st:  # a writer whose run cache is off or full
+                st.add(keys)
+                st.add(keys + _U(1000))
+                st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
             batch.unique_sorted(keys)  # the stage's
             from .bloom import GROUP
 
