@@ -11,7 +11,8 @@ measured in the same run; then the store's path on one thread, the partition
 included: the keys partitioned by their top 4 bits (16 shards) and each shard
 through ``sort_unique`` ("16 shards"), and partitioned by ``sorting.fine_bits`` top
 bits, each shard sorted from those groups (``ShardSorter.partition``: "16 shards
-fine part."). Every radix row sorts with the same scratch array (its
+fine part."), and the same with numpy's sort of each group ("16 shards fine
+np.sort": the store's path where numpy's sort is the faster). Every radix row sorts with the same scratch array (its
 pages already touched), except "2 threads new scratch", which allocates one as the
 store's callers do (a fresh array's page faults: ~1 ns/key of CPU here). Median of --reps,
 a fresh copy of the keys each rep (the copy not timed). Wall time and its ratio,
@@ -60,9 +61,11 @@ def timed(keys: np.ndarray, fn, reps: int, process: bool = False) -> tuple[float
     return float(np.median(walls)), float(np.median(cpus))
 
 
-def shards(a: np.ndarray, buf: np.ndarray, fine: bool) -> None:
+def shards(a: np.ndarray, buf: np.ndarray, fine: bool, method: str = "radix") -> None:
     """The store's path on one thread: ``a`` partitioned (into ``buf``) by its top 4
-    bits, or by ``fine_bits`` when ``fine``; each shard sorted and deduplicated."""
+    bits, or by ``fine_bits`` when ``fine``; each shard sorted and deduplicated (by
+    ``method``: radix, or with ``fine`` numpy's sort group by group, what the store
+    runs where numpy's sort is the faster)."""
     bits = sorting.fine_bits(len(a), 4) if fine else 4
     starts = np.empty((1 << bits) + 1, np.int64)
     partition_top_bits(a, bits, buf, starts)
@@ -70,7 +73,7 @@ def shards(a: np.ndarray, buf: np.ndarray, fine: bool) -> None:
     for s in range(16):
         lo, hi = starts[s * sub], starts[(s + 1) * sub]
         if fine:
-            sorting.sort_unique_buckets(buf[lo:hi], starts[s * sub:(s + 1) * sub + 1], "radix")
+            sorting.sort_unique_buckets(buf[lo:hi], starts[s * sub:(s + 1) * sub + 1], method)
         else:
             sort_unique(buf[lo:hi], a, *sorting._tunables())
 
@@ -108,6 +111,7 @@ def main() -> None:
                 ("2 threads new scratch", lambda x: sorting._sort(x, False, 2, "radix")),
                 ("16 shards", lambda x: shards(x, buf, False)),
                 ("16 shards fine part.", lambda x: shards(x, buf, True)),
+                ("16 shards fine np.sort", lambda x: shards(x, buf, True, "numpy")),
             ]
             base = base_cpu = None
             for name, fn in rows:
