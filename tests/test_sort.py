@@ -371,8 +371,8 @@ def test_fine_bits_rule():
 @pytest.mark.parametrize("method", ["radix", "numpy"])
 def test_shard_sorter_sorts_shards_from_its_fine_partition(threads, method, monkeypatch):
     """ShardSorter.partition + submit (the store's path): shard bounds as a plain
-    partition gives, each shard's unique keys as np.unique; bounds not from its last
-    partition are sorted the plain way."""
+    partition gives, each shard's unique keys as np.unique, sorted from the finer
+    groups it returns or, without them, the plain way."""
     from seenstore.store.scheduling import ShardSorter, partition
     monkeypatch.setenv(sorting.ENV, method)
     keys = sorting.probe_keys(1 << 20, True, seed=3)
@@ -380,11 +380,10 @@ def test_shard_sorter_sorts_shards_from_its_fine_partition(threads, method, monk
     keys[-5:] = [0, 2**63, 2**64 - 1, 2**64 - 1, 0]
     sorter = ShardSorter()
     try:
-        part, bounds = sorter.partition(keys, 3, threads)
-        assert sorter._fine is not None and len(sorter._fine[2]) > len(bounds)
+        part, bounds, fine = sorter.partition(keys, 3, threads)
+        assert fine is not None and len(fine) > len(bounds)
         assert np.array_equal(bounds, partition(keys, 3, 1)[1])
-        futs = sorter.submit(part, bounds, range(8), threads)
-        assert sorter._fine is None  # used once
+        futs = sorter.submit(part, bounds, range(8), threads, fine)
         for s, want in enumerate(_shard_twin(keys, 3)):
             end = futs[s].result()[0]
             assert np.array_equal(part[bounds[s]:end], want)

@@ -158,11 +158,12 @@ class Admission:
             try:
                 t0 = time.perf_counter()
                 if self.mode == "exact":
-                    part, bounds = self._sorter.partition(  # by finer groups: see there
+                    part, bounds, fine = self._sorter.partition(  # by finer groups: see there
                         keys, self.shard_bits, self.threads,
                         out=self._arena.get("part", len(keys), np.uint64))
                     t_sort = time.perf_counter() - t0
-                    new = self._add_partitioned(part, bounds, progress, feed, scratch_answer)
+                    new = self._add_partitioned(part, bounds, fine, progress, feed,
+                                                scratch_answer)
                 else:
                     uniq = prepare(keys, self.threads)
                     t_sort = time.perf_counter() - t0
@@ -195,15 +196,16 @@ class Admission:
             "bloom_negative": 0, "approx_answered": 0}
         return self.last_timings
 
-    def _add_partitioned(self, part: np.ndarray, bounds: np.ndarray, progress,
+    def _add_partitioned(self, part: np.ndarray, bounds: np.ndarray, fine, progress,
                          feed, scratch_answer: bool = False) -> np.ndarray:
         """Merge and commit keys grouped by shard (``part``, the store's scratch, shard
-        s at ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed); return the new
+        s at ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed; ``fine``: the
+        finer groups' starts of ``ShardSorter.partition``, or None); return the new
         keys, sorted, each once: in an answer buffer, or with ``scratch_answer`` in the
         store's scratch. ``feed``: the BloomFeed the shards' new keys go to, or None."""
         timings = self._new_timings(len(part))
         segs = self._write_batch(part, bounds, timings, progress, sort_parts=True,
-                                 on_new=None if feed is None else feed.put)
+                                 fine=fine, on_new=None if feed is None else feed.put)
         t1 = time.perf_counter()
         timings["unique"] = sum(m for _, m, _, _ in segs)
         n_new = sum(k for _, _, _, k in segs)
@@ -285,7 +287,8 @@ class Admission:
             self._compactor.start()
 
     def _write_batch(self, keys: np.ndarray, bounds: np.ndarray, timings: dict,
-                     progress=None, sort_parts: bool = False, on_new=None) -> list:
+                     progress=None, sort_parts: bool = False, fine=None,
+                     on_new=None) -> list:
         """Check every shard's keys against its live runs, write the new ones as one new
         run per shard (scheduling.write_shards, whose docstring says how ``keys``,
         ``bounds`` and ``sort_parts`` (the store's shard sorter) are read) and commit;
@@ -303,7 +306,7 @@ class Admission:
             out = write_shards(keys, bounds, jobs, self._runs, target, self._buffers,
                                self.chunk_keys, threads=self.threads,
                                merge_threads=self.merge_threads, progress=progress,
-                               sorter=self._sorter if sort_parts else None,
+                               sorter=self._sorter if sort_parts else None, fine=fine,
                                masks=self._arena.get("masks", len(keys), np.bool_),
                                on_new=on_new, cache=self._live.cache)
         except OSError as e:

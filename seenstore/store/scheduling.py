@@ -156,32 +156,32 @@ class ShardSorter:
     def __init__(self) -> None:
         self._ex: ThreadPoolExecutor | None = None
         self._threads = 0
-        self._fine: tuple | None = None  # (keys, bounds, fine starts) of the last partition
 
-    def partition(self, keys: np.ndarray, bits: int, threads: int,
-                  out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``partition(keys, bits, threads, out)``, by ``sorting.fine_bits`` top bits
-        (more than the shard's ``bits``): a ``submit`` of what it returns then sorts
-        each shard from those finer groups, its first radix pass done by the
-        partition's scatter (one pass over the batch fewer)."""
+    @staticmethod
+    def partition(keys: np.ndarray, bits: int, threads: int, out: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``partition(keys, bits, threads, out)`` by ``sorting.fine_bits`` top bits
+        (more than the shard's ``bits``): ``(out, bounds, fine)``, ``fine`` the starts
+        of the finer groups (None when there are no more groups than shards). Handed
+        to ``submit``, it sorts each shard from those groups, its first radix pass
+        done by the partition's scatter (one pass over the batch fewer)."""
         fine_bits = _sorting.fine_bits(len(keys), bits)
         out, fine = partition(keys, fine_bits, threads, out)
         bounds = np.ascontiguousarray(fine[::1 << (fine_bits - bits)])
-        self._fine = (out, bounds, fine) if fine_bits > bits else None
-        return out, bounds
+        return out, bounds, (fine if fine_bits > bits else None)
 
-    def submit(self, keys: np.ndarray, bounds: np.ndarray, shards, threads: int) -> dict:
+    def submit(self, keys: np.ndarray, bounds: np.ndarray, shards, threads: int,
+               fine: np.ndarray | None = None) -> dict:
         """Sort each shard ``keys[bounds[s]:bounds[s+1]]`` (in the order given) on
         ``threads`` threads; return ``{shard: future}``, each giving ``(end of the
-        shard's unique keys, CPU seconds of its sort)``. ``keys`` and ``bounds`` as
-        ``partition`` returned them: from its finer groups."""
+        shard's unique keys, CPU seconds of its sort)``. ``fine``: the finer groups'
+        starts ``partition`` returned with ``keys`` and ``bounds`` (None: each shard
+        sorted the plain way)."""
         threads = max(1, threads)
         if self._ex is None or self._threads != threads:
             self.close()
             self._ex = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-shard-sort")
             self._threads = threads
-        last, self._fine = self._fine, None
-        fine = last[2] if last is not None and last[0] is keys and last[1] is bounds else None
         return _sorting.sort_shards(keys, bounds, shards, threads, executor=self._ex,
                                     fine=fine)[1]
 
@@ -368,7 +368,8 @@ class Syncer:
 def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                  target: Target, pool: BufferPool, chunk_keys: int, *, threads: int,
                  merge_threads: int, progress=None, sorter: ShardSorter | None = None,
-                 masks: np.ndarray | None = None, on_new=None, cache=None) -> Written:
+                 fine: np.ndarray | None = None, masks: np.ndarray | None = None, on_new=None,
+                 cache=None) -> Written:
     """Check the keys of every shard in ``jobs`` against its live runs (``runs``,
     shard -> readers) and write the new ones as one new run per shard.
 
@@ -376,7 +377,8 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
     a ``sorter``, in any order with repeats: it then sorts and deduplicates them in
     place (``threads`` threads, shards side by side) while the shards already sorted
     are checked, and each shard's new keys are moved to the front of its slice
-    (``keys`` is the caller's scratch). Every key is looked for in the runs, whatever
+    (``keys`` is the caller's scratch; ``fine``: the finer groups' starts of
+    ``ShardSorter.partition``, which the sorts start from). Every key is looked for in the runs, whatever
     a Bloom filter said of it: only keys no live run holds are written, so the runs
     of a shard stay disjoint even under a damaged filter. ``masks``: a bool array as
     long as ``keys`` the shards' masks are views of (None: one array per shard).
@@ -455,7 +457,7 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
     syncer = Syncer(max(merge_threads, threads)) if target.sync and FSYNC == "beside" else None
     try:
         if sorter is not None:
-            sorted_parts = sorter.submit(keys, bounds, jobs, threads)
+            sorted_parts = sorter.submit(keys, bounds, jobs, threads, fine)
         with ThreadPoolExecutor(max_workers=max(merge_threads, threads)) as tp:
             done = list(tp.map(job, jobs))
         if syncer is not None:
