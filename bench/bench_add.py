@@ -10,29 +10,30 @@ Make it first:
 files of the dev machine; pass that file with ``--data``.)
 
 First the ``seenstore add --pairs`` COMMAND itself, end to end (a subprocess:
-start-up, read, normalise, fingerprint, admit into a fresh store, print to a
-file): its start-up alone (the command on the first 1,000 lines with every
-kernel taken, ``SEENSTORE_JIT_MIN=0``: interpreter, imports, numba's cache
-loads, store open and close; best of --reps), then for each thread count
-(--threads, default 1 and 2) one warm-up run and the best of --reps runs over
-the whole file, the child pinned to that many cores (sched_setaffinity, so the
-one-thread figure is one core's, its commit thread sharing that core): lines/s over the wall time (start-up included) and net of the
-start-up, with the CPU time of the child (all its threads) and the load average
+start-up, read, normalise, fingerprint, admit into a fresh store, print to a file): its
+start-up alone (the command on the first 1,000 lines with every kernel taken,
+``SEENSTORE_JIT_MIN=0``: interpreter, imports, numba's cache loads, store open and
+close; best of --reps), then for each thread count (--threads, default 1 and 2) one
+warm-up run and the best of --reps runs over the whole file, the child pinned to that
+many cores (sched_setaffinity, so the one-thread figure is one core's, its commit
+thread sharing that core): lines/s over the wall time (start-up included) and net of
+the start-up, with the CPU time of the child (all its threads) and the load average
 beside it. The start-up is split (CPU time, fresh processes): the bare interpreter,
 ``seenstore add --help``, and inside the command its imports, numba's import, the
-kernels' cache loads, the store's open and the rest. JIT compilation (an empty numba cache) happens in the warm-up run
-before any timing and is reported separately (``seenstore warmup``).
+kernels' cache loads, the store's open and the rest. JIT compilation (an empty numba
+cache) happens in the warm-up run before any timing and is reported separately
+(``seenstore warmup``).
 
 Then the per-stage split, in process (pinned the same way): ``add_fast`` (what the
-command runs) over the whole file into a fresh store with the time of each stage (read: waiting for the
-next URL buffer from the line kernel; kernel: normalise + fingerprint; scalar:
-the routed URLs; merge; store: ``SeenStore.add``; write: the new canonical URLs
-to a file), as wall time per thread count, and one thread again with each
-stage's time taken as the thread's CPU time (a loaded machine's waiting left
-out; the store's own threads not counted). The output of every run is compared
-byte for byte with ``seenstore add --pairs --scalar`` over the first --check-lines
-lines (all with --check-lines 0), and the routed URLs of the data are classified
-(userinfo, IDN / xn-- hosts, other) with their share of the scalar time.
+command runs) over the whole file into a fresh store with the time of each stage
+(read: waiting for the next URL buffer from the line kernel; kernel: normalise +
+fingerprint; scalar: the routed URLs; merge; store: ``SeenStore.add``; write: the new
+canonical URLs to a file), as wall time per thread count, and one thread again with
+each stage's time taken as the thread's CPU time (a loaded machine's waiting left out;
+the store's own threads not counted). The output of every run is compared byte for
+byte with ``seenstore add --pairs --scalar`` over the first --check-lines lines (all
+with --check-lines 0), and the routed URLs of the data are classified (userinfo, IDN /
+xn-- hosts, other) with their share of the scalar time.
 
     python bench/bench_add.py [--data scratch/links.tsv] [--threads 1,2] [--check-lines 300000] [--reps 3]
 """
@@ -229,7 +230,8 @@ def command(data: str, n: int, threads: list[int], reps: int, tmp: str) -> dict[
             return cli(data, tmp, f"t{t}", "--threads", str(t), cpus=cores(t))
         run()  # warm-up: page cache, numba cache
         wall, cpu, load, outs[t] = best_of(reps, run)
-        print(f"seenstore add --pairs --threads {t} on {len(cores(t))} core(s): {wall:.2f} s wall = "
+        print(f"seenstore add --pairs --threads {t} on {len(cores(t))} core(s): "
+              f"{wall:.2f} s wall = "
               f"{n / wall / 1e6:.2f} M lines/s end to end; net of start-up "
               f"{n / max(wall - su, 1e-9) / 1e6:.2f} M lines/s; CPU {cpu:.2f} s "
               f"({(cpu - su_cpu) / n * 1e9:.0f} ns/line net of start-up, all threads); "

@@ -1,26 +1,26 @@
 """Sort benchmark (issue 13): our radix sort (one and two threads) against np.sort.
 
-For each size (--sizes, default 1e6 1e7 1e8) and key shape, uniform, host-skewed
-(top 20 bits a Zipf(1) host over 2^20 buckets, low 44 random: the store's keys) and
-crawl (a batch of ``seenstore bench``'s stream: host-skewed, 10% repeats of keys of
-the batch, half of the rest offered by earlier batches; what the store sorts),
-prints ns/key of np.sort, of the plain LSD radix sort (8-bit digits, constant digits
-skipped: the baseline), of our MSD+LSD radix sort on one thread, on two threads, and
+For each size (--sizes, default 1e6 1e7 1e8) and key shape, uniform, host-skewed (top
+20 bits a Zipf(1) host over 2^20 buckets, low 44 random: the store's keys) and crawl
+(a batch of ``seenstore bench``'s stream: host-skewed, 10% repeats of keys of the
+batch, half of the rest offered by earlier batches; what the store sorts), prints
+ns/key of np.sort, of the plain LSD radix sort (8-bit digits, constant digits skipped:
+the baseline), of our MSD+LSD radix sort on one thread, on two threads, and
 ``sort_unique`` (sort + dedup, what the store needs), each with its ratio to np.sort
-measured in the same run; then the store's path on one thread, the partition
-included: the keys partitioned by their top 4 bits (16 shards) and each shard
-through ``sort_unique`` ("16 shards"), and partitioned by ``sorting.fine_bits`` top
-bits, each shard sorted from those groups (``ShardSorter.partition``: "16 shards
-fine part."), and the same with numpy's sort of each group ("16 shards fine
-np.sort": the store's path where numpy's sort is the faster). Every radix row sorts with the same scratch array (its
-pages already touched), except "2 threads new scratch", which allocates one as the
-store's callers do (a fresh array's page faults: ~1 ns/key of CPU here). Median of --reps,
-a fresh copy of the keys each rep (the copy not timed). Wall time and its ratio,
-and the CPU time and its ratio, which a shared machine's descheduling does not
+measured in the same run; then the store's path on one thread, the partition included:
+the keys partitioned by their top 4 bits (16 shards) and each shard through
+``sort_unique`` ("16 shards"), and partitioned by ``sorting.fine_bits`` top bits, each
+shard sorted from those groups (``ShardSorter.partition``: "16 shards fine part."),
+and the same with numpy's sort of each group ("16 shards fine np.sort": the store's
+path where numpy's sort is the faster). Every radix row sorts with the same scratch
+array (its pages already touched), except "2 threads new scratch", which allocates one
+as the store's callers do (a fresh array's page faults: ~1 ns/key of CPU here). Median
+of --reps, a fresh copy of the keys each rep (the copy not timed). Wall time and its
+ratio, and the CPU time and its ratio, which a shared machine's descheduling does not
 inflate: the thread's for one thread, the process's for two (both threads' CPU
-seconds: divide by 2 for the cores' share).
-JIT warm-up (compile or cache load) is timed apart and reported. The CPU model,
-numpy's SIMD dispatch and the load average head the output.
+seconds: divide by 2 for the cores' share). JIT warm-up (compile or cache load) is
+timed apart and reported. The CPU model, numpy's SIMD dispatch and the load average
+head the output.
 
     python bench/bench_sort.py [--sizes 1e6 1e7 1e8] [--reps 3] [--shapes uniform skewed crawl]
 """

@@ -119,9 +119,9 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
 
 class _Commits:
     """Commits of add_fast's batches in order, one at a time, on a helper thread,
-    ``submit`` returning at once after the previous commit has finished (its error, if any, raised here). Leaving the
-    ``with`` block waits for the last commit, also on an error or interrupt (the
-    store is never closed under a running commit)."""
+    ``submit`` returning at once after the previous commit has finished (its error,
+    if any, raised here). Leaving the ``with`` block waits for the last commit, also
+    on an error or interrupt (the store is never closed under a running commit)."""
 
     def __init__(self, store, out, counts, seconds) -> None:
         self.args = store, out, counts, seconds
