@@ -266,3 +266,26 @@ def test_cli_cluster_commands_and_bench(ray_cluster, tmp_path):
     out = r.invoke(main, ["bench", "--keys", "3e4", "--batch", "1e4", "--shards", "1",
                           "--quiet", "--dir", str(tmp_path / "b")])
     assert out.exit_code == 0 and "VERIFIED" in out.output, out.output
+
+
+def test_shards_on_one_node_share_the_run_cache_budget(ray_cluster, tmp_path):
+    """Four shards on this one node: each store's run cache gets a quarter of the
+    store's default budget (not a quarter of the node's memory each); cache_bytes=
+    sets it for every shard."""
+    from seenstore.store.runcache import default_budget
+
+    st = ShardedStore.open(str(tmp_path / "c"), shards=4, create=True)
+    try:
+        budgets = [s["run_cache"]["budget_bytes"] for s in st.shard_stats()]
+    finally:
+        st.close()
+    want = default_budget() // 4  # the node's memory moves a little between the two reads
+    assert len(budgets) == 4 and all(0.7 * want <= b <= 1.3 * want for b in budgets), \
+        (budgets, want)
+    st = ShardedStore.open(str(tmp_path / "c"), cache_bytes=12_345_678)
+    try:
+        assert [s["run_cache"]["budget_bytes"] for s in st.shard_stats()] == [12_345_678] * 4
+    finally:
+        st.close()
+    with pytest.raises(InvalidInputError):
+        ShardedStore.open(str(tmp_path / "c"), cache_bytes=-1)

@@ -216,10 +216,14 @@ def test_snapshot_retaken_when_a_compaction_commits_meanwhile(tmp_path, rng, mon
 
 def test_shard_threads_share_each_nodes_cpus():
     """Default sort threads of a shard's store: its node's CPUs over the shards on it
-    (recorded nodes), else the shards spread evenly; the smallest share, at least 1."""
+    (recorded nodes), else the shards spread evenly; the smallest share, at least 1.
+    And the most shards one node holds (they share its run cache budget)."""
     from types import SimpleNamespace
 
-    from seenstore.cluster.sharded import _threads_per_shard
+    from seenstore.cluster.sharded import _node_shares
+
+    def _threads_per_shard(ray, shards):
+        return _node_shares(ray, shards)[0]
 
     nodes = [{"Alive": True, "NodeManagerAddress": "a", "Resources": {"CPU": 2}},
              {"Alive": True, "NodeManagerAddress": "b", "Resources": {"CPU": 8}},
@@ -231,6 +235,9 @@ def test_shard_threads_share_each_nodes_cpus():
     assert _threads_per_shard(fake, [{"node_ip": None}] * 2) == 2  # one per live node
     assert _threads_per_shard(fake, [{"node_ip": None}] * 8) == 1
     assert _threads_per_shard(fake, [{"node_ip": "c"}]) == 2  # dead node: spread
+    assert _node_shares(fake, at)[1] == 2  # two shards on a, two on b
+    assert _node_shares(fake, [{"node_ip": "a"}] * 3 + [{"node_ip": "b"}])[1] == 3
+    assert _node_shares(fake, [{"node_ip": None}] * 8)[1] == 4  # spread over a and b
 
 
 # ------------------------------------------------------------- key ranges

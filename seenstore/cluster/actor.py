@@ -27,6 +27,7 @@ from ..errors import (CorruptionError, InvalidInputError, MismatchError, SeenSto
                       StoreNotFoundError)
 from ..layout import Layout
 from ..store import MAX_SHARD_BITS, SeenStore
+from ..store.runcache import default_budget
 from ..store.runs import first_last, open_reader
 from .answers import AnswerLog
 from .files import RANGE_MAJOR, read_sealed, write_sealed
@@ -58,6 +59,11 @@ class ShardActor:
         # [lo, hi) of the top 8 key bits (default: equal ranges, the top bits = index)
         self.range = list(key_range or equal_ranges(1 << shard_bits)[index])
         self.kw = dict(store_kwargs)
+        sharing = self.kw.pop("cache_sharing", None)
+        if sharing and "cache_bytes" not in self.kw:
+            # shards on one node share the store's default run cache budget (a quarter of
+            # the node's available memory), instead of each taking a quarter
+            self.kw["cache_bytes"] = default_budget() // sharing
         self.store: SeenStore | None = None
         self.log: AnswerLog | None = None
         self._lock = threading.Lock()  # one admission at a time (the answer log's rule)

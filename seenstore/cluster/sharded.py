@@ -131,17 +131,18 @@ def _node_id(ray, ip: str | None) -> str | None:
     return None
 
 
-def _threads_per_shard(ray, shards: list) -> int:
-    """Sort threads for each shard's store: the fewest CPUs of a node over the shards
-    on it (recorded nodes; else spread evenly over the live nodes), at least 1."""
+def _node_shares(ray, shards: list) -> tuple[int, int]:
+    """``(threads, sharing)``: sort threads for each shard's store, the fewest CPUs of a
+    node over the shards on it, at least 1; and the most shards one node holds
+    (recorded nodes; else the shards spread evenly over the live nodes)."""
     nodes = {n.get("NodeManagerAddress"): int(n.get("Resources", {}).get("CPU", 1))
              for n in ray.nodes() if n.get("Alive")}
     ips = [s.get("node_ip") for s in shards]
     if nodes and all(ip in nodes for ip in ips):
         per = {ip: ips.count(ip) for ip in ips}
-        return max(1, min(nodes[ip] // per[ip] for ip in per))
+        return max(1, min(nodes[ip] // per[ip] for ip in per)), max(per.values())
     per_node = -(-len(shards) // max(1, len(nodes)))
-    return max(1, min(nodes.values(), default=1) // per_node)
+    return max(1, min(nodes.values(), default=1) // per_node), per_node
 
 
 class _BloomProxy:
@@ -205,7 +206,7 @@ class ShardedStore:
              sync: bool = True, wait: float | None = 0.0, max_restarts: int = DEFAULT_RESTARTS,
              retries: int = DEFAULT_RETRIES, wal_dir: str | None = None,
              pin_nodes: bool = True, threads: int | None = None,
-             sample=None) -> "ShardedStore":
+             cache_bytes: int | None = None, sample=None) -> "ShardedStore":
         """Open (``create=True``: create) a sharded store and start its shard actors.
 
         ``paths_or_uri``: a cluster root directory (str; it holds ``CLUSTER``, which
@@ -222,12 +223,20 @@ class ShardedStore:
         storage, or moved by hand: docs/cluster.md). ``threads``: each shard
         store's sort threads (default: its node's CPUs over the shards placed on
         that node, at least 1, so shards sharing a node do not oversubscribe it).
+        ``cache_bytes``: each shard store's run cache (``SeenStore.open``); default:
+        the store's default budget (a quarter of the node's available memory) over
+        the most shards one node holds, so shards sharing a node share that quarter
+        rather than each taking one.
         ``sample``: with ``create`` (of a cluster root), keys like those the store
         will get (e.g. its first batch): the shards' key ranges are cut so that each
         gets about the same share of them (default: equal ranges; ranges.py).
         Raises what ``SeenStore.open`` raises, plus InvalidInputError."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
+        if cache_bytes is not None and (isinstance(cache_bytes, bool)
+                                        or not isinstance(cache_bytes, int) or cache_bytes < 0):
+            raise InvalidInputError(f"cache_bytes must be a whole number >= 0, got "
+                                    f"{cache_bytes!r}")
         ray = ensure_ray(ray_address)
         root = None
         if isinstance(paths_or_uri, (str, os.PathLike)):
@@ -248,9 +257,14 @@ class ShardedStore:
                    "shards": [{"dir": d, "node_ip": None, "range": r}
                               for d, r in zip(dirs, equal_ranges(1 << cluster_bits(len(dirs))))]}
         n = len(dirs)
+        per_shard, sharing = _node_shares(ray, doc["shards"])
         kw = {"bloom": bloom, "bloom_fpr": bloom_fpr, "sync": sync, "wait": wait,
               "bloom_capacity": -(-bloom_capacity // n) if bloom_capacity else None,
-              "threads": threads or _threads_per_shard(ray, doc["shards"])}
+              "threads": threads or per_shard}
+        if cache_bytes is not None:
+            kw["cache_bytes"] = cache_bytes
+        else:  # the actor divides its own node's default budget (actor.py)
+            kw["cache_sharing"] = sharing
         options = {"max_restarts": max_restarts, "max_task_retries": max_restarts,
                    "max_concurrency": 4, "num_cpus": 0, "retries": retries}
         st = cls(ray, [None] * n, dirs, root, doc, options, kw, wal_dir)
