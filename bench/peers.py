@@ -4,6 +4,9 @@ Each peer runs alone in its own subprocess (so its peak RSS is its own), one aft
 other, on the same deterministic ``CrawlStream``; only the peer's work is timed (not the
 generator, not the check). Each batch's new keys are checked against the stream's exact
 expectation. A peer over ``--time-limit`` is killed and reported with how far it got.
+Before each peer the host's speed is probed (``benchrun.cpu_probe``: np.sort of 2^20
+keys, thread CPU) and printed: this VM's speed moves, and a ratio between two peers
+that ran at different speeds says little.
 
     python bench/peers.py --keys 1e7 [--batch N] [--peers set,sqlite,...] [--plot F.png]
 """
@@ -403,15 +406,18 @@ def main() -> None:
           f"dup {args.dup}, seed {args.seed}; time limit {args.time_limit:.0f} s per peer.\n"
           f"Machine: {machine_summary()}; load average {os.getloadavg()[0]:.1f} at the start.\n",
           flush=True)
+    from seenstore.benchrun import cpu_probe
     rows = []
     try:
         for name in names:
+            probe = cpu_probe()  # the host's speed as this peer starts
             row = run_peer(name, args)
+            row["cpu_probe_ns"] = probe
             rows.append(row)
             ns = (f"{row['seconds'] / row['offered'] * 1e9:,.0f} ns/key"
                   if row.get("offered") else "")
-            print(f"#   {name}: {row.get('status')} {ns} (wall {row['wall_s']:.0f} s)",
-                  file=sys.stderr, flush=True)
+            print(f"#   {name}: {row.get('status')} {ns} (wall {row['wall_s']:.0f} s; "
+                  f"host probe {probe:.1f} ns/key)", file=sys.stderr, flush=True)
     finally:
         if own:
             shutil.rmtree(args.workdir, ignore_errors=True)
@@ -419,6 +425,9 @@ def main() -> None:
     verdict = fmt_verdict(rows)
     if verdict:
         print("\n" + verdict)
+    print("\nHost probe as each peer started (np.sort of 2^20 keys, ns/key of thread CPU; "
+          "this VM's speed moves, so ratios compare like with like only where these agree): "
+          + ", ".join(f"{r['peer']} {r['cpu_probe_ns']:.1f}" for r in rows))
     warm = next((r["warmup_s"] for r in rows if r.get("warmup_s") is not None), None)
     if warm is not None:
         print(f"\n(seenstore JIT warm-up {warm:.2f} s, outside the timing; peak RSS includes the "

@@ -331,6 +331,24 @@ class DiskBandwidth:
     direct_write_bps: float | None = None
 
 
+CPU_PROBE_KEYS = 1 << 20
+
+
+def cpu_probe(repeats: int = 5) -> float:
+    """This host's speed now: thread CPU ns/key of ``np.sort`` on CPU_PROBE_KEYS random
+    uint64 keys, best of ``repeats`` (~0.1 s in all). The VMs this project runs on
+    change speed by 1.2-2x within an hour (another tenant on the same cores), so the
+    benchmark takes it at its start and end: two runs compare only when it agrees."""
+    keys = np.random.default_rng(7).integers(0, 2**64, CPU_PROBE_KEYS, dtype=np.uint64)
+    best = float("inf")
+    for _ in range(repeats):
+        a = keys.copy()
+        t = time.thread_time()
+        a.sort()
+        best = min(best, time.thread_time() - t)
+    return best / CPU_PROBE_KEYS * 1e9
+
+
 def disk_bandwidth(directory: str, nbytes: int) -> DiskBandwidth:
     """dd-style probe in ``directory``: write ``nbytes`` in 8 MiB chunks + fsync, drop the
     file's cached pages (posix_fadvise DONTNEED), read it back. The file is removed."""
@@ -418,6 +436,7 @@ class BenchResult:
     expected_new: int = 0
     bad_batches: list = field(default_factory=list)
     disk: list = field(default_factory=list)
+    cpu_probe_ns: list = field(default_factory=list)  # cpu_probe() at the start and end
     store_stats: dict = field(default_factory=dict)
     bloom_end: dict | None = None  # the filter after the last batch (``_bloom_end``)
     disk_bytes: int = 0  # allocated by the store directory after close (runs, BLOOM, ...)
@@ -482,6 +501,7 @@ class BenchResult:
             "peak_rss_bytes": self.peak_rss,
             "rss_by_phase": self.rss_by_phase,
             "disk_probe": [d.__dict__ for d in self.disk],
+            "cpu_probe_ns_per_key": list(self.cpu_probe_ns),
             "sort": self.store_stats.get("sort"),
             "machine": sorting.machine(),
             "floor": {
@@ -738,6 +758,7 @@ def run_bench(
     t_start = time.perf_counter()
     res.warmup_s = warm_up(work, run_format)
     res.disk.append(disk_bandwidth(work, probe_bytes))
+    res.cpu_probe_ns.append(cpu_probe())
     sampler = None
     with SeenStore.open(store_path, create=True, bloom=bloom,
                         bloom_capacity=bloom_capacity, run_format=run_format,
@@ -832,6 +853,7 @@ def run_bench(
         res.bloom_end = _bloom_end(store, res.store_stats) if bloom else None
     res.disk_bytes = dir_bytes(store_path)
     res.disk.append(disk_bandwidth(work, probe_bytes))
+    res.cpu_probe_ns.append(cpu_probe())
     res.peak_rss = peak_rss_bytes()
     res.wall_s = time.perf_counter() - t_start
     return res

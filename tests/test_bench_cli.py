@@ -42,6 +42,8 @@ def test_tiny_run_subprocess_exit_code_and_json_fields(tmp_path):
     assert r["disk_bytes"] >= 8 * r["store_keys"] and r["disk_bytes_per_key"] >= 8.0
     assert r["peak_rss_bytes"] > 0
     assert len(r["disk_probe"]) == 2 and all(d["write_bps"] > 0 for d in r["disk_probe"])
+    probe = r["cpu_probe_ns_per_key"]  # the host's speed at the start and at the end
+    assert len(probe) == 2 and all(0 < x < 1000 for x in probe)
     assert r["floor"]["total_s"] > 0 and r["floor"]["ratio_store_to_floor"] > 0
     assert not os.path.exists(tmp_path / "bench-store")  # removed without --keep
     res = r["resources"]  # what bench found and needed, decided before it started

@@ -98,6 +98,12 @@ def _print_text(r: dict) -> None:
         echo(f"disk probe {('start', 'end')[min(i, 1)]:5} {_mib(d['nbytes'])}: "
              f"write+fsync {d['write_bps'] / 1e9:.2f} GB/s, cold read {d['read_bps'] / 1e9:.2f} GB/s"
              + (f", O_DIRECT write {direct / 1e9:.2f} GB/s" if direct else ""))
+    probe = r.get("cpu_probe_ns_per_key") or []
+    if probe:
+        echo(f"cpu probe        np.sort of 2^20 keys: "
+             + ", ".join(f"{x:.1f}" for x in probe)
+             + " ns/key of thread CPU (start, end): this host's speed then; "
+               "runs compare only where these agree")
     srt = r.get("sort") or {}
     echo(f"sort             {srt.get('sort', '?')} ({srt.get('source', '')}); threads "
          f"{p.get('threads')}")
