@@ -28,6 +28,7 @@ from ..kernels.batch import (count_top_bits, mark_first_new, mark_members,
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..sorting import default_threads
 from ..store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
+from ..store.runcache import check_budget
 from .actor import ShardActor
 from .files import RANGE_MAJOR, read_sealed, write_sealed
 from .ranges import (GROUPS, RANGE_BITS, balanced_ranges, check_ranges, equal_ranges,
@@ -233,10 +234,7 @@ class ShardedStore:
         Raises what ``SeenStore.open`` raises, plus InvalidInputError."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
-        if cache_bytes is not None and (isinstance(cache_bytes, bool)
-                                        or not isinstance(cache_bytes, int) or cache_bytes < 0):
-            raise InvalidInputError(f"cache_bytes must be a whole number >= 0, got "
-                                    f"{cache_bytes!r}")
+        check_budget(cache_bytes)
         ray = ensure_ray(ray_address)
         root = None
         if isinstance(paths_or_uri, (str, os.PathLike)):

@@ -33,7 +33,7 @@ from . import commit as commitmod, compaction as compactionmod, report, runs as 
 from .admission import Admission
 from .compaction import Compactor, plan
 from .files import BLOOM_NAME, io_error, remove_leftovers, stray_files
-from .runcache import default_budget
+from .runcache import check_budget, default_budget
 from .scheduling import BatchArena, BufferPool, ShardSorter
 
 PREFAULT_MIN_BYTES = 4 << 20  # smaller new filters fault in within the first insert
@@ -125,10 +125,7 @@ class SeenStore(Admission):
         ``cache_bytes`` attribute changes it later); answers never depend on it."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
-        if cache_bytes is not None and (isinstance(cache_bytes, bool)
-                                        or not isinstance(cache_bytes, int) or cache_bytes < 0):
-            raise InvalidInputError(f"cache_bytes must be a whole number >= 0, got "
-                                    f"{cache_bytes!r}")
+        check_budget(cache_bytes)
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotAStoreError(f"{path}: is a file, not a store directory")

@@ -24,6 +24,7 @@ import threading
 import numpy as np
 
 from ..dispatch import merge as _merge
+from ..errors import InvalidInputError
 
 BLOCK_KEYS = 1 << 17  # 1 MiB blocks: small runs waste little, sweeps stay long
 BLOCK_BYTES = 8 * BLOCK_KEYS
@@ -32,6 +33,15 @@ BLOCK_BYTES = 8 * BLOCK_KEYS
 # 1 MiB arrays took 0.7 GB/s (200 ms) on this VM
 SLAB_BLOCKS = 16
 DEFAULT_SHARE = 4  # the default budget: 1/DEFAULT_SHARE of the memory available at open
+
+
+def check_budget(cache_bytes) -> None:
+    """Refuse a ``cache_bytes`` option that is not None or a whole number >= 0
+    (InvalidInputError): ``SeenStore.open`` and ``ShardedStore.open`` take it."""
+    if cache_bytes is not None and (isinstance(cache_bytes, bool)
+                                    or not isinstance(cache_bytes, int) or cache_bytes < 0):
+        raise InvalidInputError(f"cache_bytes must be a whole number >= 0, got "
+                                f"{cache_bytes!r}")
 
 
 def default_budget() -> int:
