@@ -93,6 +93,8 @@ GEN_CHUNK = 1 << 22  # keys per generated chunk of a spilled batch
 GEN_BYTES = 6 * 8 * GEN_CHUNK  # a generated chunk and its temporaries (workload.py)
 COMPACTION_BYTES = 1 << 27  # the compaction beside the spill phase: merge buffers, writer
 IO_BYTES = 2 * 8 * (1 << 20)  # the check's two I/O buffers at most (spill.Budget.io_keys)
+# the check's two halves' sweep buffers and scratch (runcodec.SWEEP_BLOCKS blocks each)
+SWEEP_BYTES = 2 * 9 * (1 << 20)
 MIN_SPILL_MEMORY = 1 << 28  # a smaller budget is refused: the Bloom target is raised first
 # Bloom targets a spilled plan may take, in order: the store's default, then twice it,
 # whose one layer (LayeredBloom.layer_fpr: half the target) has the default's rate; the
@@ -157,14 +159,14 @@ def spill_peak(memory: int, bloom_bytes: int, io_bytes: int | None = None) -> di
     the interpreter, the filter, and the larger of the spill phase (read chunk and
     partition copy, 2/5 of the budget; a generated chunk; the compaction between
     batches beside it) and the check phase (slice, found mask and the sort's scratch,
-    17/32; two I/O buffers); the deferred Bloom insert (two lots) runs beside both
-    (spill.py)."""
+    17/32; the run sink's buffers, 4/64; two I/O buffers; the two halves' sweep
+    buffers); the deferred Bloom insert (two lots) runs beside both (spill.py)."""
     from .spill import DEFERRED_CHUNK_KEYS
 
     io = IO_BYTES if io_bytes is None else io_bytes
     insert = 2 * 8 * DEFERRED_CHUNK_KEYS
     spill_phase = 2 * memory // 5 + GEN_BYTES + COMPACTION_BYTES + insert
-    check_phase = 17 * memory // 32 + io + insert
+    check_phase = 19 * memory // 32 + io + SWEEP_BYTES + insert
     parts = {"interpreter": RSS_BASE, "heap_slack": HEAP_SLACK, "bloom": bloom_bytes,
              "spill_phase": spill_phase, "check_phase": check_phase}
     parts["total"] = RSS_BASE + HEAP_SLACK + bloom_bytes + max(spill_phase, check_phase)
@@ -177,7 +179,7 @@ def spill_budget(cap: int, bloom_bytes: int) -> int:
 
     room = cap - RSS_MARGIN - RSS_BASE - HEAP_SLACK - bloom_bytes - 2 * 8 * DEFERRED_CHUNK_KEYS
     by_spill = (room - GEN_BYTES - COMPACTION_BYTES) * 5 // 2
-    by_check = (room - IO_BYTES) * 32 // 17
+    by_check = (room - IO_BYTES - SWEEP_BYTES) * 32 // 19
     return max(0, min(by_spill, by_check))
 
 

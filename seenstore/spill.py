@@ -9,8 +9,10 @@ live runs, and its new keys are appended to that shard's one new run. One manife
 commit at the end covers every shard: the batch is atomic (a crash leaves the
 store as before, plus a spill folder and unnamed runs the next open removes).
 
-Memory: the read chunk and its partition copy (a quarter of the budget each), or
-one slice with its masks and 2 MiB-scale I/O buffers; never the whole batch. See
+Memory: the read chunk and its partition copy (a fifth of the budget each), or
+one slice with its masks, 2 MiB-scale I/O buffers and the run sink's four buffers
+(``runsink.py``: the new keys are encoded and written on a thread behind the
+check); never the whole batch. See
 docs/architecture.md ("Batches bigger than memory").
 """
 
@@ -23,6 +25,7 @@ import shutil
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -30,12 +33,14 @@ from .dispatch import batch as _kernels, merge as _merge_kernels
 from .errors import CorruptionError, InvalidInputError, StoreNotFoundError
 from .runformat import HEADER_SIZE, aligned_empty, policy_digest
 from . import sorting, tiers
+from .runsink import RunSink
 
 SPILL_RE = re.compile(r"^spill\.tmp\.\d+(\.new)?$")  # a folder; .new: merge --memory's new keys
 MIN_MEMORY = 16 << 20  # below this the fixed buffers alone would not fit
 MAX_PARTS = 256  # a too-large bucket splits into at most this many key ranges per level
 NEW_NAME = "new.bin"  # the batch's new keys, shard by shard (sorted within each)
 DEFERRED_CHUNK_KEYS = 1 << 20  # keys per filter insert call of a deferred insert (8 MiB)
+HALVES_MIN_KEYS = 1 << 16  # a smaller slice is checked on one thread (check_slice)
 
 
 def spill_dir(store_path: str) -> str:
@@ -265,6 +270,47 @@ def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.nd
     return read
 
 
+def check_slice(readers: list, keys: np.ndarray, found: np.ndarray, buf: np.ndarray,
+                whole: bool, halves) -> int:
+    """Mark in ``found`` the keys of sorted unique ``keys`` (a slice of a shard's
+    bucket) that ``readers`` (the shard's live runs) hold; returns bytes read.
+
+    ``halves``: an executor of one thread, or None. With it, and every run
+    compressed, the slice is checked in two key halves at once, one on the
+    executor's thread: each reads and decodes only the blocks that can hold its half
+    (each block checked by its checksum, as a window of a split bucket is), so two
+    cores decode instead of one. Otherwise a whole shard is swept run by run
+    (``tiers.check_runs``: the run's count and body checksum checked too) and a
+    window of a split bucket by ``check_window``."""
+    if (halves is not None and len(keys) >= HALVES_MIN_KEYS and readers
+            and all(tiers.compressed(r) for r in readers)):
+        mid = len(keys) // 2
+        upper = halves.submit(check_window, readers, keys[mid:], found[mid:], buf)
+        try:
+            lower = check_window(readers, keys[:mid], found[:mid], buf)
+        finally:
+            read = upper.result()
+        return lower + read
+    if whole:
+        return tiers.check_runs(readers, keys, found, buf)
+    return check_window(readers, keys, found, buf)
+
+
+def _read_ahead(path: str) -> None:
+    """Let the OS start reading the bucket ``path`` (the next shard's, read whole
+    once this shard is checked); a no-op without posix_fadvise."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
+
+
 def _bisect(fd: int, count: int, x: int, before) -> int:
     """First position in a run file's body whose key ``k`` is not ``before(k, x)``,
     by positional reads of single keys (not the memory map: each page it faults
@@ -480,6 +526,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     commits on its own, runs on beside the spilling (on the other core; the spill
     reads no run); None when it is joined already."""
     from .store import run_name
+    from .store.scheduling import Syncer
 
     budget = Budget(int(memory))
     t0 = time.perf_counter()
@@ -490,6 +537,9 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     pd = policy_digest(store.policy_id)
     writers: dict = {}
     early = None  # this batch's Bloom insert (_start_insert), until the commit
+    syncer = None  # the new runs' fsyncs (Syncer), until they are waited for
+    sink = None  # the new runs' writer thread (RunSink), until it is closed
+    halves = None  # the check's second thread
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
     clock = Clock()
@@ -524,11 +574,44 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         found_slab = np.empty(budget.slice_keys, dtype=np.bool_)
         new_path = os.path.join(work, NEW_NAME) if new_out is not None else None
         added = []
-        for s in sorted(buckets):
+        # each shard's new run is fsynced on a thread of its own while the next
+        # shard is checked (waited for before the commit); the next shard's bucket is
+        # read ahead by the OS while this one is checked
+        syncer = Syncer(1) if store.sync else None
+
+        def open_writer(s: int):  # on the sink's thread
+            w = writers[s] = tiers.new_writer(
+                os.path.join(store.path, run_name(s, gen)),
+                store.layout.host_bits, sb, s, pd, store.run_format, buf=wbuf)
+            return w
+
+        def write(s: int, w, keys: np.ndarray) -> None:  # on the sink's thread
+            w.write(keys)
+            if new_path is not None:
+                _append(new_path, keys)
+
+        def finished(s: int, w) -> None:  # on the sink's thread, shard by shard
+            h, sparse, nbytes = tiers.finish(w, False)
+            run_path = os.path.join(store.path, run_name(s, gen))
+            if syncer is not None:
+                syncer.submit(run_path)
+            added.append((s, h, sparse))
+            if early is not None:
+                early.feed(tiers.open_reader(run_path, sparse))
+            figures["bytes_written"] += nbytes
+
+        # the new keys' encode and write run behind the check, on the other core
+        sink = RunSink(open_writer, write, finished, budget.io_keys)
+        # the check of a slice in two key halves, one on a thread of its own
+        halves = (ThreadPoolExecutor(1, thread_name_prefix="seenstore-check")
+                  if store.threads >= 2 else None)
+        order = sorted(buckets)
+        for i, s in enumerate(order):
             bucket = os.path.join(work, f"s{s:04d}.bin")
+            if i + 1 < len(order):
+                _read_ahead(os.path.join(work, f"s{order[i + 1]:04d}.bin"))
             readers = store._runs.get(s, [])
             whole = os.path.getsize(bucket) // 8 <= budget.slice_keys
-            w = None
             lo = s << (64 - sb) if sb else 0
             hi = lo + (1 << (64 - sb)) - 1
             for keys in _slices(bucket, lo, hi, budget, slab, fault, store.threads, clock):
@@ -537,34 +620,28 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                 found = found_slab[: len(keys)]
                 found[:] = False
                 t = clock.start()
-                if whole:  # the whole shard at once: full sweeps, checksums checked
-                    figures["bytes_read"] += tiers.check_runs(readers, keys, found, buf)
-                else:
-                    figures["bytes_read"] += check_window(readers, keys, found, buf)
+                figures["bytes_read"] += check_slice(readers, keys, found, buf, whole, halves)
                 clock.stop("check", t)
                 t = clock.start()
                 np.logical_not(found, out=found)
                 k = _kernels.compact_inplace(keys, found)
                 if k:
-                    if w is None:
-                        w = writers[s] = tiers.new_writer(
-                            os.path.join(store.path, run_name(s, gen)),
-                            store.layout.host_bits, sb, s, pd, store.run_format, buf=wbuf)
-                    w.write(keys[:k])
-                    if new_path is not None:
-                        _append(new_path, keys[:k])
+                    sink.put(s, keys[:k])
                     figures["new"] += k
                 clock.stop("write", t)
                 fault("spill-sorted")
-            if w is not None:
-                t = clock.start()
-                h, sparse, nbytes = tiers.finish(w, store.sync)
-                clock.stop("sync", t)
-                added.append((s, h, sparse))
-                if early is not None:
-                    early.feed(tiers.open_reader(os.path.join(store.path, run_name(s, gen)),
-                                                 sparse))
-                figures["bytes_written"] += nbytes
+            sink.end(s)
+        t = clock.start()
+        sink, closing = None, sink
+        closing.close()  # every new run written and finished
+        clock.stop("write", t)
+        clock.wall["write_behind"] = closing.busy_s
+        clock.cpu["write_behind"] = closing.cpu_s
+        if syncer is not None:
+            t = clock.start()
+            syncer, waiting = None, syncer
+            waiting.wait()  # every new run durable before the manifest names it
+            clock.stop("sync", t)
         t_check = time.perf_counter()
         store._spill_phase = "commit"
         # 3. one commit for every shard
@@ -595,12 +672,20 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                                for k, v in clock.wall.items()})
         return figures
     except BaseException:
+        if sink is not None:
+            sink.abort()
+        if halves is not None:
+            halves.shutdown(wait=True, cancel_futures=True)
+        if syncer is not None:
+            syncer.abandon()
         if early is not None:
             early.abandon()
         for w in writers.values():
             w.abort()
         raise
     finally:
+        if halves is not None:
+            halves.shutdown(wait=True)
         store._spill_phase = None
         shutil.rmtree(work, ignore_errors=True)
 

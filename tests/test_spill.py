@@ -277,3 +277,54 @@ def test_spilled_merge_into_compressed_runs_stays_within_the_budget(tmp_path):
         got = np.sort(np.concatenate([r.keys for r in s._all_readers()]))
         s.verify()
     assert np.array_equal(got, want_store)
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(key, max_size=80), min_size=1, max_size=4),
+       shard_bits=st.sampled_from([0, 2]))
+@example(batches=[list(range(0, 400, 2)), list(range(0, 400, 3)) + [2**64 - 1]],
+         shard_bits=0)
+def test_spilled_checks_in_two_halves_equal_a_python_set(tmp_path_factory, tiny, monkeypatch,
+                                                        batches, shard_bits):
+    """Every slice of two keys or more checked in two key halves on two threads
+    (check_slice), against compressed runs: the same answers as a set."""
+    monkeypatch.setattr(spill, "HALVES_MIN_KEYS", 2)
+    d = tmp_path_factory.mktemp("halves")
+    seen = set()
+    with SeenStore.open(str(d / "s"), create=True, sync=False, shard_bits=shard_bits,
+                        bloom=False, run_format=2, threads=2) as s:
+        for b in batches:
+            _write(str(d / "b.bin"), b)
+            r = s.add_new_file(str(d / "b.bin"), 1 << 30, new_out=str(d / "new.bin"))
+            got = np.fromfile(str(d / "new.bin"), dtype=np.uint64)
+            want = sorted(set(b) - seen)
+            assert sorted(int(k) for k in got) == want and r["new"] == len(want)
+            seen |= set(b)
+        assert set(int(k) for k in tiers.iter_keys(tiers.all_readers(s._runs), 64)
+                   for k in k) == seen
+
+
+def test_check_slice_halves_agree_with_one_thread(tmp_path):
+    """check_slice with its second thread and without it mark the same keys, equal to
+    np.isin, over a shard of several compressed runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(7)
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, shard_bits=0,
+                        bloom=False, run_format=2) as s:
+        stored = np.unique(rng.integers(0, 2**64, 300_000, dtype=np.uint64))
+        for part in np.array_split(rng.permutation(stored), 3):
+            s.add_new(part)
+        readers = s._runs[0]
+        assert len(readers) >= 2 and all(tiers.compressed(r) for r in readers)
+        batch = np.unique(np.concatenate([rng.choice(stored, 100_000),
+                                          rng.integers(0, 2**64, 100_000, dtype=np.uint64)]))
+        buf = np.empty(1 << 16, np.uint64)
+        one = np.zeros(len(batch), bool)
+        spill.check_slice(readers, batch, one, buf, True, None)
+        with ThreadPoolExecutor(1) as ex:
+            two = np.zeros(len(batch), bool)
+            assert spill.check_slice(readers, batch, two, buf, True, ex) > 0
+        np.testing.assert_array_equal(one, np.isin(batch, stored))
+        np.testing.assert_array_equal(two, one)

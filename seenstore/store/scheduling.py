@@ -364,6 +364,11 @@ class Syncer:
         finally:
             self._ex.shutdown(wait=True)
 
+    def abandon(self) -> None:
+        """The batch failed: wait for the fsyncs under way (their files are about to
+        be removed), ignoring their errors."""
+        self._ex.shutdown(wait=True, cancel_futures=True)
+
 
 def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                  target: Target, pool: BufferPool, chunk_keys: int, *, threads: int,
