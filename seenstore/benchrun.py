@@ -444,6 +444,8 @@ class BenchResult:
     disk_bytes: int = 0  # allocated by the store directory after close (runs, BLOOM, ...)
     peak_rss: int = 0
     rss_by_phase: dict = field(default_factory=dict)  # spilled runs: RssSampler
+    # spilled runs: seconds by stage of admit_file (spill.Clock: wall and process CPU)
+    spill_stages: dict = field(default_factory=dict)
     wall_s: float = 0.0
 
     @property
@@ -493,6 +495,9 @@ class BenchResult:
                 "shard_sort": self.shard_sort_s / n * 1e9,
             },
             "shard_threads_ns_per_key": {k: v / n * 1e9 for k, v in self.thread_laps.items()},
+            "spill_stages_ns_per_key": {k: {"wall": v["wall_s"] / n * 1e9,
+                                            "cpu": v["cpu_s"] / n * 1e9}
+                                        for k, v in self.spill_stages.items()},
             "bytes_read": self.bytes_read,
             "bytes_cached": self.bytes_cached,
             "run_cache": self.store_stats.get("run_cache"),
@@ -821,6 +826,10 @@ def run_bench(
             row["bytes_read"] += int(tm.get("compact_bytes_read", 0))
             row["bytes_written"] += int(tm.get("compact_bytes_written", 0))
             row["bloom_layers"] = int(tm.get("bloom_layers", 0))
+            for k, v in tm.get("spill_stages", {}).items():
+                acc = res.spill_stages.setdefault(k, {"wall_s": 0.0, "cpu_s": 0.0})
+                acc["wall_s"] += v["wall_s"]
+                acc["cpu_s"] += v["cpu_s"]
             # time inside add() that the store's timings do not name
             row["other_s"] = (t_add - sum(row[f"{s}_s"] for s in STAGES[1:])
                               - row["compact_wait_s"])

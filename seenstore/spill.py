@@ -145,6 +145,13 @@ def _append(path: str, keys: np.ndarray) -> None:
         f.write(memoryview(np.ascontiguousarray(keys)).cast("B"))
 
 
+def _append_buckets(work: str, part: np.ndarray, bounds: np.ndarray, shards) -> None:
+    """Append each of ``shards``' keys of the partitioned chunk ``part`` (shard s:
+    ``part[bounds[s]:bounds[s + 1]]``) to its bucket file in ``work``."""
+    for s in shards.tolist():
+        _append(os.path.join(work, f"s{s:04d}.bin"), part[bounds[s]:bounds[s + 1]])
+
+
 def _sample(path: str, n: int, pieces: int = 64, piece: int = 1024) -> np.ndarray:
     """About ``pieces * piece`` keys of the ``n``-key bucket ``path``, read in
     ``pieces`` runs spread evenly over it (positional reads), sorted."""
@@ -539,6 +546,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     early = None  # this batch's Bloom insert (_start_insert), until the commit
     syncer = None  # the new runs' fsyncs (Syncer), until they are waited for
     sink = None  # the new runs' writer thread (RunSink), until it is closed
+    appender = None  # the spill's bucket appends, until they are done
     halves = None  # the check's second thread
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
@@ -546,18 +554,30 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     store._spill_phase = "spill"  # for a sampler of the memory by phase (benchrun.py)
     try:
         # 1. spill: every chunk's keys appended to their shard's bucket
+        # a chunk's appends run on a thread while the next chunk is read (or
+        # generated); its partition waits for them (one partition buffer)
         out = np.empty(budget.chunk_keys, dtype=np.uint64)
         bounds = np.empty((1 << sb) + 1, dtype=np.int64)
         buckets = set()
+        appender = ThreadPoolExecutor(1, thread_name_prefix="seenstore-spill-append")
+        appending = None
         for chunk in source_chunks(path, budget.chunk_keys):
             t = clock.start()
+            if appending is not None:
+                appending.result()  # ``out`` is free again
             figures["offered"] += len(chunk)
             _kernels.partition_top_bits(chunk, sb, out, bounds)
-            for s in np.flatnonzero(np.diff(bounds)):
-                _append(os.path.join(work, f"s{s:04d}.bin"), out[bounds[s]:bounds[s + 1]])
-                buckets.add(int(s))
+            shards = np.flatnonzero(np.diff(bounds))
+            buckets.update(shards.tolist())
+            appending = appender.submit(_append_buckets, work, out, bounds.copy(), shards)
             clock.stop("spill", t)
             fault("spill-write")
+        t = clock.start()
+        appender, closing = None, appender
+        closing.shutdown(wait=True)
+        if appending is not None:
+            appending.result()
+        clock.stop("spill", t)
         figures["bytes_spilled"] = 8 * figures["offered"]
         del out
         t_spill = time.perf_counter()
@@ -672,6 +692,8 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                                for k, v in clock.wall.items()})
         return figures
     except BaseException:
+        if appender is not None:
+            appender.shutdown(wait=True, cancel_futures=True)
         if sink is not None:
             sink.abort()
         if halves is not None:

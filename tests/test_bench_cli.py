@@ -167,6 +167,10 @@ def test_spilled_batches_verify_and_report_their_budget(tmp_path):
     assert res["shard_bits"] == 8
     assert res["disk"]["spill_buckets"] == int(8 * 50_000 * (1 + res["busiest_shard_share"]))
     assert d["ns_per_key"]["spill"] > 0 and all(b["ok"] for b in d["batches"])
+    stages = d["spill_stages_ns_per_key"]  # admit_file's own clock, per offered key
+    assert {"spill", "read", "sort", "check", "write", "write_behind"} <= set(stages)
+    assert all(v["wall"] >= 0 and v["cpu"] >= 0 for v in stages.values())
+    assert stages["sort"]["wall"] > 0 and stages["write_behind"]["wall"] > 0
     end = d["bloom_end"]  # the last batch's deferred insert settled: every new key in
     assert end["state"] == "kept" and 0.99 * d["new"] <= end["keys"] <= d["new"]
 

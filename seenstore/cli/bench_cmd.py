@@ -72,6 +72,15 @@ def _print_text(r: dict) -> None:
         echo(f"                 (bloom = time waited for the Bloom insert of the new keys, "
              f"which ran {ns['bloom_background']:.1f} ns/key beside merge, shard by shard, "
              f"using {ns.get('bloom_cpu', 0):.1f} ns/key of CPU)")
+    stages = r.get("spill_stages_ns_per_key") or {}
+    if stages:
+        echo("spilled stages   " + "  ".join(f"{k} {v['wall']:.1f}/{v['cpu']:.1f}"
+                                         for k, v in stages.items())
+             + " ns/key, wall/CPU of the whole process")
+        echo("                 (spill: partitioning the chunks and waiting for their appends; "
+             "read, sort, split, check, write: the calling thread's steps of the check phase; "
+             "write_behind: the run sink's thread, beside them; sync: the wait for the new "
+             "runs' fsyncs)")
     if ns.get("cpu_user") is not None and r["store_s"]:
         busy = (ns["cpu_user"] + ns.get("cpu_sys", 0)) / ns["store_total"]
         echo(f"CPU inside add   user {ns['cpu_user']:.1f} + sys {ns.get('cpu_sys', 0):.1f} ns/key, "

@@ -97,6 +97,7 @@ class Admission:
                                        join=self._join_compactor)
             timings = self._new_timings(figures["offered"])
             timings.update({k: v for k, v in figures.items() if k in timings or k.endswith("_s")})
+            timings["spill_stages"] = figures.get("stages", {})
             self._record_compaction(figures["compact_wait_s"])
             # like add(): the credit this batch earned pays for size-tiered jobs between
             # batches (a spilled batch never started them: 12 batches at 1e10 left 12

@@ -1,0 +1,48 @@
+"""bench/bench10.py render: the 1e10/1e8 ratio and its base's repeats."""
+
+import importlib.util
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _bench10():
+    spec = importlib.util.spec_from_file_location("bench10", os.path.join(ROOT, "bench", "bench10.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(ns: float) -> dict:
+    return {"params": {"batch": 10, "run_format": 1}, "verified": True, "store_s": 1.0,
+            "offered": 100, "bytes_read": 0, "bytes_written": 800, "disk_bytes_per_key": 8.0,
+            "peak_rss_bytes": 2**30, "batches": [], "ns_per_key": {"store_total": ns}}
+
+
+def _save(logs, name, r):
+    with open(os.path.join(logs, name + ".json"), "w") as f:
+        json.dump(r, f)
+    with open(os.path.join(logs, name + ".txt"), "w") as f:
+        f.write(f"log of {name}\n")
+
+
+def test_the_ratio_takes_the_median_of_the_base_and_its_repeats(tmp_path):
+    b10 = _bench10()
+    logs = str(tmp_path)
+    _save(logs, "bench10-1e8", _run(30.0))
+    _save(logs, "bench10-1e10", _run(54.0))
+    _save(logs, "bench10rep-1e8-1", _run(25.0))
+    _save(logs, "bench10rep-1e8-2", _run(27.0))
+    text = b10.render(logs)
+    assert "30.0, 25.0, 27.0 ns/key" in text and "median 27.0" in text
+    assert "**2.00x**" in text and "1.80x, 2.16x, 2.00x" in text
+    assert "log of bench10rep" not in text  # repeats are summed up, not printed whole
+
+
+def test_without_repeats_the_ratio_is_against_the_one_base_run(tmp_path):
+    b10 = _bench10()
+    logs = str(tmp_path)
+    _save(logs, "bench10-1e8", _run(25.0))
+    _save(logs, "bench10-1e10", _run(60.0))
+    assert "**2.40x**" in b10.render(logs)
