@@ -167,6 +167,14 @@ def _partition_top_bits(keys, bits, out, starts):
     np.cumsum(np.bincount(groups, minlength=1 << bits), out=starts[1:])
 
 
+def _partition_by_cuts(keys, cuts, ids, out, starts):
+    n = len(keys)
+    ids[:n] = np.searchsorted(cuts, keys, "right")
+    out[:n] = keys[np.argsort(ids[:n], kind="stable")]
+    starts[0] = 0
+    np.cumsum(np.bincount(ids[:n], minlength=len(cuts) + 1), out=starts[1:])
+
+
 # ----------------------------------------------------------------- merge twins
 def _merge_step(old, i, n_old, last_chunk, batch, j, is_new, out, prev, have_prev):
     a, b = old[i:n_old], batch[j:]
@@ -413,6 +421,7 @@ batch = _Family("batch", {
     "compact_inplace": (_compact_inplace, _first_len),
     "mark_first_new": (_mark_first_new, _first_len), "mark_members": (_mark_members, _first_len),
     "partition_top_bits": (_partition_top_bits, _first_len),
+    "partition_by_cuts": (_partition_by_cuts, _first_len),
 })
 merge = _Family("merge", {
     "merge_step": (_merge_step, _merge_len),
@@ -494,6 +503,9 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                 st.add(keys + _U(1000))
                 st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
             batch.unique_sorted(keys)  # the stage's
+            # a spilled bucket too big for one slice, split by key ranges (spill._split)
+            batch.partition_by_cuts(keys, keys[::100].copy(), np.empty(len(keys), np.int32),
+                                    np.empty(len(keys), _U), np.empty(12, np.int64))
             from .bloom import GROUP
 
             words = np.zeros(8 * 64, dtype=_U)  # region inserts (large batches into large filters)

@@ -191,18 +191,14 @@ def _split(src: str, dest_dir: str, cuts: np.ndarray, budget: Budget, fault) -> 
     os.makedirs(dest_dir, exist_ok=True)
     piece = max(1, min(budget.chunk_keys, budget.slice_keys // 4))
     seen = np.zeros(len(cuts) + 1, dtype=bool)
+    ids = np.empty(piece, dtype=np.int32)
+    part = np.empty(piece, dtype=np.uint64)
+    starts = np.empty(len(cuts) + 2, dtype=np.int64)
     for chunk in _read_chunks(src, piece):
-        ids = np.searchsorted(cuts, chunk, "right").astype(np.uint16)
-        order = np.argsort(ids, kind="stable")  # radix sort of 16-bit ids: one pass
-        counts = np.bincount(ids, minlength=len(cuts) + 1)
-        del ids
-        part = chunk[order]
-        del order
-        ends = np.cumsum(counts)
-        for i in np.flatnonzero(counts):
-            _append(os.path.join(dest_dir, f"r{i:04d}.bin"), part[ends[i] - counts[i]:ends[i]])
+        _kernels.partition_by_cuts(chunk, cuts, ids, part, starts)
+        for i in np.flatnonzero(np.diff(starts)).tolist():
+            _append(os.path.join(dest_dir, f"r{i:04d}.bin"), part[starts[i]:starts[i + 1]])
             seen[i] = True
-        del part
         fault("spill-write")
     os.unlink(src)
     bounds = [0] + [int(c) for c in cuts] + [2**64]

@@ -58,6 +58,12 @@ def test_batch_twins_equal_kernels(keys, other, bits):
     out, starts = np.zeros(len(k) + 3, np.uint64), np.zeros((1 << bits) + 1, np.int64)
     (_, ka), (_, ta) = both(D.batch, "partition_top_bits", k, bits, out, starts)
     assert np.array_equal(ka[2][: len(k)], ta[2][: len(k)]) and np.array_equal(ka[3], ta[3])
+    cuts = o[: bits + 1]  # 0..17 ascending cuts, edge keys among them; repeats in k
+    ids, out = np.zeros(len(k), np.int32), np.zeros(len(k), np.uint64)
+    starts = np.zeros(len(cuts) + 2, np.int64)
+    (_, ka), (_, ta) = both(D.batch, "partition_by_cuts", k, cuts, ids, out, starts)
+    assert np.array_equal(ka[3], ta[3]) and np.array_equal(ka[4], ta[4])
+    assert np.array_equal(ka[3], k[np.argsort(np.searchsorted(cuts, k, "right"), kind="stable")])
 
 
 @settings(max_examples=60, deadline=None)

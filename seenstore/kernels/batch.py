@@ -192,6 +192,51 @@ def partition_top_bits(keys, bits, out, starts):
 
 
 @njit(cache=True, nogil=True)
+def partition_by_cuts(keys, cuts, ids, out, starts):
+    """Copy ``keys`` into ``out`` grouped by key range, groups ascending, input order
+    kept inside a group: key k is in group ``np.searchsorted(cuts, k, "right")`` (the
+    number of cuts <= k), found by a binary search over ``cuts`` (a counting pass
+    that stores each key's group in ``ids``, then a scatter pass). A spill bucket too
+    big for one slice is split so (spill._split): 5-10x numpy's searchsorted, stable
+    argsort and gather.
+
+    Requires: ``cuts`` ascending; ``ids`` int32 and ``out`` at least len(keys) long;
+    ``starts`` int64 of length len(cuts) + 2. Leaves ``starts[g]`` = index in ``out``
+    of group g's first key, ``starts[-1]`` = len(keys). Twin:
+    dispatch._partition_by_cuts."""
+    n = keys.shape[0]
+    c = cuts.shape[0]
+    fill = np.zeros(c + 2, np.int64)
+    top = 0
+    if c > 0:
+        top = 1
+        while top * 2 <= c:
+            top *= 2
+    # cuts padded to 2 * top - 1 with the largest key: the search below takes the
+    # same steps for every key, with no branch on the data (a key can move past the
+    # padding only when it is the largest key, and is clamped back to c)
+    padded = np.full(max(1, 2 * top - 1), np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64)
+    padded[:c] = cuts
+    for i in range(n):
+        x = keys[i]
+        pos = 0
+        step = top
+        while step > 0:
+            pos += step * np.int64(padded[pos + step - 1] <= x)
+            step >>= 1
+        pos = min(pos, c)
+        ids[i] = pos
+        fill[pos + 1] += 1
+    for g in range(c + 1):
+        fill[g + 1] += fill[g]
+    starts[:] = fill
+    for i in range(n):  # fill[g] ends as the end of group g
+        g = ids[i]
+        out[fill[g]] = keys[i]
+        fill[g] += 1
+
+
+@njit(cache=True, nogil=True)
 def count_top_bits(keys, bits, counts):
     """Add to ``counts[g]`` the number of ``keys`` whose top ``bits`` bits equal g.
 
