@@ -88,6 +88,21 @@ def median(xs: list) -> float:
     return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
+def machine_line(runs: list) -> str | None:
+    """The machine the runs measured (each run's JSON records it), once."""
+    seen = []
+    for _, r, _ in runs:
+        m = (r or {}).get("machine")
+        if m:
+            simd = m.get("numpy_simd", {})
+            text = (f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores; numpy {m.get('numpy', '?')} "
+                    f"SIMD baseline {' '.join(simd.get('baseline', [])) or '-'}, found "
+                    f"{' '.join(simd.get('found', [])) or '-'}")
+            if text not in seen:
+                seen.append(text)
+    return "Machine: " + "; ".join(seen) + "." if seen else None
+
+
 def render(logs: str) -> str:
     runs = load(logs)
     lines = ["| --keys | batches | path | run format | verified | store s | ns/key | "
@@ -109,6 +124,9 @@ def render(logs: str) -> str:
             f"{r['disk_bytes_per_key'] or 0:.2f} | {r['peak_rss_bytes'] / 2**30:.2f} | "
             f"{res.get('disk_needed', 0) / 2**30:.1f} |")
     out = lines
+    machine = machine_line(runs)
+    if machine:
+        out = [machine, ""] + out
     top = [r for k, r, _ in runs if r and float(k) >= 1e10]
     base_k = next((k for k, r, _ in runs if r and float(k) <= 1e8), None)
     if base and top:

@@ -16,6 +16,7 @@
 #                                   # override the runs, e.g. for a dry run. The first run is
 #                                   # repeated $BENCH10_BASE_REPEATS times (default 2) after
 #                                   # the others: the ratio's base is the median of all.
+#   --ten-render                    # rewrite the --ten section and plot from its logs only
 #
 # Needs the [bench] extra (pip install -e '.[bench]'). Raw logs and JSON go to
 # $BENCH_LOGS (default scratch/bench-logs, git-ignored); each records the code version
@@ -27,6 +28,7 @@ cd "$(dirname "$0")/.."
 MODE=full
 STEPS=peers,scaling,bench
 SNAPSHOT=0
+TEN_RENDER_ONLY=0
 for arg in "$@"; do
   case $arg in
     --quick) MODE=quick ;;
@@ -34,7 +36,8 @@ for arg in "$@"; do
     --steps=*) STEPS=${arg#--steps=} ;;
     --snapshot) SNAPSHOT=1 ;;
     --ten) STEPS=bench10 ;;
-    *) echo "usage: bash bench/run_all.sh [--quick] [--steps=a,b] [--render-only] [--snapshot] [--ten]" >&2
+    --ten-render) STEPS=bench10; TEN_RENDER_ONLY=1 ;;
+    *) echo "usage: bash bench/run_all.sh [--quick] [--steps=a,b] [--render-only] [--snapshot] [--ten] [--ten-render]" >&2
        exit 2 ;;
   esac
 done
@@ -99,6 +102,10 @@ for step in ${step_list[@]+"${step_list[@]}"}; do
         echo "$rc" > "$LOGS/bench-$k.rc"
       done ;;
     bench10)
+      if [[ $TEN_RENDER_ONLY == 1 ]]; then  # the section and plot from the logs alone
+        "$PY" "$BENCH_DIR/bench10.py" plot "$LOGS" "$OUT/bench10.png" || true
+        continue
+      fi
       for run in "${TEN_RUNS[@]}"; do
         k=${run%%:*}; batch_args=()
         [[ $run == *:* ]] && batch_args=(--batch "${run#*:}")

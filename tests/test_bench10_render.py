@@ -15,7 +15,9 @@ def _bench10():
 
 
 def _run(ns: float) -> dict:
-    return {"params": {"batch": 10, "run_format": 1}, "verified": True, "store_s": 1.0,
+    return {"machine": {"cpu": "Test CPU (family 6 model 1)", "cores": 2, "numpy": "2.4.6",
+                        "numpy_simd": {"baseline": ["X86_V2"], "found": ["X86_V3"]}},
+            "params": {"batch": 10, "run_format": 1}, "verified": True, "store_s": 1.0,
             "offered": 100, "bytes_read": 0, "bytes_written": 800, "disk_bytes_per_key": 8.0,
             "peak_rss_bytes": 2**30, "batches": [], "ns_per_key": {"store_total": ns}}
 
@@ -38,6 +40,7 @@ def test_the_ratio_takes_the_median_of_the_base_and_its_repeats(tmp_path):
     assert "30.0, 25.0, 27.0 ns/key" in text and "median 27.0" in text
     assert "**2.00x**" in text and "1.80x, 2.16x, 2.00x" in text
     assert "log of bench10rep" not in text  # repeats are summed up, not printed whole
+    assert text.count("Machine: Test CPU (family 6 model 1), 2 cores; numpy 2.4.6") == 1
 
 
 def test_without_repeats_the_ratio_is_against_the_one_base_run(tmp_path):
