@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import statistics
 import sys
 
 STAGES = ("sort", "spill", "bloom", "merge", "commit", "compact_wait", "other")
@@ -82,24 +83,15 @@ def repeats(logs: str, k: str) -> list:
     return out
 
 
-def median(xs: list) -> float:
-    xs = sorted(xs)
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
-
-
 def machine_line(runs: list) -> str | None:
     """The machine the runs measured (each run's JSON records it), once."""
+    from seenstore.sorting import machine_summary
+
     seen = []
     for _, r, _ in runs:
         m = (r or {}).get("machine")
-        if m:
-            simd = m.get("numpy_simd", {})
-            text = (f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores; numpy {m.get('numpy', '?')} "
-                    f"SIMD baseline {' '.join(simd.get('baseline', [])) or '-'}, found "
-                    f"{' '.join(simd.get('found', [])) or '-'}")
-            if text not in seen:
-                seen.append(text)
+        if m and machine_summary(m) not in seen:
+            seen.append(machine_summary(m))
     return "Machine: " + "; ".join(seen) + "." if seen else None
 
 
@@ -135,7 +127,7 @@ def render(logs: str) -> str:
         out.append("")
         if again:
             every = [base] + again
-            mid = median(every)
+            mid = statistics.median(every)
             out.append(f"The {base_k} run, repeated after the others: "
                        + ", ".join(f"{x:.1f}" for x in every) + " ns/key (first run first); "
                        f"median {mid:.1f}.")

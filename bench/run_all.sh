@@ -75,6 +75,21 @@ fi
 
 BENCH_DIR=bench
 [[ $SNAPSHOT == 1 && -n $STEPS ]] && BENCH_DIR=$SNAP/bench  # scripts from the snapshot too
+# one --ten run: ten_run KEYS[:BATCH] LOG_NAME LABEL -> LOGS/LOG_NAME.{json,txt,err},
+# returns the bench's exit code; its store is removed afterwards
+ten_run() {
+  local k=${1%%:*} args=() rc=0
+  [[ $1 == *:* ]] && args=(--batch "${1#*:}")
+  echo "[$(stamp)] seenstore bench $k ${args[*]-} ${TEN_ARGS[*]-} (bench10$3)" >&2
+  rm -f "$LOGS/$2.json"
+  "$PY" -m seenstore.cli bench --keys "$k" ${args[@]+"${args[@]}"} \
+    ${TEN_ARGS[@]+"${TEN_ARGS[@]}"} --quiet --dir "$TEN_WORK/$k" \
+    --save "$LOGS/$2.json" > "$LOGS/$2.txt" 2> "$LOGS/$2.err" || rc=$?
+  echo "[$(stamp)] bench10 $k$3: exit $rc" >&2
+  rm -rf "${TEN_WORK:?}/$k"
+  return $rc
+}
+
 IFS=, read -r -a step_list <<< "$STEPS"
 for step in ${step_list[@]+"${step_list[@]}"}; do
   case $step in
@@ -107,34 +122,19 @@ for step in ${step_list[@]+"${step_list[@]}"}; do
         continue
       fi
       for run in "${TEN_RUNS[@]}"; do
-        k=${run%%:*}; batch_args=()
-        [[ $run == *:* ]] && batch_args=(--batch "${run#*:}")
-        echo "[$(stamp)] seenstore bench $k ${batch_args[*]-} ${TEN_ARGS[*]-} (bench10)" >&2
+        k=${run%%:*}
         echo "$CODE, $(stamp)" > "$LOGS/bench10-$k.code"
-        rm -f "$LOGS/bench10-$k.json"
         rc=0
-        "$PY" -m seenstore.cli bench --keys "$k" ${batch_args[@]+"${batch_args[@]}"} \
-          ${TEN_ARGS[@]+"${TEN_ARGS[@]}"} --quiet --dir "$TEN_WORK/$k" \
-          --save "$LOGS/bench10-$k.json" > "$LOGS/bench10-$k.txt" 2> "$LOGS/bench10-$k.err" || rc=$?
+        ten_run "$run" "bench10-$k" "" || rc=$?
         echo "$rc" > "$LOGS/bench10-$k.rc"
-        echo "[$(stamp)] bench10 $k: exit $rc" >&2
-        rm -rf "${TEN_WORK:?}/$k"
       done
       # the first run (the base of the 1e10/1e8 ratio: a few seconds, on a host whose
       # speed moves 1.2-2x within the hour) again after the others, so the base
       # brackets them; its median is the base, every repeat listed
       rm -f "$LOGS"/bench10rep-*
-      base=${TEN_RUNS[0]}; k=${base%%:*}; batch_args=()
-      [[ $base == *:* ]] && batch_args=(--batch "${base#*:}")
+      k=${TEN_RUNS[0]%%:*}
       for ((r = 1; r <= TEN_BASE_REPEATS; r++)); do
-        echo "[$(stamp)] seenstore bench $k ${batch_args[*]-} (bench10, base repeat $r)" >&2
-        rc=0
-        "$PY" -m seenstore.cli bench --keys "$k" ${batch_args[@]+"${batch_args[@]}"} \
-          ${TEN_ARGS[@]+"${TEN_ARGS[@]}"} --quiet --dir "$TEN_WORK/$k" \
-          --save "$LOGS/bench10rep-$k-$r.json" > "$LOGS/bench10rep-$k-$r.txt" \
-          2> "$LOGS/bench10rep-$k-$r.err" || rc=$?
-        echo "[$(stamp)] bench10 $k repeat $r: exit $rc" >&2
-        rm -rf "${TEN_WORK:?}/$k"
+        ten_run "${TEN_RUNS[0]}" "bench10rep-$k-$r" ", base repeat $r" || true
       done
       "$PY" "$BENCH_DIR/bench10.py" plot "$LOGS" "$OUT/bench10.png" || true ;;
     *) echo "unknown step $step (peers, scaling, bench, bench10)" >&2; exit 2 ;;

@@ -106,9 +106,10 @@ def machine() -> dict:
             "numpy_simd": numpy_simd()}
 
 
-def machine_summary() -> str:
-    """``machine()`` on one line, for bench/RESULTS.md and bench_sort.py."""
-    m = machine()
+def machine_summary(m: dict | None = None) -> str:
+    """``machine()`` (or ``m``, one a run recorded) on one line, for bench/RESULTS.md,
+    bench_sort.py and peers.py."""
+    m = machine() if m is None else m
     simd = m["numpy_simd"]
     return (f"{m['cpu']}, {m['cores']} cores; numpy {m['numpy']} SIMD baseline "
             f"{' '.join(simd['baseline']) or '-'}, dispatch found {' '.join(simd['found']) or '-'}, "

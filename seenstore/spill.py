@@ -692,8 +692,6 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             appender.shutdown(wait=True, cancel_futures=True)
         if sink is not None:
             sink.abort()
-        if halves is not None:
-            halves.shutdown(wait=True, cancel_futures=True)
         if syncer is not None:
             syncer.abandon()
         if early is not None:
@@ -702,7 +700,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             w.abort()
         raise
     finally:
-        if halves is not None:
+        if halves is not None:  # its one task is waited for by check_slice itself
             halves.shutdown(wait=True)
         store._spill_phase = None
         shutil.rmtree(work, ignore_errors=True)

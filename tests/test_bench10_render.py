@@ -16,7 +16,8 @@ def _bench10():
 
 def _run(ns: float) -> dict:
     return {"machine": {"cpu": "Test CPU (family 6 model 1)", "cores": 2, "numpy": "2.4.6",
-                        "numpy_simd": {"baseline": ["X86_V2"], "found": ["X86_V3"]}},
+                        "numpy_simd": {"baseline": ["X86_V2"], "found": ["X86_V3"],
+                                       "not_found": []}},
             "params": {"batch": 10, "run_format": 1}, "verified": True, "store_s": 1.0,
             "offered": 100, "bytes_read": 0, "bytes_written": 800, "disk_bytes_per_key": 8.0,
             "peak_rss_bytes": 2**30, "batches": [], "ns_per_key": {"store_total": ns}}
