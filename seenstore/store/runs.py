@@ -326,6 +326,44 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
             raise CorruptionError(f"{names}: keys out of order or held by two runs")
 
 
+def kway_arrays(runs: list, row: int, out_keys: int = 1 << 20, kernel=None):
+    """The union of sorted disjoint uint64 arrays ``runs`` by the k-way merge kernel,
+    driven as ``merged_chunks`` drives it (rows of ``row`` keys refilled as they run
+    empty, output lots of ``out_keys``); None when the kernel reports a key out of
+    order or in two runs. ``kernel``: ``kway_step`` (default) or a twin with its
+    contract (the tests' and bench/bench_kway.py's)."""
+    kernel = kernel or _kernels.kway_step
+    k = len(runs)
+    bufs = np.zeros((k, row), np.uint64)
+    pos, fill = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    last = np.zeros(k, np.bool_)
+    at = [0] * k
+
+    def refill(r: int) -> None:
+        part = runs[r][at[r]:at[r] + row]
+        bufs[r, :len(part)] = part
+        at[r] += len(part)
+        pos[r], fill[r] = 0, len(part)
+        last[r] = at[r] == len(runs[r])
+
+    for r in range(k):
+        refill(r)
+    out = np.empty(out_keys, np.uint64)
+    got = np.empty(sum(len(r) for r in runs), np.uint64)
+    m, prev, have = 0, np.uint64(0), False
+    while True:
+        n, status, prev, have = kernel(bufs, pos, fill, last, out, prev, have)
+        prev = np.uint64(prev)
+        got[m:m + n] = out[:n]
+        m += n
+        if status >= 0:
+            refill(status)
+        elif status == KWAY_DONE:
+            return got[:m]
+        elif status == KWAY_BAD:
+            return None
+
+
 def readers_for(path: str, doc: dict, have: dict | None = None) -> dict:
     """Readers of the live runs manifest ``doc`` names (in store directory ``path``),
     by shard, oldest first, each checked against it (CorruptionError otherwise);
