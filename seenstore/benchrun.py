@@ -679,11 +679,14 @@ class RssSampler:
         return dict(self.peaks)
 
 
-def _settle_last(store, res: BenchResult) -> None:
-    """The last spilled batch's Bloom insert runs on after its call returned
-    (spill.DeferredInsert): wait for it and book the wait in that batch's store time
-    ("bloom"), its thread's time as background, so the run's totals include it."""
-    from .spill import settle
+def _settle_behind(store, res: BenchResult) -> None:
+    """The last batch's Bloom insert runs on after its call returned
+    (bloom/deferred.py): wait for it and book the wait in that batch's store time
+    ("bloom"), its thread's time as background, so the run's totals include it.
+    Called after the next batch is generated (the insert overlaps that, as it would
+    a crawler's work between batches) and before its floor sorts are timed (nothing
+    runs beside them), and after the last batch."""
+    from .bloom.deferred import settle
 
     behind = store._bloom_behind
     waited = settle(store)
@@ -693,10 +696,11 @@ def _settle_last(store, res: BenchResult) -> None:
     res.stage_s["bloom"] += waited
     res.store_s += waited
     if behind is not None:
-        row["bloom_background_s"] += behind.elapsed_s
-        row["bloom_cpu_s"] += behind.cpu_s
-        res.bloom_background_s += behind.elapsed_s
-        res.bloom_cpu_s += behind.cpu_s
+        elapsed, cpu = behind.book()
+        row["bloom_background_s"] += elapsed
+        row["bloom_cpu_s"] += cpu
+        res.bloom_background_s += elapsed
+        res.bloom_cpu_s += cpu
 
 
 def _bloom_end(store, stats: dict) -> dict:
@@ -782,6 +786,8 @@ def run_bench(
                 t0 = time.perf_counter()
                 batch = stream.batch(*plan)
                 t_gen = time.perf_counter() - t0
+                if res.batches:
+                    _settle_behind(store, res)
                 t_numpy, t_radix = _floor_sorts(batch.keys, store.threads)
                 r0 = resource.getrusage(resource.RUSAGE_SELF)
                 t0 = time.perf_counter()
@@ -856,8 +862,8 @@ def run_bench(
             if on_batch is not None:
                 on_batch(row)
             del batch, got
-        if spill_memory and res.batches:
-            _settle_last(store, res)
+        if res.batches:
+            _settle_behind(store, res)
         if sampler is not None:
             res.rss_by_phase = sampler.stop()
         res.store_stats = store.stats()

@@ -19,12 +19,9 @@ docs/architecture.md ("Batches bigger than memory").
 from __future__ import annotations
 
 import os
-import queue
 import re
 import shutil
-import threading
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -34,12 +31,12 @@ from .errors import CorruptionError, InvalidInputError, StoreNotFoundError
 from .runformat import HEADER_SIZE, aligned_empty, policy_digest
 from . import sorting, tiers
 from .runsink import RunSink
+from .bloom.deferred import DEFERRED_CHUNK_KEYS, DeferredInsert, settle  # noqa: F401
 
 SPILL_RE = re.compile(r"^spill\.tmp\.\d+(\.new)?$")  # a folder; .new: merge --memory's new keys
 MIN_MEMORY = 16 << 20  # below this the fixed buffers alone would not fit
 MAX_PARTS = 256  # a too-large bucket splits into at most this many key ranges per level
 NEW_NAME = "new.bin"  # the batch's new keys, shard by shard (sorted within each)
-DEFERRED_CHUNK_KEYS = 1 << 20  # keys per filter insert call of a deferred insert (8 MiB)
 HALVES_MIN_KEYS = 1 << 16  # a smaller slice is checked on one thread (check_slice)
 
 
@@ -329,160 +326,6 @@ def _bisect(fd: int, count: int, x: int, before) -> int:
     return lo
 
 
-class DeferredInsert:
-    """A spilled batch's new keys going into the store's Bloom filter on a thread of
-    their own, read back from the batch's new runs (``iter_keys``, gathered in lots of
-    DEFERRED_CHUNK_KEYS: two 8 MiB buffers, no batch-sized memory). ``_start_insert``
-    makes one at the start of the batch's check and feeds it each shard's new run as
-    it is finished, so the insert runs beside the batch's own check and on past its
-    return, beside the next batch's spill (issue 15: the last batch's insert, begun
-    only after its commit, was 37.8 ns per offered key of the 1e10 run's last batch;
-    31.7 when every insert ran inside the check's critical path). The spilled check
-    itself never asks the filter, so only another insert and the filter's readers
-    must wait for it (``settle``): ``SeenStore.bloom``, ``contains``,
-    ``checkpoint``/``close`` and the in-memory batches do, all after the commit. The
-    filter is derived data: a crash before the insert ends leaves a BLOOM file of an
-    older generation (a checkpoint settles first), which the next open loads if the
-    batch did not commit or rebuilds from the runs if it did (docs/bloom.md,
-    "Binding"); a failed insert drops the filter with a warning, as
-    ``BloomKeeper.finish_insert`` does, and so does a batch failing before its commit
-    once keys of its uncommitted runs are in (``abandon``)."""
-
-    def __init__(self, keeper, readers: list | None, chunk_keys: int = 0, after=()):
-        self.keeper, self.readers = keeper, readers
-        # threads to join before the first insert: a new filter's prefault, the
-        # previous batch's insert (one insert at a time)
-        self.after = [t for t in after if t is not None]
-        self.wait_before_s = 0.0
-        # readers None: fed run by run (``feed``) as the batch's check finishes each
-        # shard's new run, until ``close``; the keys go in before the commit
-        self._feed = queue.SimpleQueue() if readers is None else None
-        self._abort = False
-        self.idle_s = 0.0  # waiting to be fed: not part of elapsed_s
-        self.chunk_keys = chunk_keys or DEFERRED_CHUNK_KEYS
-        self.error: BaseException | None = None
-        self.elapsed_s = self.cpu_s = 0.0
-        self.inserted = 0
-        self._done = threading.Lock()  # wait() may be called by two threads at once
-        self._settled = False
-        self.dropped = False  # set by keeper.drop
-        keeper.dirty = True  # the saved file lacks these keys from now on
-        self.thread = threading.Thread(target=self._run, name="seenstore-bloom-deferred",
-                                       daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        from .store.runs import iter_keys
-
-        t = time.perf_counter()
-        for other in self.after:  # an insert beside the prefault would be zeroed by it
-            other.join()
-        self.wait_before_s = time.perf_counter() - t
-        t0, c0 = time.perf_counter(), time.thread_time()
-        lot = np.empty(self.chunk_keys, dtype=np.uint64)
-        fill = 0
-        try:
-            # runs of a few thousand keys each (one per shard) are gathered into lots
-            # of chunk_keys: a filter call below dispatch.SMALL keys takes the numpy
-            # twin, ~25x slower (measured: 1,670 against 74 ns/key)
-            for keys in self._keys(iter_keys):
-                at = 0
-                while at < len(keys):
-                    take = min(len(keys) - at, len(lot) - fill)
-                    lot[fill:fill + take] = keys[at:at + take]
-                    fill, at = fill + take, at + take
-                    if fill == len(lot) and not self._insert(lot):
-                        return
-                    fill %= len(lot)
-            self._insert(lot[:fill])
-        except BaseException as e:  # reported by wait(), on the caller's thread
-            self.error = e
-        finally:
-            self.elapsed_s = time.perf_counter() - t0 - self.idle_s
-            self.cpu_s = time.thread_time() - c0
-
-    def _keys(self, iter_keys):
-        if self._feed is None:
-            yield from iter_keys(self.readers, self.chunk_keys)
-            return
-        while True:
-            t = time.perf_counter()
-            reader = self._feed.get()
-            self.idle_s += time.perf_counter() - t
-            if reader is None:
-                return
-            try:
-                if not self._abort:
-                    yield from iter_keys([reader], self.chunk_keys)
-            finally:
-                reader.close()
-
-    def feed(self, reader) -> None:
-        """One more finished new run of the batch to insert (a reader of its own)."""
-        self._feed.put(reader)
-
-    def close(self) -> None:
-        """No more runs: the insert ends once the fed runs are in."""
-        if self._feed is not None:
-            self._feed.put(None)
-
-    def abandon(self) -> None:
-        """The batch failed before its commit: stop, and drop the filter if any key of
-        the uncommitted runs may be in it (a filter must not hold a key the store
-        lacks: approximate mode would call it seen); the next open rebuilds it."""
-        self._abort = True
-        self.close()
-        self.thread.join()
-        with self._done:
-            self._settled = True
-        if self.keeper.bf is not None and (self.inserted or self.error is not None):
-            warnings.warn("a spilled batch failed after its Bloom insert began; "
-                          "filter dropped, the next open rebuilds it from the runs")
-            self.keeper.drop(self)
-
-    def _insert(self, keys: np.ndarray) -> bool:
-        """Insert ``keys``; False once the filter is gone (dropped) or the batch failed."""
-        bf = self.keeper.bf
-        if bf is None or self._abort:
-            return False
-        if len(keys):
-            bf.add(keys)
-            self.inserted += len(keys)
-        return True
-
-    def wait(self) -> None:
-        """Wait for the insert; if it failed, drop the filter (the next open rebuilds
-        it from the runs) with a warning, so a committed batch never fails for it."""
-        self.thread.join()
-        with self._done:
-            if self._settled:
-                return
-            self._settled = True
-            self._report()
-
-    def _report(self) -> None:
-        if self.error is not None and self.keeper.bf is not None:
-            warnings.warn(f"Bloom filter insert of a spilled batch failed ({self.error!r}); "
-                          "filter dropped, the next open rebuilds it from the runs")
-            self.keeper.drop(self)
-        else:
-            self.keeper.batch_done(self.inserted)
-
-
-def settle(store) -> float:
-    """Wait for ``store``'s deferred Bloom insert (``DeferredInsert``), if one is
-    running; return the seconds waited. Called before anything reads or writes the
-    filter (facade.py: ``bloom``, ``_bloom_ready``, ``checkpoint``)."""
-    behind = store._bloom_behind
-    if behind is None:
-        return 0.0
-    t = time.perf_counter()
-    behind.wait()  # another thread may wait too: it returns once the insert is done
-    if store._bloom_behind is behind:
-        store._bloom_behind = None
-    return time.perf_counter() - t
-
-
 def _start_insert(store):
     """At the start of a spilled batch's check: a DeferredInsert fed each shard's new
     run as it is finished, so the batch's keys go into the filter beside its own
@@ -496,7 +339,9 @@ def _start_insert(store):
         return None
     behind = store._bloom_behind
     prefault, store._prefault = store._prefault, None
-    return DeferredInsert(store._keeper, None,
+    from .store.runs import iter_keys
+
+    return DeferredInsert(store._keeper, None, chunks_of=lambda r, n: iter_keys([r], n),
                           after=(prefault, behind.thread if behind is not None else None))
 
 
@@ -511,8 +356,7 @@ def _defer_insert(store, early, clock: Clock, figures: dict) -> None:
     settle(store)
     clock.stop("bloom", t)
     if behind is not None:
-        figures["bloom_background_s"] = behind.elapsed_s
-        figures["bloom_cpu_s"] = behind.cpu_s
+        figures["bloom_background_s"], figures["bloom_cpu_s"] = behind.book()
     if early is not None:
         early.close()
         store._bloom_behind = early

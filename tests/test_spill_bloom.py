@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from seenstore import spill
+from seenstore.bloom import deferred
 from seenstore.store import SeenStore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,6 +78,7 @@ CHILD = """
 import os, sys, threading
 import numpy as np
 from seenstore import spill
+from seenstore.bloom import deferred
 from seenstore.store import SeenStore
 
 path, batch_dir, checkpoint = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
@@ -182,7 +184,7 @@ def test_a_batch_failing_after_its_insert_began_drops_the_filter(tmp_path, monke
     dropped (approximate answers would call them seen); the runs answer exactly."""
     from seenstore.store import admission
 
-    monkeypatch.setattr(spill, "DEFERRED_CHUNK_KEYS", 64)  # lots small enough to go in
+    monkeypatch.setattr(deferred, "DEFERRED_CHUNK_KEYS", 64)  # lots small enough to go in
     batches, pool = _batches(5, 1)
     batches[0].astype("<u8").tofile(str(tmp_path / "b.bin"))
     with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, shard_bits=2) as s:
@@ -204,10 +206,11 @@ KILL_CHILD = """
 import os, signal, sys
 sys.path.insert(0, sys.argv[3])
 from seenstore import spill
+from seenstore.bloom import deferred
 from seenstore.store import SeenStore, admission
 from test_spill_bloom import _fail_once_inserting
 
-spill.DEFERRED_CHUNK_KEYS = 64
+deferred.DEFERRED_CHUNK_KEYS = 64
 s = SeenStore.open(sys.argv[1], create=True, shard_bits=2)
 s.add_new_file(os.path.join(sys.argv[2], "b0.bin"), 1 << 26)
 s.checkpoint()  # BLOOM of generation 1

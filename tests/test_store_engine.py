@@ -1,6 +1,7 @@
-"""The batch path's scheduling: the Bloom filter is fed only a batch's new keys, shard
-by shard (store/scheduling.py BloomFeed), a failing insert never fails a batch, and a
-new filter faults its pages in beside the caller, every insert waiting for that."""
+"""The batch path's scheduling: the Bloom filter is fed only a batch's new keys, after
+the commit on a thread that runs past the return (bloom/deferred.py), a failing
+insert never fails a batch, and a new filter faults its pages in beside the caller,
+every insert waiting for that."""
 
 import time
 
@@ -32,14 +33,16 @@ def test_bloom_is_fed_only_the_new_keys(tmp_path, rng):
         rng.shuffle(batch)
         new = s.add_new(batch)
         assert np.array_equal(new, fresh)
+        assert s.bloom is not None  # the insert runs after the return: wait for it
         # each new key once, no stored key, no repeat: the filter already held the rest
         assert np.array_equal(np.sort(np.concatenate(fed)), fresh)
-        assert len(fed) <= 16  # one insert per shard at most (queued shards go together)
+        assert len(fed) == 1  # one insert of the batch's new keys, after the commit
         assert s.bloom.query(np.concatenate([old, fresh])).all()  # no false negative
         # new keys set a clear bit unless they were false positives (FPR 1e-3)
         assert 0.99 * len(fresh) <= s.last_timings["bloom_negative"] <= len(fresh)
         fed.clear()
-        assert len(s.add_new(batch)) == 0 and not fed  # nothing new: nothing inserted
+        assert len(s.add_new(batch)) == 0 and s.bloom is not None
+        assert not fed  # nothing new: nothing inserted
 
 
 def test_a_failing_bloom_insert_drops_the_filter_not_the_batch(tmp_path, rng):
@@ -49,9 +52,10 @@ def test_a_failing_bloom_insert_drops_the_filter_not_the_batch(tmp_path, rng):
 
         s._keeper.start_insert = fail
         keys = rng.integers(0, 2**64, 4000, dtype=np.uint64)
+        mask = s.add(keys)  # committed: the insert fails after the return
         with pytest.warns(UserWarning, match="filter dropped"):
-            mask = s.add(keys)
-        assert mask.all() and s.bloom is None and len(s) == len(np.unique(keys))
+            assert s.bloom is None  # the next read of the filter learns of it
+        assert mask.all() and len(s) == len(np.unique(keys))
         assert not s.add(keys).any()  # the runs answer without the filter
     with SeenStore.open(tmp_path / "s") as s:  # rebuilt from the runs at the next open
         assert s.bloom is not None and s.bloom.query(keys).all()
@@ -78,6 +82,7 @@ def test_a_new_filter_faults_in_beside_the_caller_and_inserts_wait_for_it(
         start = s._keeper.start_insert
         s._keeper.start_insert = lambda k: (events.append("insert"), start(k))[1]
         assert s.add(keys).all()
+        assert s.bloom is not None  # waits for the insert, which ran after the return
         assert events[0] == "prefaulted" and "insert" in events and fed
         assert s._prefault is None and s.bloom.query(keys).all()
     with SeenStore.open(path) as s:  # a loaded filter holds keys: never written over
@@ -101,3 +106,32 @@ def test_partition_on_threads_groups_as_one_thread_does(n, bits, threads, rng, m
     assert np.array_equal(bounds, wb)
     for s in range(1 << bits):
         assert np.array_equal(np.sort(out[wb[s]:wb[s + 1]]), np.sort(want[wb[s]:wb[s + 1]]))
+
+
+def test_the_deferred_insert_owns_its_keys_and_readers_wait_for_it(tmp_path, rng):
+    """A batch's Bloom insert runs after the return (bloom/deferred.py) from a copy of
+    the new keys: a caller that overwrites its answer at once cannot take keys out of
+    the filter; every reader of the filter (contains, the filter itself, stats) sees
+    all of them; one insert at a time, each batch's chained after the last."""
+    with SeenStore.open(tmp_path / "s", create=True, shard_bits=3, sync=False) as s:
+        held = []  # a slow insert: the batches below queue behind one another
+        start = s._keeper.start_insert
+
+        def slow(keys):
+            time.sleep(0.05)
+            held.append(len(keys))
+            return start(keys)
+
+        s._keeper.start_insert = slow
+        stored = []
+        for _ in range(4):
+            keys = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+            new = s.add_new(keys)
+            assert s._bloom_behind is not None  # still running past the return
+            stored.append(new.copy())
+            new[:] = 0  # the caller owns its answer
+        everything = np.concatenate(stored)
+        assert s.contains(everything).all()  # settles: every insert done
+        assert s._bloom_behind is None and held == [len(a) for a in stored]
+        assert s.bloom.query(everything).all()
+        assert s.bloom.n_added == len(everything)

@@ -3,18 +3,21 @@ the compaction policy, and the store's batch / compaction / upgrade behaviour.""
 
 import json
 import os
+import time
+from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from conftest import EDGE_KEYS
 from naive import kway_naive, setdiff, sweep_naive, union, uniq
 from seenstore import manifest, tiers
 from seenstore.errors import CorruptionError, NotSupportedError
-from seenstore.kernels.merge import (KWAY_BAD, KWAY_DONE, KWAY_FULL, kway_step, sparse_member,
+from seenstore.kernels.merge import (kway_step, sparse_member,
                                      sweep_sorted, sweep_step)
 from seenstore.store import SeenStore
+from seenstore.store.runs import kway_arrays
 
 key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.integers(0, 40))
 sorted_unique = st.sets(key, max_size=80).map(lambda s: np.array(sorted(s), dtype=np.uint64))
@@ -140,35 +143,8 @@ def test_sweep_step_flags_an_unsorted_run():
 
 
 def _kway(runs, row, out_len):
-    k = len(runs)
-    bufs = np.zeros((k, row), np.uint64)
-    pos, fill = np.zeros(k, np.int64), np.zeros(k, np.int64)
-    last = np.zeros(k, np.bool_)
-    at = [0] * k
-
-    def refill(r):
-        part = runs[r][at[r]:at[r] + row]
-        bufs[r, :len(part)] = part
-        at[r] += len(part)
-        pos[r], fill[r] = 0, len(part)
-        last[r] = at[r] == len(runs[r])
-
-    for r in range(k):
-        refill(r)
-    out = np.empty(out_len, np.uint64)
-    got, prev, have = [], np.uint64(0), False
-    while True:
-        n, status, prev, have = kway_step(bufs, pos, fill, last, out, prev, have)
-        prev = np.uint64(prev)
-        got += out[:n].tolist()
-        if status >= 0:
-            refill(status)
-        elif status == KWAY_DONE:
-            return got, True
-        elif status == KWAY_BAD:
-            return got, False
-        else:
-            assert status == KWAY_FULL
+    got = kway_arrays(runs, row, out_len, kernel=kway_step)
+    return (None, False) if got is None else (got.tolist(), True)
 
 
 @settings(max_examples=200, deadline=None)
@@ -445,3 +421,68 @@ def test_export_reads_every_live_run_in_order(tmp_path, rng):
     r = CliRunner().invoke(main, ["export", "--store", path, "-o", out])
     assert r.exit_code == 0, r.output
     assert np.fromfile(out, dtype="<u8").tolist() == union(a, b).tolist()
+
+
+@pytest.mark.parametrize("row", [1, 2, 5])
+def test_kway_step_with_the_top_key_and_empty_runs(row):
+    top = 2**64 - 1
+    runs = [np.array([3, top], np.uint64), np.array([], np.uint64),
+            np.array([1, 2, 7], np.uint64), np.array([top - 1], np.uint64)]
+    got, ok = _kway(runs, row, 4)
+    assert ok and got == kway_naive(runs).tolist()
+    got, ok = _kway([np.array([top], np.uint64)], row, 1)
+    assert ok and got == [top]
+
+
+def _slow_compaction(s, monkeypatch, seconds):
+    """Each compaction job of ``s`` sleeps first: a round of several jobs takes a while."""
+    merge = s._compactor._merge_shard
+
+    def slow(shard, entries):
+        time.sleep(seconds)
+        return merge(shard, entries)
+
+    monkeypatch.setattr(s._compactor, "_merge_shard", slow)
+
+
+@pytest.mark.parametrize("behind", [False, True])
+def test_a_batch_stops_compaction_after_the_job_under_way_unless_it_fell_behind(
+        tmp_path, rng, monkeypatch, behind):
+    """A batch asks the background round to stop after its current job (one shard's
+    merge): the jobs left wait for a later round, paid by the credit kept. A store
+    whose shards hold more than STALL_RUNS runs waits for the whole round instead.
+    Either way every key stays, once, and later rounds merge what was left."""
+    from seenstore.store import compaction
+
+    if behind:
+        monkeypatch.setattr(compaction, "STALL_RUNS", 1)
+    everything = np.empty(0, np.uint64)
+    with SeenStore.open(str(tmp_path / "s"), create=True, shard_bits=2, sync=False) as s:
+        s.compact_between_batches = False
+        for _ in range(tiers.FANOUT):  # every shard: FANOUT runs of one tier
+            b = rng.integers(0, 2**64, 4000, dtype=np.uint64)
+            s.add_new(b)
+            everything = union(everything, b)
+        jobs = compaction.plan(s._doc["runs"])
+        assert len(jobs) == 4
+        s.compact_between_batches = True
+        _slow_compaction(s, monkeypatch, 0.2)
+        s._compactor.credit = 10 * sum(compaction.job_bytes(e) for _, e in jobs)
+        s._compactor.credit_step = s._compactor.credit
+        s._start_compaction()
+        time.sleep(0.05)  # the round's first job is under way
+        b = rng.integers(0, 2**64, 1000, dtype=np.uint64)
+        assert np.array_equal(s.add_new(b), setdiff(b, everything))
+        everything = union(everything, b)
+        joined = s._compactor.joined
+        if behind:
+            assert joined["jobs"] == 4 and not joined["stopped"]
+        else:
+            assert joined["jobs"] == 1 and joined["stopped"]
+        monkeypatch.undo()
+        s._join_compactor()
+        s._start_compaction()  # the next round takes the jobs left
+        s._join_compactor()
+        assert max(Counter(r["shard"] for r in s._doc["runs"]).values()) <= 2
+        assert np.array_equal(_stored(s), everything)
+        s.verify()

@@ -7,6 +7,8 @@ Modules, in the order a newcomer reads them:
   layers.py    ``LayeredBloom``: the store's filter, grown by layers, never rebuilt
   keeper.py    ``BloomKeeper``: the store's filter over its life: load or rebuild
                at open, reserve/insert per batch, drop on failure, checkpoint
+  deferred.py  ``DeferredInsert``: a batch's insert after its commit, on a thread
+               that runs past the call's return; ``settle`` waits for it
   counters.py  ``BloomCounters``: answer counts for ``stats``
 
 Every public name is importable from ``seenstore.bloom`` itself. Nothing here

@@ -69,9 +69,12 @@ def _print_text(r: dict) -> None:
              f"{ns.get('bloom_cpu', 0):.1f} of CPU; the last batch's is waited for at "
              "the end)")
     elif ns.get("bloom_background"):
-        echo(f"                 (bloom = time waited for the Bloom insert of the new keys, "
-             f"which ran {ns['bloom_background']:.1f} ns/key beside merge, shard by shard, "
-             f"using {ns.get('bloom_cpu', 0):.1f} ns/key of CPU)")
+        echo(f"                 (bloom = time waited for the Bloom insert of each batch's "
+             f"new keys, which ran after its commit on a thread past its return, beside "
+             f"the next batch's generation,")
+        echo(f"                 {ns['bloom_background']:.1f} ns/key of wall time, "
+             f"{ns.get('bloom_cpu', 0):.1f} of CPU; waited for before the next batch's "
+             "floor sorts and at the end)")
     stages = r.get("spill_stages_ns_per_key") or {}
     if stages:
         echo("spilled stages   " + "  ".join(f"{k} {v['wall']:.1f}/{v['cpu']:.1f}"

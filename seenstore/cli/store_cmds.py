@@ -112,9 +112,11 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacit
             if out is not None:
                 out.abandon()
             raise
+        # stats() waits for the batch's Bloom insert (it runs past add's return): its
+        # count of certainly-new keys lands in last_timings by then
+        bloom_stats = store.stats()["bloom"] if bloom else None
         timings = dict(store.last_timings)
         total_keys = len(store)
-        bloom_stats = store.stats()["bloom"] if bloom else None
     if out is not None:  # committed: deliver, or save what could not be delivered
         out.send(keys[mask].astype("<u8").tobytes())
         out.close()

@@ -20,12 +20,13 @@ import time
 import numpy as np
 
 from .. import spill
+from ..bloom.deferred import DeferredInsert, settle
 from ..batch import as_keys, prepare
 from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
 from ..errors import InvalidInputError
 from ..runformat import policy_digest
 from .files import fault, io_error
-from .scheduling import BloomFeed, Target, write_shards
+from .scheduling import Target, write_shards
 
 compact_inplace, mark_first_new = _kernels.compact_inplace, _kernels.mark_first_new
 
@@ -122,7 +123,7 @@ class Admission:
             raise InvalidInputError(
                 "add_sorted needs keys sorted ascending and unique (use add for any keys)")
         with self._mutex:
-            waited = self._join_compactor()
+            waited = self._join_compactor(stop=True)
             self._bloom_ready()
             is_new = self._add_sorted(uniq, progress, approx_answered)
             self._record_compaction(waited)
@@ -138,45 +139,58 @@ class Admission:
         into the store's batch scratch (scheduling.BatchArena, reused by every batch);
         one thread then sorts and deduplicates the shards in order while the shards
         already sorted are checked against their runs, so the sorting overlaps their
-        disk I/O. Each shard's new keys go to the Bloom filter on another thread as
-        its check finds them (``BloomFeed``: the filter holds every stored key, so only
-        new keys change it): exact answers never wait for the filter (the runs
-        decide), so the insert only has to finish before return. Extra bits from a
-        batch that then fails to commit only cost a positive the disk answers.
-        Approximate mode sorts the whole batch first: the Bloom answers decide what is
-        written at all."""
+        disk I/O. Once committed, the batch's new keys go to the Bloom filter on a
+        thread that runs on past the return (``_defer_bloom``: the filter holds every
+        stored key, so only new keys change it, and exact answers never ask it), so
+        the call's two cores go to the sort and check. Approximate mode sorts the
+        whole batch first: the Bloom answers decide what is written at all."""
         self._check_writable()
         with self._mutex:
-            waited = self._join_compactor()
-            self._bloom_ready()
-            feed = None
-            if self.bloom is not None and self.mode == "exact" and len(keys):
-                # no room reserved for the batch: each of the feed's inserts fills the
-                # newest layer and adds one only for keys that could overfill it
-                # (LayeredBloom.fill), so re-offered keys never grow the filter
-                # fed each shard's new keys as found
-                feed = BloomFeed(self._keeper, self._arena.get("bloom", len(keys), np.uint64))
-            try:
-                t0 = time.perf_counter()
-                if self.mode == "exact":
-                    part, bounds, fine = self._sorter.partition(  # by finer groups: see there
-                        keys, self.shard_bits, self.threads,
-                        out=self._arena.get("part", len(keys), np.uint64))
-                    t_sort = time.perf_counter() - t0
-                    new = self._add_partitioned(part, bounds, fine, progress, feed,
-                                                scratch_answer)
-                else:
-                    uniq = prepare(keys, self.threads)
-                    t_sort = time.perf_counter() - t0
-                    is_new = self._add_sorted(uniq, progress)
-                    new = uniq[:compact_inplace(uniq, is_new)]
-            finally:
-                if feed is not None:
-                    feed.close()  # no-op when already waited for
+            waited = self._join_compactor(stop=True)
+            defer = self.mode == "exact" and self._keeper.bf is not None
+            if not defer:
+                self._bloom_ready()  # approximate mode asks the filter
+            t0 = time.perf_counter()
+            if self.mode == "exact":
+                part, bounds, fine = self._sorter.partition(  # by finer groups: see there
+                    keys, self.shard_bits, self.threads,
+                    out=self._arena.get("part", len(keys), np.uint64))
+                t_sort = time.perf_counter() - t0
+                new = self._add_partitioned(part, bounds, fine, progress, defer,
+                                            scratch_answer)
+            else:
+                uniq = prepare(keys, self.threads)
+                t_sort = time.perf_counter() - t0
+                is_new = self._add_sorted(uniq, progress)
+                new = uniq[:compact_inplace(uniq, is_new)]
         self.last_timings["sort_s"] = t_sort
         self.last_timings["offered"] = len(keys)
         self._record_compaction(waited)
         return new
+
+    def _defer_bloom(self, new: np.ndarray, timings: dict) -> None:
+        """After the commit: hand the batch's new keys to the Bloom filter on a thread
+        that runs on past the return (bloom/deferred.py), after the previous batch's
+        insert and a new filter's prefault. The keys are copied into a buffer the
+        insert owns (the caller owns ``new`` and may change it): an answer buffer of
+        the arena, reused once the insert let it go. The previous insert, if done, is
+        settled here and its figures booked in this batch's timings
+        (``bloom_background_s``, ``bloom_cpu_s``); else the new one carries them."""
+        t1 = time.perf_counter()
+        prev = self._bloom_behind
+        if prev is not None and not prev.thread.is_alive():
+            settle(self)  # reports a failed insert (the filter dropped) now
+            timings["bloom_background_s"], timings["bloom_cpu_s"] = prev.book()
+            prev = self._bloom_behind  # None
+        if self._keeper.bf is None or not len(new):
+            timings["bloom_s"] = time.perf_counter() - t1
+            return
+        own = self._arena.answer(len(new), pool="bloom")
+        own[:] = new
+        prefault, self._prefault = self._prefault, None
+        self._bloom_behind = DeferredInsert(self._keeper, keys=own, prev=prev,
+                                            after=(prefault,), report=timings)
+        timings["bloom_s"] = time.perf_counter() - t1
 
     def _record_compaction(self, waited: float) -> None:
         """Book the compaction this call waited for in ``last_timings``: seconds, and
@@ -198,15 +212,16 @@ class Admission:
         return self.last_timings
 
     def _add_partitioned(self, part: np.ndarray, bounds: np.ndarray, fine, progress,
-                         feed, scratch_answer: bool = False) -> np.ndarray:
+                         defer: bool, scratch_answer: bool = False) -> np.ndarray:
         """Merge and commit keys grouped by shard (``part``, the store's scratch, shard
         s at ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed; ``fine``: the
         finer groups' starts of ``ShardSorter.partition``, or None); return the new
         keys, sorted, each once: in an answer buffer, or with ``scratch_answer`` in the
-        store's scratch. ``feed``: the BloomFeed the shards' new keys go to, or None."""
+        store's scratch. ``defer``: the new keys go to the Bloom filter past the
+        return (``_defer_bloom``)."""
         timings = self._new_timings(len(part))
         segs = self._write_batch(part, bounds, timings, progress, sort_parts=True,
-                                 fine=fine, on_new=None if feed is None else feed.put)
+                                 fine=fine)
         t1 = time.perf_counter()
         timings["unique"] = sum(m for _, m, _, _ in segs)
         n_new = sum(k for _, _, _, k in segs)
@@ -217,7 +232,9 @@ class Admission:
             new[n:n + k] = part[lo:lo + k]
             n += k
         timings["answer_s"] = time.perf_counter() - t1
-        self._after_merge(timings, feed, None)
+        if defer:
+            self._defer_bloom(new, timings)
+        self._after_merge(timings, None)
         return new
 
     def _add_sorted(self, uniq: np.ndarray, progress, approx_answered: int = 0) -> np.ndarray:
@@ -256,29 +273,22 @@ class Admission:
             is_new = cand_new
         else:
             is_new[~maybe] = cand_new
-        self._after_merge(timings, None, uniq[is_new] if self.mode == "approximate" else None)
+        self._after_merge(timings, uniq[is_new] if self.mode == "approximate" else None)
         return is_new
 
-    def _after_merge(self, timings: dict, feed, stored_new) -> None:
-        """Bloom upkeep once a batch committed: wait for the inserts of the new keys
-        (``feed``), or insert ``stored_new`` (approximate mode: only what was stored);
-        then start the compaction this batch paid for."""
-        if feed is not None:  # the wait is the Bloom's share of this call's time
-            t1 = time.perf_counter()
-            timings["bloom_negative"] = feed.close()
-            timings["bloom_s"] += time.perf_counter() - t1
-            timings["bloom_background_s"] = feed.busy_s
-            timings["bloom_cpu_s"] = feed.cpu_s
-            # the keeper saw only the shards' inserts: its guess for the layer to build
-            # ahead (prepare_next, below) is the whole batch's keys that set a bit
-            self._keeper.batch_done(timings["bloom_negative"])
-        if self.bloom is not None and timings["new"] and stored_new is not None:
+    def _after_merge(self, timings: dict, stored_new) -> None:
+        """Bloom upkeep once a batch committed: insert ``stored_new`` (approximate mode:
+        only what was stored; exact mode defers its insert, ``_defer_bloom``); then
+        start the compaction this batch paid for."""
+        bf = self._keeper.bf  # not ``self.bloom``: that would wait for a deferred insert
+        if bf is not None and timings["new"] and stored_new is not None:
             t1 = time.perf_counter()
             self._keeper.add(stored_new)
             timings["bloom_s"] += time.perf_counter() - t1
-        if self.bloom is not None:
-            timings["bloom_layers"] = len(self.bloom.layers)
-            self._keeper.prepare_next()
+        if bf is not None:
+            timings["bloom_layers"] = len(bf.layers)
+            if self._bloom_behind is None:  # else the deferred insert makes its own room
+                self._keeper.prepare_next()
         self._start_compaction()
 
     def _start_compaction(self) -> None:
@@ -288,8 +298,7 @@ class Admission:
             self._compactor.start()
 
     def _write_batch(self, keys: np.ndarray, bounds: np.ndarray, timings: dict,
-                     progress=None, sort_parts: bool = False, fine=None,
-                     on_new=None) -> list:
+                     progress=None, sort_parts: bool = False, fine=None) -> list:
         """Check every shard's keys against its live runs, write the new ones as one new
         run per shard (scheduling.write_shards, whose docstring says how ``keys``,
         ``bounds`` and ``sort_parts`` (the store's shard sorter) are read) and commit;
@@ -309,7 +318,7 @@ class Admission:
                                merge_threads=self.merge_threads, progress=progress,
                                sorter=self._sorter if sort_parts else None, fine=fine,
                                masks=self._arena.get("masks", len(keys), np.bool_),
-                               on_new=on_new, cache=self._live.cache)
+                               cache=self._live.cache)
         except OSError as e:
             raise io_error(e, f"{self.path}: writing runs") from e
         t1 = time.perf_counter()

@@ -31,6 +31,12 @@ MIN_TIER_KEYS = 1 << 16  # runs below this size share tier 0
 # to one batch stays a small multiple of its own writes, spread over the next batches.
 # Size-tiered at FANOUT 4 rewrites a key about log4(N / batch) times.
 COMPACT_CREDIT = 3
+# A batch stops the background compaction between two jobs (one shard's merge) rather
+# than wait for the whole round (the rest waits for the next gap between batches),
+# unless a shard holds more than STALL_RUNS live runs: then compaction has fallen so
+# far behind that the batch waits for the round (a bounded backlog: every run is
+# swept by every batch of its shard).
+STALL_RUNS = 3 * FANOUT
 
 
 def tier(count: int) -> int:
@@ -96,6 +102,7 @@ class Compactor:
         self.joined: dict = {}  # ... of the one the last join waited for
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._stop = threading.Event()  # set by join(stop=True): end after this job
 
     def earn(self, bytes_written: int) -> None:
         """A batch that wrote ``bytes_written`` of new runs pays for compaction."""
@@ -105,12 +112,17 @@ class Compactor:
     def run(self, jobs: list, paid: bool = False) -> dict:
         """Run compaction ``jobs`` (``plan``) in order. ``paid``: spend the batches'
         credit — stop before a job that does not fit what is left of it, or that
-        would take this round past ``credit_step`` (a first job may)."""
+        would take this round past ``credit_step`` (a first job may), or once a
+        batch asked it to stop (``join(stop=True)``)."""
         t0 = time.perf_counter()
-        done = {"jobs": 0, "runs_merged": 0, "bytes_read": 0, "bytes_written": 0}
+        done = {"jobs": 0, "runs_merged": 0, "bytes_read": 0, "bytes_written": 0,
+                "stopped": False}
         self.tally = {}  # run bytes merged from the run cache, not read (runs.merged_chunks)
         for shard, entries in jobs:
             cost = job_bytes(entries)
+            if paid and self._stop.is_set():
+                done["stopped"] = True
+                break
             if paid:
                 if cost > self.credit or (done["jobs"] and done["bytes_read"] + cost
                                           > self.credit_step):
@@ -161,6 +173,13 @@ class Compactor:
                 w.abort()
             raise
 
+    def behind(self) -> bool:
+        """True when a shard holds more than STALL_RUNS live runs."""
+        per_shard: dict = {}
+        for r in self.live.doc["runs"]:
+            per_shard[r["shard"]] = per_shard.get(r["shard"], 0) + 1
+        return max(per_shard.values(), default=0) > STALL_RUNS
+
     def start(self) -> None:
         """After a batch: run the pending size-tiered jobs its credit pays for on a
         background thread (joined by the next write, ``close``), so compaction
@@ -178,16 +197,21 @@ class Compactor:
         self._thread = threading.Thread(target=run, name="compact", daemon=True)
         self._thread.start()
 
-    def join(self) -> float:
-        """Wait for the background compaction; return the seconds waited. A failed
-        compaction warns (nothing was lost: its runs are leftovers of an uncommitted
-        generation, removed by the next open). ``joined``: the figures of the
-        compaction joined (empty if none)."""
+    def join(self, stop: bool = False) -> float:
+        """Wait for the background compaction; return the seconds waited. ``stop``
+        (a batch about to start): ask it to end after the job under way, unless it
+        is too far behind (``behind``): the jobs left wait for the next round, paid
+        by the credit kept. A failed compaction warns (nothing was lost: its runs
+        are leftovers of an uncommitted generation, removed by the next open).
+        ``joined``: the figures of the compaction joined (empty if none)."""
         t0 = time.perf_counter()
         self.joined = {}
         if self._thread is not None:
+            if stop and not self.behind():
+                self._stop.set()
             self._thread.join()
             self._thread = None
+            self._stop.clear()
             self.joined = self.last
         if self._error is not None:
             e, self._error = self._error, None

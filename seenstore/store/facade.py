@@ -17,9 +17,10 @@ import warnings
 
 import numpy as np
 
-from .. import manifest, spill, wal as walmod
+from .. import manifest, wal as walmod
 from ..batch import as_keys, prepare
 from ..bloom import Binding, LayeredBloom
+from ..bloom.deferred import settle
 from ..bloom.keeper import DEFAULT_BLOOM_FPR, BloomKeeper
 from ..bloom.sizing import prefault
 from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
@@ -76,10 +77,10 @@ class SeenStore(Admission):
         self._arena = BatchArena()  # a batch's partition, masks and answer, reused
         self._sorter = ShardSorter()  # its threads keep their sort scratch across batches
         self._prefault: threading.Thread | None = None  # a new filter's pages faulting in
-        # spilled batches (spill.py): the last batch's Bloom insert still running past
-        # its return (a spill.DeferredInsert; spill.settle waits for it), and the phase
-        # of the batch under way (spill, check, commit; None between batches), which
-        # the benchmark's memory sampler reads
+        # the last batch's Bloom insert still running past its return (a
+        # bloom/deferred.py DeferredInsert; ``settle`` waits for it), and (spilled
+        # batches, spill.py) the phase of the batch under way (spill, check, commit;
+        # None between batches), which the benchmark's memory sampler reads
         self._bloom_behind = None
         self._spill_phase: str | None = None
         self.last_timings: dict = {}
@@ -190,11 +191,10 @@ class SeenStore(Admission):
                                           name="seenstore-bloom-prefault", daemon=True)
         self._prefault.start()
 
-    def _bloom_ready(self, settle: bool = True) -> None:
-        """Wait for ``_prefault_bloom``'s thread, if any (before the filter is written),
-        and with ``settle`` for a spilled batch's deferred insert (spill.settle)."""
-        if settle:
-            spill.settle(self)
+    def _bloom_ready(self) -> None:
+        """Wait for a batch's deferred Bloom insert (bloom/deferred.py ``settle``) and
+        for ``_prefault_bloom``'s thread, if any (before the filter is written)."""
+        settle(self)
         if self._prefault is not None:
             self._prefault.join()
             self._prefault = None
@@ -294,7 +294,7 @@ class SeenStore(Admission):
     def bloom(self) -> LayeredBloom | None:
         """The Bloom filter in memory (None: none kept, or dropped after a failure),
         holding every committed key (a spilled batch's deferred insert waited for)."""
-        spill.settle(self)
+        settle(self)
         return self._keeper.bf
 
     @bloom.setter
@@ -339,8 +339,10 @@ class SeenStore(Admission):
     def _join_retire(self) -> None:
         self._live.join_retire()
 
-    def _join_compactor(self) -> float:
-        return self._compactor.join()
+    def _join_compactor(self, stop: bool = False) -> float:
+        """Wait for the background compaction (``stop``: a batch starts, so only for
+        the job under way: Compactor.join)."""
+        return self._compactor.join(stop)
 
     # ----------------------------------------------------------------- queries
     def _shard_bounds(self, sorted_keys: np.ndarray) -> np.ndarray:
@@ -424,7 +426,7 @@ class SeenStore(Admission):
         files, layout, versions, WAL segments a stage left), all of one generation (a
         read-only store moves to the newest first)."""
         self._check_open()
-        spill.settle(self)  # a spilled batch's deferred Bloom insert: its keys counted
+        settle(self)  # a deferred Bloom insert (bloom/deferred.py): its keys counted
         self._refresh()
         doc, runs = self._snapshot()
         keys = sum(r.count for rs in runs.values() for r in rs)

@@ -1,26 +1,23 @@
 """The threads of one batch: keys partitioned by shard, shards sorted, checked against
-their live runs and their new keys written as one new run each and fed to the Bloom
-filter, side by side (docs/architecture.md, "One batch" steps 1-2).
+their live runs and their new keys written as one new run each, side by side
+(docs/architecture.md, "One batch" steps 1-2).
 
 ``partition`` groups a batch by shard on ``threads`` threads. ``write_shards`` takes
 a batch grouped by shard and returns, per shard, which of its keys are new and the
 run written for them (fsynced, not yet committed: the caller commits, commit.py).
 ``threads`` threads sort the shards in order (``ShardSorter``) while up to
 ``merge_threads`` check the shards already sorted: the kernels, the sort and the
-O_DIRECT I/O release the GIL, so sorting overlaps the disk. Each shard's new keys go
-to a ``BloomFeed``, whose thread inserts them while later shards are checked.
-Buffers come from a ``BufferPool`` reused across batches.
+O_DIRECT I/O release the GIL, so sorting overlaps the disk. The batch's new keys go
+to the Bloom filter after the commit (bloom/deferred.py). Buffers come from a
+``BufferPool`` reused across batches.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import sys
 import threading
 import time
-import warnings
-from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -53,7 +50,7 @@ def partition(keys: np.ndarray, bits: int, threads: int,
     With ``threads`` > 1 and at least PARALLEL_PARTITION_KEYS keys, each thread counts
     then scatters its slice of the keys into its own slots of every shard (those the
     slices before it leave): the partition was the one pass of a batch on one core
-    (~4 ns/key), the other idle, since the Bloom insert now waits for new keys. The
+    (~4 ns/key), the other idle (the Bloom insert comes after the commit). The
     order inside a shard then differs from one thread's; its sort makes it the same."""
     n = len(keys)
     if out is None:
@@ -106,13 +103,14 @@ class BatchArena:
     Why: on the VMs this project runs on, memory a process frees is handed back to
     the host within seconds, and touching it again costs ~0.2-1 GB/s of page faults:
     a fresh 8 B/key array per batch cost up to 8-40 ns per offered key in ``sys``
-    time. Holds, until ``release``, up to 17 B per key of the largest batch seen (the
-    partition 8, the masks 1, the Bloom feed's joins 8 of which only the new keys'
-    share is ever touched) and, for ``add``, its answer."""
+    time. Holds, until ``release``, up to 9 B per key of the largest batch seen (the
+    partition 8, the masks 1) and, for ``add``, its answer; ``answer`` buffers also
+    hold the copy of a batch's new keys its deferred Bloom insert owns."""
 
     def __init__(self) -> None:
         self._arrays: dict = {}
         self._answers: list = []  # buffers of answers handed out, newest first
+        self._pools: dict = {}  # other owners' buffers (``answer``'s ``pool``)
 
     def get(self, name: str, n: int, dtype) -> np.ndarray:
         """A ``n``-long array of ``dtype`` (contents unspecified), named ``name``:
@@ -123,7 +121,7 @@ class BatchArena:
             a = self._arrays[name] = np.empty(max(n, 1), dtype)
         return a[:n]
 
-    def answer(self, n: int) -> np.ndarray:
+    def answer(self, n: int, pool: str = "answer") -> np.ndarray:
         """A ``n``-long uint64 array for a batch's answer, which the caller keeps: a
         view of a buffer of the store's that no earlier answer still uses (the
         caller dropped it: nothing but this arena refers to the buffer), else of a
@@ -132,19 +130,23 @@ class BatchArena:
         oldest let go (its memory then lives as long as the caller's answer).
         Why: the answer is the one batch-sized array the caller owns; a crawler drops
         it before the next batch, and a fresh one faulted in costs up to 35 ns per
-        offered key here (the pages come back from the host)."""
-        for buf in self._answers:
+        offered key here (the pages come back from the host). ``pool``: buffers of
+        another owner, kept apart ("bloom": the copy of a batch's new keys its
+        deferred Bloom insert holds until done, bloom/deferred.py)."""
+        kept = self._answers if pool == "answer" else self._pools.setdefault(pool, [])
+        for buf in kept:
             # 3: the list's reference, ``buf`` and getrefcount's argument
             if sys.getrefcount(buf) <= 3 and n <= len(buf) <= 4 * max(n, 1 << 16):
                 return buf[:n]
         buf = np.empty(max(n, 1), np.uint64)
-        self._answers.insert(0, buf)
-        del self._answers[ANSWER_BUFFERS:]
+        kept.insert(0, buf)
+        del kept[ANSWER_BUFFERS:]
         return buf[:n]
 
     def release(self) -> None:
         self._arrays.clear()
         self._answers.clear()
+        self._pools.clear()
 
 
 class ShardSorter:
@@ -251,89 +253,6 @@ class _Clock:
             total[k] = total.get(k, 0.0) + v
 
 
-class BloomFeed:
-    """The Bloom insert of a batch's new keys, fed shard by shard as the shards'
-    checks find them (exact mode, docs/architecture.md step 1b).
-
-    The filter already holds every stored key, so inserting only the keys no run
-    held leaves it as inserting the whole batch would (re-inserting a key sets no
-    clear bit; with layers, the newest layer is spared the keys an older one holds)
-    at ~45% of the work on a crawl-like stream. One thread takes what the shard
-    threads ``put`` (all that is queued, in one call) and inserts it through the
-    keeper (``start_insert`` / ``finish_insert``: the kernel on a second thread, this
-    one helping), so there is one writer at a time and the inserts overlap the
-    checks still running. ``close`` waits for the last insert and returns how many
-    keys set a clear bit (the batch's certainly-new count). A failed insert drops
-    the filter with a warning (keeper.py): exact answers never depend on it."""
-
-    def __init__(self, keeper, buf: np.ndarray | None = None) -> None:
-        self._keeper = keeper
-        # where the shards queued together are joined for one insert (each region used
-        # once per batch; ``buf`` as long as the batch's new keys can be, else fresh
-        # arrays): the store lends its reused scratch, no fresh pages per batch
-        self._buf, self._used = buf, 0
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
-        self.fresh = 0
-        self.busy_s = 0.0  # seconds this thread spent inserting (wall)
-        self.cpu_s = 0.0  # CPU seconds of the inserts (their threads and this one helping)
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="seenstore-bloom-feed",
-                                        daemon=True)
-        self._thread.start()
-
-    def put(self, keys: np.ndarray) -> None:
-        """Queue ``keys`` (new keys of one shard; not changed afterwards) for insertion."""
-        if len(keys):
-            self._q.put(keys)
-
-    def _run(self) -> None:
-        last = False
-        while not last:
-            got = [self._q.get()]
-            while True:
-                try:
-                    got.append(self._q.get_nowait())
-                except queue.Empty:
-                    break
-            last = got[-1] is None  # close() queues None after every put
-            got = [k for k in got if k is not None]
-            if not got or self._keeper.bf is None:
-                continue
-            keys = got[0] if len(got) == 1 else self._join(got)
-            t0 = time.perf_counter()
-            try:
-                pending = self._keeper.start_insert(keys)
-                self.fresh += self._keeper.finish_insert(pending)
-                self.cpu_s += getattr(pending, "cpu_s", 0.0)
-            except Exception as e:  # start_insert's reserve (finish_insert drops by itself)
-                warnings.warn(f"Bloom filter insert failed ({e!r}); filter dropped, the next "
-                              "open rebuilds it from the runs")
-                self._keeper.drop(SimpleNamespace(dropped=False))
-            self.busy_s += time.perf_counter() - t0
-
-    def _join(self, arrays: list) -> np.ndarray:
-        n = sum(len(a) for a in arrays)
-        if self._buf is None or self._used + n > len(self._buf):
-            return np.concatenate(arrays)
-        out = self._buf[self._used:self._used + n]
-        self._used += n
-        return np.concatenate(arrays, out=out)
-
-    def close(self) -> int:
-        """No more keys: wait for the inserts; return the keys that set a clear bit.
-        Idempotent. Interrupted while waiting, the filter is dropped (an insert may
-        still be running: a later insert beside it could lose bits) and it raises."""
-        if not self._closed:
-            self._closed = True
-            self._q.put(None)
-        try:
-            self._thread.join()
-        except BaseException:
-            self._keeper.drop(SimpleNamespace(dropped=False))
-            raise
-        return self.fresh
-
-
 def fsync_path(path: str) -> None:
     """fsync the file ``path`` (Linux fsyncs a file whatever descriptor names it)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -373,7 +292,7 @@ class Syncer:
 def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                  target: Target, pool: BufferPool, chunk_keys: int, *, threads: int,
                  merge_threads: int, progress=None, sorter: ShardSorter | None = None,
-                 fine: np.ndarray | None = None, masks: np.ndarray | None = None, on_new=None,
+                 fine: np.ndarray | None = None, masks: np.ndarray | None = None,
                  cache=None) -> Written:
     """Check the keys of every shard in ``jobs`` against its live runs (``runs``,
     shard -> readers) and write the new ones as one new run per shard.
@@ -387,10 +306,8 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
     a Bloom filter said of it: only keys no live run holds are written, so the runs
     of a shard stay disjoint even under a damaged filter. ``masks``: a bool array as
     long as ``keys`` the shards' masks are views of (None: one array per shard).
-    ``on_new``: called with each shard's new keys (sorted; not changed until the
-    batch ends) as its thread found them (the Bloom feed). ``cache``: the store's run
-    cache (runcache.py): runs it holds are checked from memory, and the new runs join
-    it. Returns ``segs`` ``(lo,
+    ``cache``: the store's run cache (runcache.py): runs it holds are checked from
+    memory, and the new runs join it. Returns ``segs`` ``(lo,
     m, mask, k)`` per shard: its sorted unique keys were ``keys[lo:lo + m]``,
     ``mask`` True where new, ``k`` new ones (with a sorter: now at ``keys[lo:lo +
     k]``). On any failure the new runs are deleted and the error raised (OSError as
@@ -443,8 +360,6 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                 else:
                     new = part[is_new]
                 w.write(new)  # only the new keys
-                if on_new is not None:
-                    on_new(new)
                 clock.lap("write")
                 # fsynced beside (Syncer), else here in the shard's thread
                 header, sparse, nbytes = runsmod.finish(w, target.sync and syncer is None)
