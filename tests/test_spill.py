@@ -148,7 +148,7 @@ def test_compaction_runs_on_beside_the_spill_and_is_joined_before_the_check(tmp_
     with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, bloom=False,
                         shard_bits=1) as s:
         join = s._join_compactor
-        s._join_compactor = lambda: events.append("join") or join()
+        s._join_compactor = lambda stop=False: events.append("join") or join(stop)
         for i in range(5):
             b = rng.integers(0, 2**64, 20_000, dtype=np.uint64)
             _write(str(tmp_path / "b.bin"), b)

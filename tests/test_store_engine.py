@@ -108,11 +108,25 @@ def test_partition_on_threads_groups_as_one_thread_does(n, bits, threads, rng, m
         assert np.array_equal(np.sort(out[wb[s]:wb[s + 1]]), np.sort(want[wb[s]:wb[s + 1]]))
 
 
-def test_the_deferred_insert_owns_its_keys_and_readers_wait_for_it(tmp_path, rng):
+@pytest.mark.parametrize("slow_copy", [False, True])
+def test_the_deferred_insert_owns_its_keys_and_readers_wait_for_it(
+        tmp_path, rng, monkeypatch, slow_copy):
     """A batch's Bloom insert runs after the return (bloom/deferred.py) from a copy of
-    the new keys: a caller that overwrites its answer at once cannot take keys out of
-    the filter; every reader of the filter (contains, the filter itself, stats) sees
-    all of them; one insert at a time, each batch's chained after the last."""
+    the new keys it makes on its thread from the store's scratch: a caller that
+    overwrites its answer at once cannot take keys out of the filter, nor can the
+    next batch, which writes its partition over that scratch only once the copy is
+    made; every reader of the filter (contains, the filter itself) sees all of them;
+    one insert at a time, each batch's chained after the last."""
+    from seenstore.bloom.deferred import DeferredInsert
+
+    if slow_copy:
+        copy = DeferredInsert._copy_parts
+
+        def slow(self):
+            time.sleep(0.1)
+            copy(self)
+
+        monkeypatch.setattr(DeferredInsert, "_copy_parts", slow)
     with SeenStore.open(tmp_path / "s", create=True, shard_bits=3, sync=False) as s:
         held = []  # a slow insert: the batches below queue behind one another
         start = s._keeper.start_insert

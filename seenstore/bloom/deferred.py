@@ -39,8 +39,10 @@ class DeferredInsert:
     """One batch's insert into ``keeper``'s filter, on its own thread.
 
     ``keys``: the batch's new keys, an array this object owns (the in-memory path:
-    inserted in one call, ``keeper.start_insert``/``finish_insert``, the region
-    insert on two threads); ``report``: the batch's timings, given
+    inserted in one call, ``keeper.start_insert`` and its wait, the region insert
+    on two threads); with ``parts`` (arrays of the caller's scratch, as long as
+    ``keys`` in all) it is first filled from them on this thread, and ``copied`` is
+    set once they are no longer read. ``report``: the batch's timings, given
     ``bloom_negative`` (keys that set a clear bit) when the insert is done. Else fed runs: ``chunks_of(reader, n)`` yields a
     reader's keys in arrays of up to n (store/runs.py ``iter_keys``), gathered in
     lots of ``chunk_keys``: a filter call below dispatch.SMALL keys takes the numpy
@@ -54,12 +56,18 @@ class DeferredInsert:
 
     def __init__(self, keeper, readers: list | None = None, chunk_keys: int = 0,
                  after=(), *, keys: np.ndarray | None = None, prev=None,
-                 chunks_of=None, report: dict | None = None):
+                 chunks_of=None, report: dict | None = None, parts: list | None = None):
         self.keeper, self.readers = keeper, readers
         self.after = [t for t in after if t is not None]
         self.prev = prev
         self.wait_before_s = 0.0
         self._keys_array = keys
+        # keys mode: arrays to copy into ``keys`` first (on this thread); ``copied`` is
+        # set once they are no longer read (the caller may then reuse their memory)
+        self._parts = parts
+        self.copied = threading.Event()
+        if parts is None:
+            self.copied.set()
         self._chunks_of = chunks_of
         # readers None and no keys: fed run by run (``feed``) until ``close``
         self._feed = queue.SimpleQueue() if readers is None and keys is None else None
@@ -83,6 +91,15 @@ class DeferredInsert:
 
     def _run(self) -> None:
         t = time.perf_counter()
+        c0 = time.thread_time()
+        try:
+            self._copy_parts()
+        except BaseException as e:  # reported by wait(); nothing inserted
+            self.error = e
+        finally:
+            self.copied.set()
+        self.cpu_s = time.thread_time() - c0
+        copy_s = time.perf_counter() - t
         for other in self.after:  # an insert beside the prefault would be zeroed by it
             other.join()
         prev, self.prev = self.prev, None
@@ -92,18 +109,33 @@ class DeferredInsert:
                 prev.booked = True
                 self.carried_elapsed_s = prev.elapsed_s + prev.carried_elapsed_s
                 self.carried_cpu_s = prev.cpu_s + prev.carried_cpu_s
-        self.wait_before_s = time.perf_counter() - t
+        self.wait_before_s = time.perf_counter() - t - copy_s
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            if self._keys_array is not None:
+            if self.error is not None:
+                pass
+            elif self._keys_array is not None:
                 self._insert_all()
             else:
                 self._insert_fed()
         except BaseException as e:  # reported by wait(), on the caller's thread
             self.error = e
         finally:
-            self.elapsed_s = time.perf_counter() - t0 - self.idle_s
+            self.elapsed_s = time.perf_counter() - t0 - self.idle_s + copy_s
             self.cpu_s += time.thread_time() - c0
+
+    def _copy_parts(self) -> None:
+        parts, self._parts = self._parts, None
+        if parts is None:
+            return
+        at = 0
+        for p in parts:
+            self._keys_array[at:at + len(p)] = p
+            at += len(p)
+
+    def wait_copied(self) -> None:
+        """Until the ``parts`` given are copied (no longer read)."""
+        self.copied.wait()
 
     def _insert_all(self) -> None:
         keys, self._keys_array = self._keys_array, None  # its buffer is free once done

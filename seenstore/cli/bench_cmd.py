@@ -69,9 +69,9 @@ def _print_text(r: dict) -> None:
              f"{ns.get('bloom_cpu', 0):.1f} of CPU; the last batch's is waited for at "
              "the end)")
     elif ns.get("bloom_background"):
-        echo(f"                 (bloom = time waited for the Bloom insert of each batch's "
-             f"new keys, which ran after its commit on a thread past its return, beside "
-             f"the next batch's generation,")
+        echo("                 (bloom = time waited for the Bloom insert of each batch's "
+             "new keys, which ran after its commit on a thread past its return, beside "
+             "the next batch's generation,")
         echo(f"                 {ns['bloom_background']:.1f} ns/key of wall time, "
              f"{ns.get('bloom_cpu', 0):.1f} of CPU; waited for before the next batch's "
              "floor sorts and at the end)")

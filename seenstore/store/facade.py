@@ -457,7 +457,9 @@ class SeenStore(Admission):
         if self._closed:
             return
         self._bloom_ready()
-        self._join_compactor()
+        # a round started by the last batch ends after its job under way (each job
+        # is its own commit): what is left waits for the next writer's batches
+        self._join_compactor(stop=True)
         self._join_retire()
         try:
             if save_bloom:
