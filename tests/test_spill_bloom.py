@@ -18,17 +18,23 @@ from seenstore.store import SeenStore
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture
-def gate(monkeypatch):
-    """Deferred inserts start only once the test sets the returned event."""
+def _hold(monkeypatch, method: str) -> threading.Event:
+    """DeferredInsert.``method`` waits (at most 30 s) for the returned event first."""
     go = threading.Event()
-    run = spill.DeferredInsert._run
+    real = getattr(spill.DeferredInsert, method)
 
     def held(self):
         go.wait(30)
-        run(self)
+        real(self)
 
-    monkeypatch.setattr(spill.DeferredInsert, "_run", held)
+    monkeypatch.setattr(spill.DeferredInsert, method, held)
+    return go
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """Deferred inserts start only once the test sets the returned event."""
+    go = _hold(monkeypatch, "_run")
     yield go
     go.set()
 
@@ -233,3 +239,26 @@ def test_sigkill_after_a_batchs_insert_began_leaves_a_set(tmp_path):
         assert s.generation == 1 and s._bloom_state == "loaded"
         assert np.array_equal(s.contains(pool), np.array([int(k) in seen for k in pool]))
         s.verify()
+
+
+def test_a_spilled_batch_after_in_memory_ones_chains_their_inserts(tmp_path, monkeypatch):
+    """In-memory batches' inserts (past their return, held here once their keys are
+    copied) and then a spilled batch's: each insert waits for the one before, and
+    every answer is a set's."""
+    gate = _hold(monkeypatch, "_insert_all")
+    batches, pool = _batches(7, n_batches=4)
+    seen = set()
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, shard_bits=2) as s:
+        for b in batches[:3]:
+            assert s.add_new(b).tolist() == sorted(set(b.tolist()) - seen)
+            seen |= set(b.tolist())
+        assert s._bloom_behind is not None and not gate.is_set()  # held
+        threading.Timer(0.3, gate.set).start()
+        batches[3].astype("<u8").tofile(str(tmp_path / "b.bin"))
+        r = s.add_new_file(str(tmp_path / "b.bin"), 1 << 26)
+        assert r["new"] == len(set(batches[3].tolist()) - seen)
+        seen |= set(batches[3].tolist())
+        want = np.array([int(k) in seen for k in pool])
+        assert np.array_equal(s.contains(pool), want)
+        assert s.bloom.query(np.array(sorted(seen), dtype=np.uint64)).all()
+        assert s.bloom.n_added == len(seen)

@@ -150,14 +150,21 @@ class LayeredBloom:
         """Make room for ``n_keys`` more keys before they are inserted: add an empty
         layer when the newest one would pass its capacity with them, sized for
         max(GROWTH - 1 times all layers so far, ``n_keys``) (an empty newest layer is
-        replaced by one GROWTH times larger instead). Costs an allocation
+        replaced instead, by one GROWTH^k times larger, the least k that holds them). Costs an allocation
         (zeroed lazily by the OS), no pass over any key. Returns whether it grew."""
         top = self.layers[-1]
         if top.n_added + n_keys <= top.capacity or len(self.layers) >= MAX_LAYERS:
             return False
         if top.n_added == 0:  # nothing in it yet: replace it rather than stack on it
-            self.layers[-1] = BloomFilter.for_capacity(
-                max(GROWTH * top.capacity, int(n_keys)), top.target_fpr)
+            # by the next size on its GROWTH ladder that holds the keys, not by their
+            # count: the layers' sizes then follow the keys inserted, not how the
+            # inserts were cut (one call of a first batch's 9 M keys made a 9 M layer,
+            # then 27 M and 108 M: 359 MiB for the 49.5 M keys of the peers' stream,
+            # where shard-sized calls had left layers of 1, 3, 12.6 and 50 M: 185 MiB)
+            cap = GROWTH * top.capacity
+            while cap < n_keys:
+                cap *= GROWTH
+            self.layers[-1] = BloomFilter.for_capacity(cap, top.target_fpr)
             return True
         grow = max((GROWTH - 1) * self.capacity, int(n_keys))
         fpr = self.layer_fpr(self._target, len(self.layers))
