@@ -419,8 +419,8 @@ class BenchResult:
     batches: list = field(default_factory=list)
     stage_s: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     store_s: float = 0.0  # wall time inside store.add / add_new, all batches
-    bloom_background_s: float = 0.0  # Bloom inserts run beside the sort and merge
-    bloom_cpu_s: float = 0.0  # their CPU time (insert threads and the feed helping)
+    bloom_background_s: float = 0.0  # Bloom inserts run past each call (bloom/deferred.py)
+    bloom_cpu_s: float = 0.0  # their CPU time (the insert's threads)
     cpu_user_s: float = 0.0  # process CPU time inside add / add_new (every thread)
     cpu_sys_s: float = 0.0
     thread_laps: dict = field(default_factory=dict)  # THREAD_LAPS, wall and cpu

@@ -149,3 +149,26 @@ def test_the_deferred_insert_owns_its_keys_and_readers_wait_for_it(
         assert s._bloom_behind is None and held == [len(a) for a in stored]
         assert s.bloom.query(everything).all()
         assert s.bloom.n_added == len(everything)
+
+
+def test_a_bloom_insert_that_cannot_start_drops_the_filter_not_the_batch(tmp_path, rng):
+    """No memory for the insert's copy of the new keys (or no thread): the batch is
+    committed already, so it still answers; the filter is dropped with a warning
+    (it would lack the batch's keys) and the next open rebuilds it from the runs."""
+    path = tmp_path / "s"
+    keys = rng.integers(0, 2**64, 4000, dtype=np.uint64)
+    with SeenStore.open(path, create=True, sync=False) as s:
+        answer = s._arena.answer
+
+        def no_room(n, pool="answer"):
+            if pool == "bloom":
+                raise MemoryError("no room for the copy")
+            return answer(n, pool)
+
+        s._arena.answer = no_room
+        with pytest.warns(UserWarning, match="filter dropped"):
+            new = s.add_new(keys)
+        assert np.array_equal(new, np.unique(keys)) and s.bloom is None
+        assert s.contains(keys).all() and len(s.add_new(keys)) == 0
+    with SeenStore.open(path) as s:
+        assert s.bloom is not None and s.bloom.query(keys).all()

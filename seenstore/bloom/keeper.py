@@ -105,8 +105,8 @@ class BloomKeeper:
         self._last_batch = n
 
     def batch_done(self, fresh: int) -> None:
-        """A batch inserted in several calls (the store's per-shard feed) set a bit with
-        ``fresh`` keys in all: that, not its last call's count, is the next batch's guess."""
+        """A batch's insert (bloom/deferred.py; a spilled batch's in several calls) set
+        a bit with ``fresh`` keys in all: that is the next batch's guess."""
         self._last_batch = fresh
 
     def prepare_next(self) -> None:

@@ -4,8 +4,9 @@ A batch's keys go one way: partitioned by shard (or, approximate mode and
 ``add_sorted``, sorted whole and asked of the Bloom filter), then sorted, checked
 against the live runs and written by the shard threads (scheduling.py), committed
 once for all shards (commit.py); then the compaction the batch paid for starts
-(compaction.py). In exact mode the Bloom insert runs beside all of this on its own
-thread (bloom/keeper.py) and is waited for before the call returns.
+(compaction.py). In exact mode the batch's new keys then go to the Bloom filter on a
+thread that runs on past the return (bloom/deferred.py), waited for by the next
+insert and by every reader of the filter.
 
 ``Admission`` is a part of ``SeenStore`` (facade.py), kept apart so each file
 reads as one concern. Requires of the class it is mixed into: ``_live``,
@@ -16,6 +17,8 @@ facade.
 from __future__ import annotations
 
 import time
+import warnings
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -192,10 +195,16 @@ class Admission:
         if self._keeper.bf is None or not n_new:
             timings["bloom_s"] = time.perf_counter() - t1
             return
-        own = self._arena.answer(n_new, pool="bloom")  # not touched here: no page fault
-        prefault, self._prefault = self._prefault, None
-        self._bloom_behind = DeferredInsert(self._keeper, keys=own, parts=parts, prev=prev,
-                                            after=(prefault,), report=timings)
+        try:
+            own = self._arena.answer(n_new, pool="bloom")  # not touched here: no faults
+            self._bloom_behind = DeferredInsert(self._keeper, keys=own, parts=parts,
+                                                prev=prev, after=(self._prefault,),
+                                                report=timings)
+            self._prefault = None
+        except Exception as e:  # e.g. MemoryError, no thread: the batch is committed
+            warnings.warn(f"Bloom filter insert could not start ({e!r}); filter dropped, "
+                          "the next open rebuilds it from the runs")
+            self._keeper.drop(SimpleNamespace(dropped=False))
         timings["bloom_s"] = time.perf_counter() - t1
 
     def _record_compaction(self, waited: float) -> None:
