@@ -3,6 +3,7 @@ the compaction policy, and the store's batch / compaction / upgrade behaviour.""
 
 import json
 import os
+import threading
 import time
 from collections import Counter
 
@@ -436,14 +437,18 @@ def test_kway_step_with_the_top_key_and_empty_runs(row):
 
 
 def _slow_compaction(s, monkeypatch, seconds):
-    """Each compaction job of ``s`` sleeps first: a round of several jobs takes a while."""
+    """Each compaction job of ``s`` sleeps first: a round of several jobs takes a while.
+    Returns an event set once the first job is under way."""
     merge = s._compactor._merge_shard
+    started = threading.Event()
 
     def slow(shard, entries):
+        started.set()
         time.sleep(seconds)
         return merge(shard, entries)
 
     monkeypatch.setattr(s._compactor, "_merge_shard", slow)
+    return started
 
 
 @pytest.mark.parametrize("behind", [False, True])
@@ -467,11 +472,11 @@ def test_a_batch_stops_compaction_after_the_job_under_way_unless_it_fell_behind(
         jobs = compaction.plan(s._doc["runs"])
         assert len(jobs) == 4
         s.compact_between_batches = True
-        _slow_compaction(s, monkeypatch, 0.2)
+        started = _slow_compaction(s, monkeypatch, 0.2)
         s._compactor.credit = 10 * sum(compaction.job_bytes(e) for _, e in jobs)
         s._compactor.credit_step = s._compactor.credit
         s._start_compaction()
-        time.sleep(0.05)  # the round's first job is under way
+        assert started.wait(30)  # the round's first job is under way
         b = rng.integers(0, 2**64, 1000, dtype=np.uint64)
         assert np.array_equal(s.add_new(b), setdiff(b, everything))
         everything = union(everything, b)
