@@ -341,7 +341,7 @@ def _start_insert(store):
     prefault, store._prefault = store._prefault, None
     from .store.runs import iter_keys
 
-    return DeferredInsert(store._keeper, None, chunks_of=lambda r, n: iter_keys([r], n),
+    return DeferredInsert(store._keeper, chunks_of=lambda r, n: iter_keys([r], n),
                           after=(prefault, behind.thread if behind is not None else None))
 
 

@@ -43,10 +43,11 @@ class DeferredInsert:
     on two threads); with ``parts`` (arrays of the caller's scratch, as long as
     ``keys`` in all) it is first filled from them on this thread, and ``copied`` is
     set once they are no longer read. ``report``: the batch's timings, given
-    ``bloom_negative`` (keys that set a clear bit) when the insert is done. Else fed runs: ``chunks_of(reader, n)`` yields a
-    reader's keys in arrays of up to n (store/runs.py ``iter_keys``), gathered in
-    lots of ``chunk_keys``: a filter call below dispatch.SMALL keys takes the numpy
-    twin, ~25x slower (1,670 against 74 ns/key).
+    ``bloom_negative`` (keys that set a clear bit) when the insert is done.
+    Without ``keys``: fed runs (``feed``, until ``close``); ``chunks_of(reader, n)``
+    yields a reader's keys in arrays of up to n (store/runs.py ``iter_keys``),
+    gathered in lots of DEFERRED_CHUNK_KEYS: a filter call below dispatch.SMALL keys
+    takes the numpy twin, ~25x slower (1,670 against 74 ns/key).
 
     ``after``: threads to join before the first insert (a new filter's prefault:
     an insert beside it would be zeroed by it); ``prev``: the previous batch's
@@ -54,10 +55,10 @@ class DeferredInsert:
     time. Figures: ``elapsed_s``/``cpu_s`` of this insert, plus ``carried_*`` of
     the inserts it waited for that nobody booked (``book``)."""
 
-    def __init__(self, keeper, readers: list | None = None, chunk_keys: int = 0,
-                 after=(), *, keys: np.ndarray | None = None, prev=None,
-                 chunks_of=None, report: dict | None = None, parts: list | None = None):
-        self.keeper, self.readers = keeper, readers
+    def __init__(self, keeper, after=(), *, keys: np.ndarray | None = None,
+                 parts: list | None = None, prev=None, chunks_of=None,
+                 report: dict | None = None):
+        self.keeper = keeper
         self.after = [t for t in after if t is not None]
         self.prev = prev
         self.wait_before_s = 0.0
@@ -69,11 +70,10 @@ class DeferredInsert:
         if parts is None:
             self.copied.set()
         self._chunks_of = chunks_of
-        # readers None and no keys: fed run by run (``feed``) until ``close``
-        self._feed = queue.SimpleQueue() if readers is None and keys is None else None
+        self._feed = queue.SimpleQueue() if keys is None else None  # fed runs
         self._abort = False
         self.idle_s = 0.0  # waiting to be fed: not part of elapsed_s
-        self.chunk_keys = chunk_keys or DEFERRED_CHUNK_KEYS
+        self.chunk_keys = DEFERRED_CHUNK_KEYS
         self.error: BaseException | None = None
         self.elapsed_s = self.cpu_s = 0.0
         self.carried_elapsed_s = self.carried_cpu_s = 0.0
@@ -105,16 +105,13 @@ class DeferredInsert:
         prev, self.prev = self.prev, None
         if prev is not None:
             prev.wait()  # reports its failure (drops the filter) before we insert
-            if not prev.booked:
-                prev.booked = True
-                self.carried_elapsed_s = prev.elapsed_s + prev.carried_elapsed_s
-                self.carried_cpu_s = prev.cpu_s + prev.carried_cpu_s
+            self.carried_elapsed_s, self.carried_cpu_s = prev.book()  # (0, 0) if booked
         self.wait_before_s = time.perf_counter() - t - copy_s
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            if self.error is not None:
-                pass
-            elif self._keys_array is not None:
+            if self.error is not None:  # the copy failed: nothing to insert
+                return
+            if self._feed is None:
                 self._insert_all()
             else:
                 self._insert_fed()
@@ -172,10 +169,6 @@ class DeferredInsert:
         self._insert(lot[:fill])
 
     def _keys(self):
-        if self._feed is None:
-            for reader in self.readers:
-                yield from self._chunks_of(reader, self.chunk_keys)
-            return
         while True:
             t = time.perf_counter()
             reader = self._feed.get()
@@ -236,7 +229,7 @@ class DeferredInsert:
             warnings.warn(f"Bloom filter insert failed ({self.error!r}); "
                           "filter dropped, the next open rebuilds it from the runs")
             self.keeper.drop(self)
-        elif self.fresh is None:  # fed runs: finish_insert did not set the guess
+        elif self._feed is not None:  # fed runs (keys mode told the keeper itself)
             self.keeper.batch_done(self.inserted)
 
     def book(self) -> tuple:

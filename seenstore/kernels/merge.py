@@ -173,14 +173,12 @@ def merge_mark4(old, n_old, batch, j, jend, found):
     with the run keys of its key range), so the core overlaps their latencies.
     Requires: both sorted ascending and unique; ``batch[jend - 1] <= old[n_old - 1]``
     (``sweep_sorted``'s range). Twin: ``np.isin`` (tests/test_tiers.py)."""
-    nb = jend - j
-    q = nb >> 2
+    q = (jend - j) >> 2
+    i0 = first_above(old, 0, n_old, batch[j] - np.uint64(1)) if batch[j] else 0
     if q == 0:
-        i0 = first_above(old, 0, n_old, batch[j] - np.uint64(1)) if batch[j] else 0
         _merge_chain(old, batch, found, i0, n_old, j, jend)
         return
     j0, j1, j2, j3 = j, j + q, j + 2 * q, j + 3 * q
-    i0 = first_above(old, 0, n_old, batch[j0] - np.uint64(1)) if batch[j0] else 0
     i1 = first_above(old, i0, n_old, batch[j1] - np.uint64(1))  # batch[j1] > batch[j0]
     i2 = first_above(old, i1, n_old, batch[j2] - np.uint64(1))
     i3 = first_above(old, i2, n_old, batch[j3] - np.uint64(1))

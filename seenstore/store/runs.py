@@ -308,12 +308,28 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
             for _ in gens[r]:  # runs the generator to its end: the body checksum
                 pass
 
-    for r in range(k):
+    try:
+        yield from _kway_lots(_kernels.kway_step, bufs, pos, fill, last, refill, out_keys)
+    except _KwayBad:
+        names = ", ".join(r.name for r in readers)
+        raise CorruptionError(f"{names}: keys out of order or held by two runs") from None
+
+
+class _KwayBad(Exception):
+    """The k-way merge kernel found a key out of order or in two runs."""
+
+
+def _kway_lots(kernel, bufs, pos, fill, last, refill, out_keys: int) -> Iterator[np.ndarray]:
+    """Drive the k-way merge ``kernel`` over the rows ``bufs`` (``refill(r)`` loads row
+    r's next chunk and sets its ``pos``, ``fill``, ``last``): every row is loaded
+    first; yields each lot of merged keys, a view of one buffer of ``out_keys`` (use
+    it before asking for the next); raises _KwayBad on the kernel's KWAY_BAD."""
+    for r in range(len(bufs)):
         refill(r)
     out = np.empty(out_keys, np.uint64)
     prev, have = np.uint64(0), False
     while True:
-        n, status, prev, have = _kernels.kway_step(bufs, pos, fill, last, out, prev, have)
+        n, status, prev, have = kernel(bufs, pos, fill, last, out, prev, have)
         prev = np.uint64(prev)
         if n:
             yield out[:n]
@@ -322,8 +338,7 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
         elif status == KWAY_DONE:
             return
         elif status == KWAY_BAD:
-            names = ", ".join(r.name for r in readers)
-            raise CorruptionError(f"{names}: keys out of order or held by two runs")
+            raise _KwayBad
 
 
 def kway_arrays(runs: list, row: int, out_keys: int = 1 << 20, kernel=None):
@@ -332,7 +347,6 @@ def kway_arrays(runs: list, row: int, out_keys: int = 1 << 20, kernel=None):
     empty, output lots of ``out_keys``); None when the kernel reports a key out of
     order or in two runs. ``kernel``: ``kway_step`` (default) or a twin with its
     contract (the tests' and bench/bench_kway.py's)."""
-    kernel = kernel or _kernels.kway_step
     k = len(runs)
     bufs = np.zeros((k, row), np.uint64)
     pos, fill = np.zeros(k, np.int64), np.zeros(k, np.int64)
@@ -346,22 +360,12 @@ def kway_arrays(runs: list, row: int, out_keys: int = 1 << 20, kernel=None):
         pos[r], fill[r] = 0, len(part)
         last[r] = at[r] == len(runs[r])
 
-    for r in range(k):
-        refill(r)
-    out = np.empty(out_keys, np.uint64)
-    got = np.empty(sum(len(r) for r in runs), np.uint64)
-    m, prev, have = 0, np.uint64(0), False
-    while True:
-        n, status, prev, have = kernel(bufs, pos, fill, last, out, prev, have)
-        prev = np.uint64(prev)
-        got[m:m + n] = out[:n]
-        m += n
-        if status >= 0:
-            refill(status)
-        elif status == KWAY_DONE:
-            return got[:m]
-        elif status == KWAY_BAD:
-            return None
+    try:
+        lots = [lot.copy() for lot in _kway_lots(kernel or _kernels.kway_step, bufs, pos,
+                                                 fill, last, refill, out_keys)]
+    except _KwayBad:
+        return None
+    return np.concatenate(lots) if lots else np.empty(0, np.uint64)
 
 
 def readers_for(path: str, doc: dict, have: dict | None = None) -> dict:

@@ -109,8 +109,7 @@ class BatchArena:
 
     def __init__(self) -> None:
         self._arrays: dict = {}
-        self._answers: list = []  # buffers of answers handed out, newest first
-        self._pools: dict = {}  # other owners' buffers (``answer``'s ``pool``)
+        self._pools: dict = {}  # ``answer``'s buffers by pool, each list newest first
 
     def get(self, name: str, n: int, dtype) -> np.ndarray:
         """A ``n``-long array of ``dtype`` (contents unspecified), named ``name``:
@@ -133,7 +132,7 @@ class BatchArena:
         offered key here (the pages come back from the host). ``pool``: buffers of
         another owner, kept apart ("bloom": the copy of a batch's new keys its
         deferred Bloom insert holds until done, bloom/deferred.py)."""
-        kept = self._answers if pool == "answer" else self._pools.setdefault(pool, [])
+        kept = self._pools.setdefault(pool, [])
         for buf in kept:
             # 3: the list's reference, ``buf`` and getrefcount's argument
             if sys.getrefcount(buf) <= 3 and n <= len(buf) <= 4 * max(n, 1 << 16):
@@ -145,7 +144,6 @@ class BatchArena:
 
     def release(self) -> None:
         self._arrays.clear()
-        self._answers.clear()
         self._pools.clear()
 
 
