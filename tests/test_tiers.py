@@ -102,11 +102,11 @@ def test_sweep_sorted_matches_twins(run, batch, chunk):
 
 
 @pytest.mark.parametrize("found_share", [0.0, 0.5, 1.0])
-@pytest.mark.parametrize("ratio", [0.1, 0.3, 0.6, 1.0, 1.4, 1.8, 12.0, 80.0])
+@pytest.mark.parametrize("ratio", [0.1, 0.3, 0.6, 1.0, 1.4, 1.8, 4.9, 6.0, 12.0, 15.9, 80.0])
 def test_sweep_sorted_on_long_runs_matches_a_set(found_share, ratio):
     """Hash-like keys at run/batch ratios on both sides of every path (chains,
-    their tails, the four-chain merge between 0.2 and 1.5, 8-key skips of the
-    batch), none / half / all of the batch found,
+    their tails, the four-chain merge between 0.2 and 1.5, the wide lower bound
+    between 5 and 16, 8-key skips of the batch), none / half / all of the batch found,
     the edge keys 0, 2^63 and 2^64-1 at both ends."""
     rng = np.random.default_rng(int(ratio * 10 + found_share * 3))
     n_batch = 4000
