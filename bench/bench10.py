@@ -146,17 +146,10 @@ def render(logs: str) -> str:
 def splice(section_path: str, results: str) -> None:
     """Put the section between ``<!-- bench10 -->`` markers of ``results`` (replacing
     what was there, or appended), leaving the rest of the file as it was."""
-    import re
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from splice import splice as put
 
-    with open(section_path) as f:
-        block = "<!-- bench10 -->\n" + f.read().rstrip("\n") + "\n<!-- /bench10 -->"
-    text = open(results).read() if os.path.exists(results) else "# seenstore benchmark results\n"
-    if "<!-- bench10 -->" in text:
-        text = re.sub(r"<!-- bench10 -->.*?<!-- /bench10 -->", lambda m: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with open(results, "w") as f:
-        f.write(text)
+    put("bench10", section_path, results)
 
 
 if __name__ == "__main__":

@@ -50,3 +50,23 @@ def test_without_repeats_the_ratio_is_against_the_one_base_run(tmp_path):
     _save(logs, "bench10-1e8", _run(25.0))
     _save(logs, "bench10-1e10", _run(60.0))
     assert "**2.40x**" in b10.render(logs)
+
+
+def test_splice_replaces_only_its_own_section(tmp_path):
+    """bench/splice.py (run_all.sh's sections): the text between a section's markers is
+    replaced, every other line kept; a section without markers is appended; and
+    bench10.py's splice goes through it."""
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# t\n\n<!-- a -->\nold a\n<!-- /a -->\n\nby hand\n\n<!-- b -->\nold b\n<!-- /b -->\n")
+    section = tmp_path / "s.md"
+    section.write_text("new a\nline 2\n")
+    spec = importlib.util.spec_from_file_location("splice", os.path.join(ROOT, "bench", "splice.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.splice("a", str(section), str(results))
+    assert results.read_text() == ("# t\n\n<!-- a -->\nnew a\nline 2\n<!-- /a -->\n\nby hand\n\n"
+                                   "<!-- b -->\nold b\n<!-- /b -->\n")
+    section.write_text("ten\n")
+    _bench10().splice(str(section), str(results))
+    assert results.read_text().endswith("<!-- /b -->\n\n<!-- bench10 -->\nten\n<!-- /bench10 -->\n")
+    assert "by hand" in results.read_text() and "new a" in results.read_text()
