@@ -18,6 +18,8 @@
 #                                   # repeated $BENCH10_BASE_REPEATS times (default 2) after
 #                                   # the others: the ratio's base is the median of all.
 #   --ten-render                    # rewrite the --ten section and plot from its logs only
+#   $BENCH_PEER_KEYS                # the peers step runs only these sizes (e.g. "1e7"); the
+#                                   # section still shows every size of the mode from the logs
 #
 # Needs the [bench] extra (pip install -e '.[bench]'). Raw logs and JSON go to
 # $BENCH_LOGS (default scratch/bench-logs, git-ignored); each records the code version
@@ -95,7 +97,8 @@ IFS=, read -r -a step_list <<< "$STEPS"
 for step in ${step_list[@]+"${step_list[@]}"}; do
   case $step in
     peers)
-      for k in "${PEER_KEYS[@]}"; do
+      read -r -a run_keys <<< "${BENCH_PEER_KEYS:-${PEER_KEYS[*]}}"
+      for k in "${run_keys[@]}"; do
         echo "[$(stamp)] peers $k" >&2
         echo "$CODE, $(stamp)" > "$LOGS/peers-$k.code"
         "$PY" "$BENCH_DIR/peers.py" --keys "$k" --time-limit "$PEER_LIMIT" \

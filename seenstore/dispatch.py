@@ -16,6 +16,8 @@ same outputs); tests/test_dispatch.py checks each against its kernel.
 
 from __future__ import annotations
 
+import contextlib
+
 import importlib
 import os
 import threading
@@ -459,15 +461,17 @@ def split_lines_for(bytes_read: int) -> Callable:
     return kernel
 
 
-def warm_up(progress: Callable[[str, int, int], None] | None = None) -> float:
+def warm_up(progress: Callable[[str, int, int], None] | None = None,
+            directory: str | None = None) -> float:
     """Compile (or load from numba's cache) every kernel the store and the URL fast
     path run, with the kernels themselves (not the twins); ``progress(name, i, n)``
-    after each step. Returns the seconds it took."""
+    after each step; its throwaway stores in a new temporary folder (inside
+    ``directory`` if given), removed after. Returns the seconds it took."""
     import tempfile
     import time
 
     t0 = time.perf_counter()
-    steps = _warm_steps(tempfile.mkdtemp(prefix="seenstore-warmup-"))
+    steps = _warm_steps(tempfile.mkdtemp(prefix="seenstore-warmup-", dir=directory))
     for i, (name, step) in enumerate(steps, 1):
         step()
         if progress is not None:
@@ -479,12 +483,12 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
     import shutil
 
     def store_path():
-        from .benchrun import warm_up as store_warm_up
+        from .benchrun import warm_store
 
         saved = SMALL
         try:
             _set_small(0)
-            store_warm_up(directory)
+            warm_store(directory)
             from .store import SeenStore
 
             with SeenStore.open(os.path.join(directory, "readers"), create=True,
@@ -550,3 +554,15 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
 def _set_small(value: int) -> None:
     global SMALL
     SMALL = value
+
+
+@contextlib.contextmanager
+def kernels_only():
+    """Within it, the kernels run on inputs of any size (no numpy twin for small
+    ones): for warming them up."""
+    saved = SMALL
+    _set_small(0)
+    try:
+        yield
+    finally:
+        _set_small(saved)
