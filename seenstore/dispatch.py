@@ -507,6 +507,10 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                 st.add(keys + _U(1000))
                 st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
             batch.unique_sorted(keys)  # the stage's
+            # a batch's partition on two threads (batches of 2^20 keys and more)
+            from .store.scheduling import PARALLEL_PARTITION_KEYS, partition
+
+            partition(np.arange(2 * PARALLEL_PARTITION_KEYS, dtype=_U), 4, 2)
             # a spilled bucket too big for one slice, split by key ranges (spill._split)
             batch.partition_by_cuts(keys, keys[::100].copy(), np.empty(len(keys), np.int32),
                                     np.empty(len(keys), _U), np.empty(12, np.int64))
