@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from seenstore.benchrun import disk_bandwidth, parse_count, peak_rss_bytes, warm_up
+from seenstore.benchrun import disk_bandwidth, parse_count, peak_rss_bytes, reset_peak_rss, warm_up
 from seenstore.store import SeenStore
 from seenstore.workload import CrawlStream
 
@@ -60,6 +60,7 @@ def run(args) -> dict:
     t_grow = 0.0
     try:
         warmup = warm_up(work)  # JIT outside timings
+        reset_peak_rss()  # and its compiler's memory outside the peak RSS
         # Bloom sized for the largest store of the run, so no rebuild lands in a probe.
         cap = int(args.max_keys * 1.1) + 2 * B
         with SeenStore.open(path, create=True, bloom_capacity=cap) as st:

@@ -318,8 +318,22 @@ def dir_bytes(path: str) -> int:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far (Linux ru_maxrss is in KiB)."""
+    """Peak resident set size of this process so far, or since ``reset_peak_rss``
+    (Linux ru_maxrss is in KiB; the reset lowers it too)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Start the peak RSS afresh from the current RSS (Linux: ``5`` written to
+    /proc/self/clear_refs), so that a JIT warm-up's compiler memory (LLVM's, a few
+    hundred MB on a cold numba cache) is not reported as the run's. False where the
+    system has no such reset (the peak then includes the warm-up)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 @dataclass
@@ -789,6 +803,7 @@ def run_bench(
         raise InvalidInputError(f"answer must be one of {ANSWERS}, got {answer!r}")
     t_start = time.perf_counter()
     res.warmup_s = warm_up(work, run_format)
+    reset_peak_rss()  # the compiler's memory is not the run's
     res.disk.append(disk_bandwidth(work, probe_bytes))
     res.cpu_probe_ns.append(cpu_probe())
     sampler = None
