@@ -325,9 +325,10 @@ def peak_rss_bytes() -> int:
 
 def reset_peak_rss() -> bool:
     """Start the peak RSS afresh from the current RSS (Linux: ``5`` written to
-    /proc/self/clear_refs), so that a JIT warm-up's compiler memory (LLVM's, a few
-    hundred MB on a cold numba cache) is not reported as the run's. False where the
-    system has no such reset (the peak then includes the warm-up)."""
+    /proc/self/clear_refs), so that a JIT warm-up's transient peak is not reported as
+    the run's (what a cold numba cache's compile leaves resident, ~700 MB, still
+    is). False where the system has no such reset (the peak then includes the
+    warm-up)."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
