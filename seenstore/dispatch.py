@@ -17,7 +17,6 @@ same outputs); tests/test_dispatch.py checks each against its kernel.
 from __future__ import annotations
 
 import contextlib
-
 import importlib
 import os
 import threading
@@ -485,65 +484,60 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
     def store_path():
         from .benchrun import warm_store
 
-        saved = SMALL
         try:
-            _set_small(0)
-            warm_store(directory)
-            from .store import SeenStore
+            with kernels_only():
+                warm_store(directory)
+                from .store import SeenStore
 
-            with SeenStore.open(os.path.join(directory, "readers"), create=True,
-                                sync=False) as st:  # contains, verify: readers' kernels
-                keys = np.arange(1, 1001, dtype=_U)
-                st.add(keys)
-                st.add(keys + _U(1000))  # the sweep of the first run (tiered runs)
-                st.contains(keys[::3])  # point lookups: the sparse index
-                st.verify()  # two runs in a shard: the k-way merge
-                st.compact()
-                st.verify()  # one run: its order check
-                st.stats()  # the Bloom fill histogram
-            with SeenStore.open(os.path.join(directory, "uncached"), create=True, sync=False,
-                                cache_bytes=0) as st:  # a writer whose run cache is off or full
-                st.add(keys)
-                st.add(keys + _U(1000))
-                st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
-            batch.unique_sorted(keys)  # the stage's
-            # a batch's partition on two threads (batches of 2^20 keys and more)
-            from .store.scheduling import PARALLEL_PARTITION_KEYS, partition
+                with SeenStore.open(os.path.join(directory, "readers"), create=True,
+                                    sync=False) as st:  # contains, verify: readers' kernels
+                    keys = np.arange(1, 1001, dtype=_U)
+                    st.add(keys)
+                    st.add(keys + _U(1000))  # the sweep of the first run (tiered runs)
+                    st.contains(keys[::3])  # point lookups: the sparse index
+                    st.verify()  # two runs in a shard: the k-way merge
+                    st.compact()
+                    st.verify()  # one run: its order check
+                    st.stats()  # the Bloom fill histogram
+                with SeenStore.open(os.path.join(directory, "uncached"), create=True, sync=False,
+                                    cache_bytes=0) as st:  # a writer whose run cache is off or full
+                    st.add(keys)
+                    st.add(keys + _U(1000))
+                    st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
+                batch.unique_sorted(keys)  # the stage's
+                # a batch's partition on two threads (batches of 2^20 keys and more)
+                from .store.scheduling import PARALLEL_PARTITION_KEYS, partition
 
-            partition(np.arange(2 * PARALLEL_PARTITION_KEYS, dtype=_U), 4, 2)
-            # a spilled bucket too big for one slice, split by key ranges (spill._split)
-            batch.partition_by_cuts(keys, keys[::100].copy(), np.empty(len(keys), np.int32),
-                                    np.empty(len(keys), _U), np.empty(12, np.int64))
-            from .bloom import GROUP
+                partition(np.arange(2 * PARALLEL_PARTITION_KEYS, dtype=_U), 4, 2)
+                # a spilled bucket too big for one slice, split by key ranges (spill._split)
+                batch.partition_by_cuts(keys, keys[::100].copy(), np.empty(len(keys), np.int32),
+                                        np.empty(len(keys), _U), np.empty(12, np.int64))
+                from .bloom import GROUP
 
-            words = np.zeros(8 * 64, dtype=_U)  # region inserts (large batches into large filters)
-            bloom.kernel("bloom_add_regions")(words, keys, 7, GROUP, 2, np.empty(256, _U))
-            # merge.merge_run (old ∪ batch into a new run): no longer on the store's path
-            # (tiered runs write only new keys); kept, with its tests, for comparison
-            merge.kernel("merge_step")(keys, 0, len(keys), True, keys + _U(500),
-                                       0, np.zeros(len(keys), np.bool_), np.empty(64, _U),
-                                       _U(0), False)
-            # a sweep from disk (runs the run cache does not hold): order checked
-            merge.kernel("sweep_step")(keys, len(keys), keys, 0, np.zeros(len(keys), np.bool_),
-                                       _U(0), False)
+                # region inserts (large batches into large filters)
+                words = np.zeros(8 * 64, dtype=_U)
+                bloom.kernel("bloom_add_regions")(words, keys, 7, GROUP, 2, np.empty(256, _U))
+                # merge.merge_run (old ∪ batch into a new run): no longer on the store's path
+                # (tiered runs write only new keys); kept, with its tests, for comparison
+                merge.kernel("merge_step")(keys, 0, len(keys), True, keys + _U(500),
+                                           0, np.zeros(len(keys), np.bool_), np.empty(64, _U),
+                                           _U(0), False)
+                # a sweep from disk (runs the run cache does not hold): order checked
+                merge.kernel("sweep_step")(keys, len(keys), keys, 0, np.zeros(len(keys), np.bool_),
+                                           _U(0), False)
         finally:
-            _set_small(saved)
             shutil.rmtree(directory, ignore_errors=True)
 
     def url_path():
         from .fastpath import normalise_buffer
         from .urlbuffer import URLBuffer
 
-        saved = SMALL
-        try:
-            _set_small(0)
+        with kernels_only():
             URLBuffer.from_bytes(b"\xef\xbb\xbfhttp://a.example/\tx\r\n\n", pairs=True)
             fb = normalise_buffer(URLBuffer.from_strs(
                 ["http://a.example/x", "HTTP://b.example:80/./y#f", "mailto:x", "http://[::1",
                  "http://\u00e9.example/routed"]))
             fb.lines(np.ones(len(fb.keys), dtype=bool))
-        finally:
-            _set_small(saved)
 
     def contains_path():
         for family in FAMILIES.values():
