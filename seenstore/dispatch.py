@@ -10,6 +10,16 @@ compile rather than load from numba's cache, ``on_compile`` is called once per
 process (the CLI prints "compiling kernels, first run only"). ``warm_up`` compiles
 every kernel ahead (``seenstore warmup``).
 
+Below ``SMALL`` the twin runs only while the kernel is not at hand: once this process
+runs kernels (a large call loaded or compiled one), a small call takes the kernel too
+when calling it will not compile (it is in memory, or in numba's cache: a load of a
+few ms), since the kernels beat their twins at every size (``live``). A first small
+run still never imports numba; a long-lived process (a pipeline, the stage, a
+benchmark) stops paying the twins' 5-15x on its small calls: a batch of 1e6 keys
+checks each of its shards' ~6e4 keys against runs of similar size, calls below
+``SMALL`` items that took the twins (check CPU 152 -> 41 ns per offered key by the
+tenth batch, docs/architecture.md "One batch").
+
 The twins compute exactly what the kernels do (same bits in the Bloom filter,
 same outputs); tests/test_dispatch.py checks each against its kernel.
 """
@@ -32,6 +42,7 @@ SMALL = int(os.environ.get("SEENSTORE_JIT_MIN", 100_000))
 
 on_compile: Callable[[], None] | None = None  # called once, before the first compile
 lean_numba = False  # set by the CLI: load numba without scipy (see _numba_without_scipy)
+_twins_forced = False  # twins_only(): every call below SMALL takes its twin (tests)
 _announced = False
 _lock = threading.Lock()
 
@@ -51,8 +62,29 @@ def _will_compile(kernel) -> bool:
     return index is None or not os.path.exists(index)
 
 
+def jit_live() -> bool:
+    """True once this process has called one of seenstore's kernels through this
+    module (``announce``, before each kernel call): numba is imported and its first
+    cache load or compile, ~0.5 s of context set-up outside the CLI, is behind;
+    each further kernel then loads from numba's cache in a few ms. Tests
+    monkeypatch it (or use ``twins_only``) to play a fresh process."""
+    return _live_seen[0]
+
+
+_live_seen = [False]
+
+
+def live(kernel) -> bool:
+    """True when a small call may take ``kernel`` instead of its twin: this process
+    already runs kernels (``jit_live``) and calling this one will not compile."""
+    return not _twins_forced and jit_live() and not _will_compile(kernel)
+
+
 def announce(kernel) -> None:
+    """Called before each kernel call: marks the process ``jit_live`` and, the first
+    time a call is about to compile, calls ``on_compile``."""
     global _announced
+    _live_seen[0] = True
     if _announced or on_compile is None or not _will_compile(kernel):
         return
     with _lock:
@@ -108,17 +140,27 @@ class _Family:
     def _make(self, name: str) -> Callable:
         twin, size = self._twins.get(name, (None, None))
         family = self
+        ready = [False]  # once the kernel is live here it stays so
 
         def call(*args):
-            if twin is not None and size(args) < SMALL:
-                return twin(*args)
+            if twin is not None and (_twins_forced or not ready[0]) and size(args) < SMALL:
+                if not family._live(name):
+                    return twin(*args)
+                ready[0] = True
             kernel = family.kernel(name)
             announce(kernel)
             return kernel(*args)
 
         call.__name__ = call.__qualname__ = name
-        call.__doc__ = f"seenstore.kernels.{self._module}.{name}, or its numpy twin below SMALL."
+        call.__doc__ = (f"seenstore.kernels.{self._module}.{name}, or its numpy twin below "
+                        "SMALL while the kernel is not live (dispatch.live).")
         return call
+
+    def _live(self, name: str) -> bool:
+        """``live`` for kernel ``name``, without importing numba when it is not."""
+        if _twins_forced or not jit_live():
+            return False
+        return live(self.kernel(name))
 
 
 # ----------------------------------------------------------------- batch twins
@@ -451,9 +493,9 @@ FAMILIES = {"batch": batch, "merge": merge, "bloom": bloom, "url": url,
 
 def split_lines_for(bytes_read: int) -> Callable:
     """The line splitter for a stream that has delivered ``bytes_read`` bytes (or is
-    known to hold that many): the twin below SMALL lines of LINE_BYTES, else the
-    kernel."""
-    if bytes_read < SMALL * LINE_BYTES:
+    known to hold that many): the twin below SMALL lines of LINE_BYTES while the
+    kernel is not live (``live``), else the kernel."""
+    if bytes_read < SMALL * LINE_BYTES and not lines._live("split_lines"):
         return _split_lines
     kernel = lines.kernel("split_lines")
     announce(kernel)
@@ -552,6 +594,19 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
 def _set_small(value: int) -> None:
     global SMALL
     SMALL = value
+
+
+@contextlib.contextmanager
+def twins_only():
+    """Within it, every call below SMALL takes its numpy twin, even where the kernel
+    is live (``live``): for testing the twins inside a process that runs kernels."""
+    global _twins_forced
+    saved = _twins_forced
+    _twins_forced = True
+    try:
+        yield
+    finally:
+        _twins_forced = saved
 
 
 @contextlib.contextmanager

@@ -274,19 +274,37 @@ def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None,
     keeps out of the comparison of one thread with two)."""
     n = len(a)
     if method is None:
-        # below dispatch.SMALL nothing may compile (a first run's small input)
-        method = "numpy" if n < max(SMALL_KEYS, dispatch.SMALL) else choice()
+        method = _method_for(n, "sort_unique" if unique else "radix_sort")
     if method == "numpy":
         a.sort()
         return dispatch.batch.unique_inplace(a) if unique else n
     from .kernels.sort import radix_sort, sort_unique
     buf = _scratch(n) if buf is None else buf[:n]
-    if threads >= 2 and n >= 2 * SMALL_KEYS:
+    if threads >= 2 and n >= max(2 * SMALL_KEYS, dispatch.SMALL):  # kernels of their own
         return _radix_two(a, buf, unique)
     if unique:
         return sort_unique(a, buf, *_tunables())
     radix_sort(a, buf, *_tunables())
     return n
+
+
+def _method_for(n: int, kernel: str) -> str:
+    """The sort for ``n`` keys by default: numpy's below SMALL_KEYS; ``choice()`` from
+    dispatch.SMALL keys on; between the two, numpy's unless this process already chose
+    the radix sort and its ``kernel`` is live (``dispatch.live``): below dispatch.SMALL
+    nothing may compile or measure (a first run's small input), but a process that
+    sorts large batches with the radix sort sorts its small ones so too."""
+    if n < SMALL_KEYS:
+        return "numpy"
+    if n >= dispatch.SMALL:
+        return choice()
+    env = os.environ.get(ENV, "").strip().lower()
+    verdict = env if env in CHOICES else _choice.get("sort")
+    if verdict == "radix" and dispatch.jit_live():
+        from .kernels import sort as ks
+        if dispatch.live(getattr(ks, kernel)):
+            return "radix"
+    return "numpy"
 
 
 def _scratch(n: int) -> np.ndarray:
@@ -384,7 +402,7 @@ def sort_unique_buckets(a: np.ndarray, starts: np.ndarray, method: str | None = 
     the repeats in one pass."""
     n = len(a)
     if method is None:
-        method = "numpy" if n < max(SMALL_KEYS, dispatch.SMALL) else choice()
+        method = _method_for(n, "sort_buckets")
     if len(starts) < 3:
         return _sort(a, True, 1, method)
     if method == "numpy":

@@ -4,6 +4,7 @@ never imports numba, and the CLI says once when it is about to compile."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -152,7 +153,8 @@ def test_small_path_gives_the_same_store_as_the_kernels(tmp_path, monkeypatch):
     for small in (10**9, 0):
         monkeypatch.setattr(D, "SMALL", small)
         path = str(tmp_path / f"s{small}")
-        with SeenStore.open(path, create=True, sync=False) as st:
+        with D.twins_only() if small else contextlib.nullcontext(), \
+                SeenStore.open(path, create=True, sync=False) as st:
             masks = [st.add(b).tolist() for b in batches]
             masks.append(st.contains(batches[2][::7]).tolist())
         names = sorted(n for n in os.listdir(path) if n.endswith(".run"))
@@ -213,3 +215,68 @@ def test_warmup_command_compiles_every_kernel_and_says_how_long():
     for family in D.FAMILIES.values():
         for name in family._twins:
             assert family.kernel(name).signatures, name  # compiled (or loaded) for real
+
+
+def test_small_calls_take_the_kernel_once_this_process_runs_kernels(monkeypatch):
+    """Below SMALL a call takes its twin while its kernel is not live (a fresh
+    process, or a kernel that would compile), the kernel once this process runs
+    kernels (a long-lived pipeline's small calls: 5-15x faster), and the twin again
+    inside ``twins_only``; the same answer every time."""
+    run = np.arange(0, 30_000, 3, dtype=np.uint64)
+    batch = np.arange(0, 30_000, 2, dtype=np.uint64)
+    want = np.isin(batch, run)
+
+    def sweep(fn):
+        found = np.zeros(len(batch), np.bool_)
+        assert fn(run, len(run), batch, 0, found) == len(batch) - 1  # 29,998 > the run's last
+        return found
+
+    assert np.array_equal(sweep(D.merge.kernel("sweep_sorted")), want)  # in memory now
+    monkeypatch.setattr(D, "SMALL", 10**9)
+    twin, size = D.merge._twins["sweep_sorted"]
+    calls = []
+    monkeypatch.setitem(D.merge._twins, "sweep_sorted",
+                        (lambda *a: calls.append(1) or twin(*a), size))
+    monkeypatch.setattr(D.merge, "_cache", {})  # a fresh dispatch function
+    monkeypatch.setattr(D, "jit_live", lambda: False)  # a fresh process
+    assert np.array_equal(sweep(D.merge.sweep_sorted), want) and len(calls) == 1
+    monkeypatch.setattr(D, "jit_live", lambda: True)
+    with monkeypatch.context() as m:
+        m.setattr(D, "_will_compile", lambda kernel: True)  # never compile for a small call
+        assert np.array_equal(sweep(D.merge.sweep_sorted), want) and len(calls) == 2
+    assert np.array_equal(sweep(D.merge.sweep_sorted), want) and len(calls) == 2  # the kernel
+    monkeypatch.setattr(D, "jit_live", lambda: False)
+    assert np.array_equal(sweep(D.merge.sweep_sorted), want) and len(calls) == 2  # stays so
+    with D.twins_only():
+        assert np.array_equal(sweep(D.merge.sweep_sorted), want) and len(calls) == 3
+    assert np.array_equal(sweep(D.merge.sweep_sorted), want) and len(calls) == 3
+
+
+def test_small_sorts_take_the_radix_sort_only_where_this_process_chose_it(monkeypatch):
+    """Between SMALL_KEYS and dispatch.SMALL keys: numpy's sort, unless this process
+    already chose the radix sort and its kernel is live (no measurement, no compile
+    for a first run's small input)."""
+    from seenstore import sorting
+    from seenstore.kernels.sort import sort_unique
+
+    sort_unique(np.arange(100, 0, -1, dtype=np.uint64), np.empty(100, np.uint64))  # in memory
+    monkeypatch.setattr(D, "SMALL", 10**9)
+    monkeypatch.delenv(sorting.ENV, raising=False)
+    n = sorting.SMALL_KEYS
+    monkeypatch.setattr(sorting, "_choice", {"sort": "radix"})
+    monkeypatch.setattr(D, "jit_live", lambda: True)
+    assert sorting._method_for(n - 1, "sort_unique") == "numpy"
+    assert sorting._method_for(n, "sort_unique") == "radix"
+    keys = np.random.default_rng(3).integers(0, 2**20, 3 * n, dtype=np.uint64)
+    a = keys.copy()
+    assert np.array_equal(a[:sorting.sort_unique_keys(a)], np.unique(keys))
+    with monkeypatch.context() as m:
+        m.setattr(D, "_will_compile", lambda kernel: True)
+        assert sorting._method_for(n, "sort_unique") == "numpy"
+    monkeypatch.setattr(D, "jit_live", lambda: False)
+    assert sorting._method_for(n, "sort_unique") == "numpy"
+    monkeypatch.setattr(D, "jit_live", lambda: True)
+    monkeypatch.setattr(sorting, "_choice", {})  # not decided in this process: no probe
+    assert sorting._method_for(n, "sort_unique") == "numpy"
+    monkeypatch.setenv(sorting.ENV, "radix")
+    assert sorting._method_for(n, "sort_unique") == "radix"

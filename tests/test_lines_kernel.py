@@ -8,6 +8,7 @@ max_line limits; plus the kernel called directly on one block.
 
 from __future__ import annotations
 
+import contextlib
 import io
 
 import numpy as np
@@ -66,8 +67,9 @@ def test_stream_matches_twin(text, pairs, base, block, max_line, readinto):
         saved, dispatch.SMALL = dispatch.SMALL, small
         try:
             src.seek(0) if readinto else setattr(src, "read", _reader(text))
-            ub = URLBuffer.from_file(src, pairs=pairs, base=base, block_bytes=block,
-                                     max_line=max_line)
+            with dispatch.twins_only() if small else contextlib.nullcontext():
+                ub = URLBuffer.from_file(src, pairs=pairs, base=base, block_bytes=block,
+                                         max_line=max_line)
         finally:
             dispatch.SMALL = saved
         assert listing(ub) == want
@@ -146,5 +148,13 @@ def test_a_large_regular_file_takes_the_kernel_from_its_first_read(tmp_path, mon
     assert len(URLBuffer.from_file(p)) == 1000
     assert used and all(fn is split_lines for fn in used)
     used.clear()
+    monkeypatch.setattr(dispatch, "jit_live", lambda: False)  # a fresh process
     assert len(URLBuffer.from_file(io.BytesIO(b"http://a/\n" * 10))) == 10
     assert used and all(fn is _split_lines for fn in used)
+    used.clear()
+    monkeypatch.undo()
+    monkeypatch.setattr(dispatch, "SMALL", 10_000 // dispatch.LINE_BYTES)
+    monkeypatch.setattr(dispatch, "split_lines_for", lambda n: used.append(real(n)) or used[-1])
+    dispatch.announce(split_lines)  # a process that runs kernels: the kernel is live
+    assert len(URLBuffer.from_file(io.BytesIO(b"http://a/\n" * 10))) == 10
+    assert used and all(fn is split_lines for fn in used)
