@@ -62,6 +62,31 @@ def _will_compile(kernel) -> bool:
     return index is None or not os.path.exists(index)
 
 
+def _stale(kernel) -> bool:
+    """True when calling ``kernel`` compiles it: nothing in memory and no fresh
+    entry in numba's cache index (none, or one of an older source: numba stamps the
+    index with the source file's and recompiles after an edit). numba's private
+    index reader; where it differs, True (a needless warm-up in a child, no harm)."""
+    if kernel.signatures:
+        return False
+    try:
+        return not kernel._cache._cache_file._load_index()
+    except Exception:  # noqa: BLE001  (another numba's internals)
+        return True
+
+
+def cold() -> bool:
+    """True when a warm-up here would compile: some kernel the store or the URL path
+    calls first (each family's kernels, the sorts, the URL kernel) has no machine
+    code in memory nor an up-to-date cache index. Imports numba."""
+    names = [(family, name) for family in FAMILIES.values() for name in family._twins]
+    kernels = [family.kernel(name) for family, name in names]
+    from .kernels import sort as ks
+    from .kernels import url as ku
+    kernels += [ks.radix_sort, ks.sort_unique, ks.sort_buckets, ku.normalise_batch]
+    return any(_stale(k) for k in kernels)
+
+
 def jit_live() -> bool:
     """True once this process has called one of seenstore's kernels through this
     module (``announce``, before each kernel call): numba is imported and its first

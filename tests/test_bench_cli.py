@@ -236,3 +236,44 @@ def test_the_1e10_plan_spills_within_12_gib_and_fits_the_disk(monkeypatch, tmp_p
     assert 5 * 10**8 <= p.batch <= benchrun.SPILL_MAX_BATCH  # ~20 sweeps at most, not 100
     assert p.disk_needed == sum(p.disk.values()) <= free_gb * 10**9
     assert p.disk["spill_buckets"] == int(8 * p.batch * (1 + p.busiest_shard_share))
+
+
+def test_a_cold_numba_cache_is_compiled_in_a_child_before_the_benchmark_loads_it(
+        tmp_path, monkeypatch):
+    """benchrun.warm_up: compiling leaves LLVM's memory resident (~700 MB) in the
+    process that compiled, so with a cold cache a child compiles and the benchmark's
+    process only loads the cache; with a warm one no child (it would cost a second)."""
+    from seenstore import benchrun, dispatch
+
+    events = []
+    monkeypatch.setattr(benchrun, "_warm_up_in_child",
+                        lambda d, fmt: events.append(("child", fmt)) or True)
+    monkeypatch.setattr(dispatch, "warm_up", lambda directory: events.append(("here",)))
+    monkeypatch.setattr(dispatch, "cold", lambda: True)
+    benchrun.warm_up(str(tmp_path), None)
+    assert events == [("child", None), ("here",)]
+    events.clear()
+    monkeypatch.setattr(dispatch, "cold", lambda: False)
+    benchrun.warm_up(str(tmp_path), None)
+    assert events == [("here",)]
+
+
+def test_dispatch_cold_reads_numba_cache_index(tmp_path):
+    """dispatch.cold: False where the kernels are cached (this suite warms them up),
+    True in a process whose numba cache is empty (and nothing compiled)."""
+    from seenstore import dispatch
+
+    dispatch.warm_up(directory=str(tmp_path))  # loads (or, run alone on a new clone, compiles)
+    assert dispatch.cold() is False
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "empty")}
+    p = subprocess.run([sys.executable, "-c",
+                        "from seenstore import dispatch; print(dispatch.cold())"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "True", p.stderr
+
+
+def test_warm_up_in_a_child_process_runs_and_reports_success(tmp_path):
+    from seenstore import benchrun
+
+    assert benchrun._warm_up_in_child(str(tmp_path), None) is True
+    assert benchrun._warm_up_in_child(str(tmp_path / "missing" / "dir"), None) is False
