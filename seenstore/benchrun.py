@@ -655,14 +655,17 @@ def warm_up(directory: str, run_format: int | None = None, *, child: bool = True
 
 def _warm_up_in_child(directory: str, run_format: int | None) -> bool:
     """``warm_up`` (``child=False``) in a fresh Python process sharing this one's numba
-    cache; True if it succeeded."""
+    cache, importing this very seenstore (``python -c`` would put its working folder
+    first on the path: run from a checkout, a snapshot's benchmark warmed up the
+    checkout's kernels, not its own); True if it succeeded."""
     import subprocess
     import sys
 
-    code = ("import sys; from seenstore import benchrun; "
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.path.insert(0, sys.argv[3]); from seenstore import benchrun; "
             "benchrun.warm_up(sys.argv[1], int(sys.argv[2]) or None, child=False)")
     try:
-        done = subprocess.run([sys.executable, "-c", code, directory, str(run_format or 0)],
+        done = subprocess.run([sys.executable, "-c", code, directory, str(run_format or 0), root],
                               stdin=subprocess.DEVNULL, capture_output=True)
     except OSError:
         return False

@@ -272,8 +272,14 @@ def test_dispatch_cold_reads_numba_cache_index(tmp_path):
     assert p.returncode == 0 and p.stdout.strip() == "True", p.stderr
 
 
-def test_warm_up_in_a_child_process_runs_and_reports_success(tmp_path):
+def test_warm_up_in_a_child_process_runs_and_reports_success(tmp_path, monkeypatch):
+    """The child imports this very seenstore, even run from a folder holding another
+    (a benchmark of a snapshot, started from the checkout, warmed the checkout's)."""
     from seenstore import benchrun
 
+    other = tmp_path / "elsewhere"
+    (other / "seenstore").mkdir(parents=True)
+    (other / "seenstore" / "__init__.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.chdir(other)
     assert benchrun._warm_up_in_child(str(tmp_path), None) is True
     assert benchrun._warm_up_in_child(str(tmp_path / "missing" / "dir"), None) is False
