@@ -17,8 +17,9 @@ few ms), since the kernels beat their twins at every size (``live``). A first sm
 run still never imports numba; a long-lived process (a pipeline, the stage, a
 benchmark) stops paying the twins' 5-15x on its small calls: a batch of 1e6 keys
 checks each of its shards' ~6e4 keys against runs of similar size, calls below
-``SMALL`` items that took the twins (check CPU 152 -> 41 ns per offered key by the
-tenth batch, docs/architecture.md "One batch").
+``SMALL`` items that took the twins (ten batches of 1e6 keys, the two rules run
+back to back: the check's CPU 52-63 -> 14-16 ns per offered key; docs/architecture.md,
+module map).
 
 The twins compute exactly what the kernels do (same bits in the Bloom filter,
 same outputs); tests/test_dispatch.py checks each against its kernel.
@@ -64,8 +65,8 @@ def _will_compile(kernel) -> bool:
 
 def _stale(kernel) -> bool:
     """True when calling ``kernel`` compiles it: nothing in memory and no fresh
-    entry in numba's cache index (none, or one of an older source: numba stamps the
-    index with the source file's and recompiles after an edit). numba's private
+    entry in numba's cache index (none, or one stamped for another version of the
+    source file: numba recompiles after an edit). numba's private
     index reader; where it differs, True (a needless warm-up in a child, no harm)."""
     if kernel.signatures:
         return False
