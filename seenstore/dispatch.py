@@ -573,6 +573,14 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                     st.add(keys + _U(1000))
                     st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
                 batch.unique_sorted(keys)  # the stage's
+                # add's mask on two threads (batches of 2^20 keys and more: batch.first_new_mask)
+                from .kernels import batch as kb
+
+                ik, ipos, istart = kb.join_partition(keys, 2)
+                nk, _, nstart = kb.join_partition(keys[::2].copy(), 2)
+                kb.join_parts(ik, ipos, istart, nk, nstart, 0, 4, True,
+                              np.zeros(len(keys), np.bool_))
+                kb.join_part_bits(len(keys), -1)
                 # a batch's partition on two threads (batches of 2^20 keys and more)
                 from .store.scheduling import PARALLEL_PARTITION_KEYS, partition
 

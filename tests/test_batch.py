@@ -46,6 +46,35 @@ def test_partitioned_join_at_scale_equals_unpartitioned(rng):
     assert auto.sum() == len(new)
 
 
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(key, max_size=60), seen=st.sets(key, max_size=30),
+       part_bits=st.sampled_from([1, 2, 3, 6]))
+def test_two_thread_join_gives_the_one_thread_mask(keys, seen, part_bits):
+    """first_new_mask on two threads (partitions side by side, the parts' joins split
+    in two) against the oracle, its threshold lowered so small inputs take it."""
+    import seenstore.batch as B
+
+    arr = as_keys(keys)
+    want = add_naive(set(seen), keys)
+    new = np.array(sorted(set(keys) - seen), dtype=np.uint64)
+    saved, B.PARALLEL_JOIN_KEYS = B.PARALLEL_JOIN_KEYS, 0
+    try:
+        assert B.first_new_mask(arr, new, 2, part_bits).tolist() == want.tolist()
+        assert B.first_new_mask(arr, new, 1, part_bits).tolist() == want.tolist()
+    finally:
+        B.PARALLEL_JOIN_KEYS = saved
+
+
+def test_two_thread_join_at_scale_equals_one_thread(rng):
+    from seenstore.batch import PARALLEL_JOIN_KEYS, first_new_mask
+
+    keys = rng.integers(0, 2**64, PARALLEL_JOIN_KEYS + 300_000, dtype=np.uint64)
+    keys[:200_000] = keys[500_000:700_000]  # repeats: the first occurrence wins
+    new = uniq(keys)[::2].copy()  # above the 2^18 partitioning threshold
+    one = mark_first_new(keys, new)
+    assert np.array_equal(first_new_mask(keys, new, 2), one) and one.sum() == len(new)
+
+
 def test_batch_file_reading(tmp_path):
     p = tmp_path / "b.bin"
     np.array([1, 2**64 - 1], dtype=">u8").tofile(p)  # big-endian on disk is not our format

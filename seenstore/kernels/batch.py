@@ -109,27 +109,38 @@ def mark_members(keys, members, part_bits=-1):
 
 
 @njit(cache=True, nogil=True)
-def _join_mark(keys, new_keys, part_bits, first_only):
+def join_part_bits(m, part_bits):
+    """The partition bits of a join against ``m`` unique keys: ``part_bits`` if not
+    negative, else 0 while their table fits the caches (~4 MiB), then about 8192 keys
+    per part (at most 16 bits)."""
+    if part_bits >= 0:
+        return part_bits
+    bits = 0
+    if m > (1 << 18):
+        while (m >> bits) > 8192 and bits < 16:
+            bits += 1
+    return bits
+
+
+@njit(cache=True, nogil=True)
+def join_partition(keys, part_bits):
+    """``_partition`` of ``keys`` by ``part_bits`` mixed top bits (0: one part, the keys
+    as they are): (keys, their positions, start of each part + end)."""
     n = keys.shape[0]
-    m = new_keys.shape[0]
-    out = np.zeros(n, dtype=np.bool_)
-    if m == 0 or n == 0:
-        return out
-    if part_bits < 0:  # partition only once the table outgrows the caches (~4 MiB)
-        part_bits = 0
-        if m > (1 << 18):
-            while (m >> part_bits) > 8192 and part_bits < 16:
-                part_bits += 1
-    n_parts = 1 << part_bits
-    shift = np.uint64(64 - part_bits) if part_bits > 0 else np.uint64(63)
     if part_bits == 0:
-        nk, nstart = new_keys, np.array([0, m], dtype=np.int64)
-        ik, ipos, istart = keys, np.arange(n, dtype=np.int64), np.array([0, n], dtype=np.int64)
-    else:
-        nk, _, nstart = _partition(new_keys, shift, n_parts)
-        ik, ipos, istart = _partition(keys, shift, n_parts)
+        return keys, np.arange(n, dtype=np.int64), np.array([0, n], dtype=np.int64)
+    return _partition(keys, np.uint64(64 - part_bits), 1 << part_bits)
+
+
+@njit(cache=True, nogil=True)
+def join_parts(ik, ipos, istart, nk, nstart, p0, p1, first_only, out):
+    """The hash join of parts ``p0 <= p < p1`` (``join_partition``'s of the input keys
+    ``ik``/``ipos``/``istart`` and of the unique keys ``nk``/``nstart``): set
+    ``out[ipos[j]]`` for each input key of those parts in the unique keys (its first
+    occurrence only, with ``first_only``). Parts share no key, so calls over disjoint
+    part ranges may run at once on one ``out``."""
     biggest = 1
-    for p in range(n_parts):
+    for p in range(p0, p1):
         if nstart[p + 1] - nstart[p] > biggest:
             biggest = nstart[p + 1] - nstart[p]
     size = 1
@@ -137,7 +148,7 @@ def _join_mark(keys, new_keys, part_bits, first_only):
         size *= 2
     table = np.empty(size, dtype=np.uint64)
     used = np.zeros(size, dtype=np.uint8)  # 0 empty, 1 key unclaimed, 2 key claimed
-    for p in range(n_parts):
+    for p in range(p0, p1):
         lo, hi = nstart[p], nstart[p + 1]
         if lo == hi:
             continue
@@ -163,6 +174,19 @@ def _join_mark(keys, new_keys, part_bits, first_only):
                         out[ipos[j]] = True
                     break
                 s = (s + 1) & (psize - 1)
+
+
+@njit(cache=True, nogil=True)
+def _join_mark(keys, new_keys, part_bits, first_only):
+    n = keys.shape[0]
+    m = new_keys.shape[0]
+    out = np.zeros(n, dtype=np.bool_)
+    if m == 0 or n == 0:
+        return out
+    bits = join_part_bits(m, part_bits)
+    nk, _, nstart = join_partition(new_keys, bits)
+    ik, ipos, istart = join_partition(keys, bits)
+    join_parts(ik, ipos, istart, nk, nstart, 0, 1 << bits, first_only, out)
     return out
 
 

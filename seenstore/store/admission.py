@@ -24,14 +24,14 @@ import numpy as np
 
 from .. import spill
 from ..bloom.deferred import DeferredInsert, settle
-from ..batch import as_keys, prepare
+from ..batch import as_keys, first_new_mask, prepare
 from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
 from ..errors import InvalidInputError
 from ..runformat import policy_digest
 from .files import fault, io_error
 from .scheduling import Target, write_shards
 
-compact_inplace, mark_first_new = _kernels.compact_inplace, _kernels.mark_first_new
+compact_inplace = _kernels.compact_inplace
 
 
 class Admission:
@@ -43,11 +43,12 @@ class Admission:
         in the call. Durable on return (fsynced, committed). ``progress``: called
         as ``progress(shards_done, shards_total)`` as shard merges finish.
 
-        The mask costs one more pass over the keys than ``add_new``."""
+        The mask costs one more pass over the keys than ``add_new`` (a hash join of
+        the keys with the new ones, on the store's ``threads``)."""
         keys = as_keys(keys)
         new = self._admit(keys, progress, scratch_answer=True)
         t1 = time.perf_counter()
-        mask = mark_first_new(keys, new)
+        mask = first_new_mask(keys, new, self.threads)
         self.last_timings["align_s"] = time.perf_counter() - t1
         return mask
 
