@@ -104,21 +104,18 @@ def first_new_mask(keys: np.ndarray, new_keys: np.ndarray, threads: int = 1,
     if threads < 2 or n < PARALLEL_JOIN_KEYS or m == 0:
         return _kernels.mark_first_new(keys, new_keys, part_bits)
     from .kernels import batch as kb
-    from .sorting import _two
+    from .parallel import run_all
 
     bits = int(kb.join_part_bits(m, part_bits))
     if bits == 0:  # one part (its table fits the caches): nothing to split
         return kb.mark_first_new(keys, new_keys, 0)
-    pool = _two()
-    theirs = pool.submit(kb.join_partition, new_keys, bits)
-    ik, ipos, istart = kb.join_partition(keys, bits)
-    nk, _, nstart = theirs.result()
+    (ik, ipos, istart), (nk, _, nstart) = run_all(
+        [lambda: kb.join_partition(keys, bits), lambda: kb.join_partition(new_keys, bits)])
     out = np.zeros(n, dtype=np.bool_)
     parts = 1 << bits
     mid = min(max(int(np.searchsorted(istart, n // 2)), 1), parts)
-    half = pool.submit(kb.join_parts, ik, ipos, istart, nk, nstart, mid, parts, True, out)
-    kb.join_parts(ik, ipos, istart, nk, nstart, 0, mid, True, out)
-    half.result()
+    run_all([lambda: kb.join_parts(ik, ipos, istart, nk, nstart, 0, mid, True, out),
+             lambda: kb.join_parts(ik, ipos, istart, nk, nstart, mid, parts, True, out)])
     return out
 
 
