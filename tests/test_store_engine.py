@@ -172,3 +172,57 @@ def test_a_bloom_insert_that_cannot_start_drops_the_filter_not_the_batch(tmp_pat
         assert s.contains(keys).all() and len(s.add_new(keys)) == 0
     with SeenStore.open(path) as s:
         assert s.bloom is not None and s.bloom.query(keys).all()
+
+
+def test_add_holds_its_bloom_insert_until_the_mask_and_opens_the_gate_on_errors(
+        tmp_path, rng, monkeypatch):
+    """``add`` starts the batch's Bloom insert only once its mask is computed (the
+    mask's two-thread join then has both cores), and opens that gate also when the
+    mask fails: the committed batch's insert, and every reader waiting for it, must
+    not hang."""
+    import threading
+
+    from seenstore.bloom.deferred import Gate
+    from seenstore.store import admission
+
+    gates = []  # opened again at the end, so that a failure here cannot hang close()
+
+    class Recorded(Gate):
+        def __init__(self):
+            super().__init__()
+            gates.append(self)
+
+    inserted, seen_at_mask = [], []
+    real = admission.first_new_mask
+
+    def mask(keys, new, threads):
+        time.sleep(0.2)  # an insert not held back would start meanwhile
+        seen_at_mask.append(list(inserted))
+        return real(keys, new, threads)
+
+    def failing(keys, new, threads):
+        raise RuntimeError("mask failed")
+
+    monkeypatch.setattr(admission, "Gate", Recorded)
+    s = SeenStore.open(tmp_path / "s", create=True, shard_bits=3, sync=False)
+    try:
+        start = s._keeper.start_insert
+        s._keeper.start_insert = lambda keys: inserted.append(len(keys)) or start(keys)
+        monkeypatch.setattr(admission, "first_new_mask", mask)
+        keys = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+        assert s.add(keys).all()
+        assert seen_at_mask == [[]]  # nothing inserted before the mask was done
+        monkeypatch.setattr(admission, "first_new_mask", failing)
+        more = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+        with pytest.raises(RuntimeError, match="mask failed"):
+            s.add(more)
+        answer = []  # contains waits for the batch's insert: must end, not hang
+        t = threading.Thread(target=lambda: answer.append(s.contains(more)), daemon=True)
+        t.start()
+        t.join(30)
+        assert answer and answer[0].all()  # the batch committed, its keys are in
+        assert inserted == [3000, 3000]
+    finally:
+        for g in gates:
+            g.open()
+        s.close()

@@ -35,6 +35,22 @@ import numpy as np
 DEFERRED_CHUNK_KEYS = 1 << 20  # keys per filter insert call when fed runs (8 MiB)
 
 
+class Gate:
+    """Holds a DeferredInsert back (one of its ``after``) until ``open``: ``add`` opens
+    it once its mask is computed, so the mask's join has both cores and the insert
+    runs past the return. Opening twice is harmless; the opener must open it also on
+    an error (the insert, and every later batch's, waits for it)."""
+
+    def __init__(self) -> None:
+        self._open = threading.Event()
+
+    def open(self) -> None:
+        self._open.set()
+
+    def join(self) -> None:
+        self._open.wait()
+
+
 class DeferredInsert:
     """One batch's insert into ``keeper``'s filter, on its own thread.
 

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .. import spill
-from ..bloom.deferred import DeferredInsert, settle
+from ..bloom.deferred import DeferredInsert, Gate, settle
 from ..batch import as_keys, first_new_mask, prepare
 from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
 from ..errors import InvalidInputError
@@ -46,9 +46,13 @@ class Admission:
         The mask costs one more pass over the keys than ``add_new`` (a hash join of
         the keys with the new ones, on the store's ``threads``)."""
         keys = as_keys(keys)
-        new = self._admit(keys, progress, scratch_answer=True)
-        t1 = time.perf_counter()
-        mask = first_new_mask(keys, new, self.threads)
+        gate = Gate()  # the batch's Bloom insert waits for the mask: its two threads
+        try:           # get both cores (the insert then runs past the return)
+            new = self._admit(keys, progress, scratch_answer=True, gate=gate)
+            t1 = time.perf_counter()
+            mask = first_new_mask(keys, new, self.threads)
+        finally:
+            gate.open()
         self.last_timings["align_s"] = time.perf_counter() - t1
         return mask
 
@@ -134,10 +138,13 @@ class Admission:
             return is_new
 
     # ------------------------------------------------------------ the batch path
-    def _admit(self, keys: np.ndarray, progress, scratch_answer: bool = False) -> np.ndarray:
+    def _admit(self, keys: np.ndarray, progress, scratch_answer: bool = False,
+               gate: Gate | None = None) -> np.ndarray:
         """Sort, check, write and commit ``keys``; return the new keys, sorted, each once
         (exact mode: in an answer buffer, ``BatchArena.answer``, or with
         ``scratch_answer`` in the store's batch scratch, valid until the next batch).
+        ``gate``: the batch's deferred Bloom insert starts once it is opened (the
+        caller opens it, also on an error).
 
         Exact mode: the keys are only partitioned by shard here (one counting pass),
         into the store's batch scratch (scheduling.BatchArena, reused by every batch);
@@ -164,7 +171,7 @@ class Admission:
                     out=self._arena.get("part", len(keys), np.uint64))
                 t_sort = time.perf_counter() - t0
                 new = self._add_partitioned(part, bounds, fine, progress, defer,
-                                            scratch_answer)
+                                            scratch_answer, gate)
             else:
                 uniq = prepare(keys, self.threads)
                 t_sort = time.perf_counter() - t0
@@ -175,7 +182,8 @@ class Admission:
         self._record_compaction(waited)
         return new
 
-    def _defer_bloom(self, parts: list, n_new: int, timings: dict) -> None:
+    def _defer_bloom(self, parts: list, n_new: int, timings: dict,
+                     gate: Gate | None = None) -> None:
         """After the commit: hand the batch's new keys (``parts``: views of the store's
         scratch, ``n_new`` keys in all) to the Bloom filter on a thread that runs on
         past the return (bloom/deferred.py), after the previous batch's insert and a
@@ -199,7 +207,7 @@ class Admission:
         try:
             own = self._arena.answer(n_new, pool="bloom")  # not touched here: no faults
             self._bloom_behind = DeferredInsert(self._keeper, keys=own, parts=parts,
-                                                prev=prev, after=(self._prefault,),
+                                                prev=prev, after=(self._prefault, gate),
                                                 report=timings)
             self._prefault = None
         except Exception as e:  # e.g. MemoryError, no thread: the batch is committed
@@ -228,7 +236,8 @@ class Admission:
         return self.last_timings
 
     def _add_partitioned(self, part: np.ndarray, bounds: np.ndarray, fine, progress,
-                         defer: bool, scratch_answer: bool = False) -> np.ndarray:
+                         defer: bool, scratch_answer: bool = False,
+                         gate: Gate | None = None) -> np.ndarray:
         """Merge and commit keys grouped by shard (``part``, the store's scratch, shard
         s at ``part[bounds[s]:bounds[s+1]]``, unsorted, repeats allowed; ``fine``: the
         finer groups' starts of ``ShardSorter.partition``, or None); return the new
@@ -249,7 +258,8 @@ class Admission:
             n += k
         timings["answer_s"] = time.perf_counter() - t1
         if defer:
-            self._defer_bloom([part[lo:lo + k] for lo, _, _, k in segs if k], n_new, timings)
+            self._defer_bloom([part[lo:lo + k] for lo, _, _, k in segs if k], n_new, timings,
+                              gate)
         self._after_merge(timings, None)
         return new
 
