@@ -55,19 +55,10 @@ def _first_len(args) -> int:
 
 
 def _will_compile(kernel) -> bool:
-    """True when calling ``kernel`` now compiles it (not in memory, no cache index)."""
-    if kernel.signatures:
-        return False
-    cache = getattr(kernel, "_cache", None)
-    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
-    return index is None or not os.path.exists(index)
-
-
-def _stale(kernel) -> bool:
-    """True when calling ``kernel`` compiles it: nothing in memory and no fresh
+    """True when calling ``kernel`` now compiles it: nothing in memory and no fresh
     entry in numba's cache index (none, or one stamped for another version of the
-    source file: numba recompiles after an edit). numba's private
-    index reader; where it differs, True (a needless warm-up in a child, no harm)."""
+    source file: numba recompiles after an edit). numba's private index reader;
+    where it differs, True (the caller then takes the cautious path)."""
     if kernel.signatures:
         return False
     try:
@@ -85,7 +76,7 @@ def cold() -> bool:
     from .kernels import sort as ks
     from .kernels import url as ku
     kernels += [ks.radix_sort, ks.sort_unique, ks.sort_buckets, ku.normalise_batch]
-    return any(_stale(k) for k in kernels)
+    return any(_will_compile(k) for k in kernels)
 
 
 def jit_live() -> bool:
@@ -183,7 +174,8 @@ class _Family:
         return call
 
     def _live(self, name: str) -> bool:
-        """``live`` for kernel ``name``, without importing numba when it is not."""
+        """``live`` for kernel ``name``, without fetching the kernel (importing numba)
+        when it cannot be."""
         if _twins_forced or not jit_live():
             return False
         return live(self.kernel(name))
@@ -573,14 +565,11 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                     st.add(keys + _U(1000))
                     st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
                 batch.unique_sorted(keys)  # the stage's
-                # add's mask on two threads (batches of 2^20 keys and more: batch.first_new_mask)
-                from .kernels import batch as kb
+                # add's mask on two threads (batches of 2^20 keys and more)
+                from .batch import PARALLEL_JOIN_KEYS, first_new_mask
 
-                ik, ipos, istart = kb.join_partition(keys, 2)
-                nk, _, nstart = kb.join_partition(keys[::2].copy(), 2)
-                kb.join_parts(ik, ipos, istart, nk, nstart, 0, 4, True,
-                              np.zeros(len(keys), np.bool_))
-                kb.join_part_bits(len(keys), -1)
+                many = np.arange(PARALLEL_JOIN_KEYS, dtype=_U)
+                first_new_mask(many, many[::2].copy(), 2)
                 # a batch's partition on two threads (batches of 2^20 keys and more)
                 from .store.scheduling import PARALLEL_PARTITION_KEYS, partition
 
