@@ -167,3 +167,50 @@ def test_short_direct_write_falls_back_to_buffered(tmp_path, monkeypatch):
     r = RunReader(str(tmp_path / "r.run"))
     assert np.array_equal(r.keys, keys)
     r.verify()
+
+
+def test_small_runs_go_through_the_page_cache(tmp_path):
+    """new_writer's ``keys`` hint: a raw run below DIRECT_MIN_KEYS is written without
+    O_DIRECT (one device round trip, at the fsync), a larger or unsized one as
+    before; the file is the same either way."""
+    from seenstore.store import runs
+    pd = policy_digest("safe-v1")
+    probe = RunWriter(str(tmp_path / "probe.run"), 20, 0, 0, pd)
+    can_direct = probe.direct  # what this file system allows
+    probe.abort()
+    keys = np.arange(1000, dtype=np.uint64) * np.uint64(7)
+    made = {}
+    for name, hint in (("small", 1000), ("edge", runs.DIRECT_MIN_KEYS),
+                       ("unsized", None)):
+        w = runs.new_writer(str(tmp_path / f"{name}.run"), 20, 0, 0, pd, 1, keys=hint)
+        made[name] = w.direct
+        w.write(keys)
+        w.finish()
+    assert made == {"small": False, "edge": can_direct, "unsized": can_direct}
+    bodies = {(tmp_path / f"{n}.run").read_bytes() for n in made}
+    assert len(bodies) == 1
+
+
+def test_store_writes_a_small_batch_runs_buffered_and_compacts_them(tmp_path, monkeypatch):
+    """The store passes each run's size: a small batch's runs and their compaction are
+    written through the page cache, with DIRECT_MIN_KEYS at 0 O_DIRECT is asked."""
+    from seenstore.store import SeenStore, runs
+    asked = []
+
+    class Spy(RunWriter):
+        def __init__(self, *a, direct=True, **k):
+            asked.append(direct)
+            super().__init__(*a, direct=direct, **k)
+
+    monkeypatch.setattr(runs, "RunWriter", Spy)
+    rng = np.random.default_rng(3)
+    with SeenStore.open(str(tmp_path / "s"), create=True, bloom=False) as st:
+        for _ in range(5):  # FANOUT batches: a compaction of tier 0 follows
+            st.add(rng.integers(0, 2**64, 2000, dtype=np.uint64))
+        st.compact()
+        assert asked and not any(asked)
+        monkeypatch.setattr(runs, "DIRECT_MIN_KEYS", 0)
+        n = len(asked)
+        st.add(rng.integers(0, 2**64, 2000, dtype=np.uint64))
+        assert asked[n:] and all(asked[n:])
+        assert st.stats()["keys"] >= 12000

@@ -154,7 +154,7 @@ class Compactor:
                                        Layout.from_dict(doc["layout"]).host_bits,
                                        doc["shard_bits"], shard,
                                        policy_digest(doc["policy_id"]), self.run_format,
-                                       cache=live.cache)
+                                       cache=live.cache, keys=count)
                 for chunk in runsmod.merged_chunks(readers, cache=live.cache, tally=self.tally):
                     w.write(chunk)
                     fault("compact-write")

@@ -30,17 +30,31 @@ from .runcache import Entry, RunCache, run_key
 
 RUN_FORMATS = (1, 2)  # 1: raw keys (runformat.py), 2: compressed (runcodec.py)
 DEFAULT_RUN_FORMAT = 1  # 2 once measured not slower (docs/architecture.md)
+# A raw run of fewer keys than this is written through the page cache, not O_DIRECT:
+# O_DIRECT pays a device round trip per write (the header's placeholder, the body, the
+# header) where buffered writes pay one at the fsync. Large runs stay O_DIRECT: no
+# dirty pages for the fsync to write back, no page cache filled (docs/architecture.md).
+DIRECT_MIN_KEYS = 1 << 17  # 1 MiB
+
+
+def direct_for(keys: int | None) -> bool:
+    """Whether a raw run of ``keys`` keys (None: not known) is written O_DIRECT."""
+    return keys is None or keys >= DIRECT_MIN_KEYS
 
 
 # -- the two run formats behind one contract (docs/format.md) ---------------------
 def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: bytes,
-               run_format: int, buf: np.ndarray | None = None, cache: RunCache | None = None):
+               run_format: int, buf: np.ndarray | None = None, cache: RunCache | None = None,
+               keys: int | None = None):
     """A writer of a new run in ``run_format`` (1 raw, 2 compressed); ``buf``: the
     raw writer's block buffer (the compressed one keeps its own). ``cache``: the
     keys written are also kept there (filed when ``finish`` succeeds, dropped when
-    the writer is aborted), so the next batch checks them from memory."""
+    the writer is aborted), so the next batch checks them from memory. ``keys``: how
+    many keys the run will hold, when known: a raw run below ``DIRECT_MIN_KEYS`` is
+    written through the page cache (``direct_for``)."""
     if run_format == 1:
-        w = RunWriter(path, host_bits, shard_bits, shard, pdigest, buf=buf)
+        w = RunWriter(path, host_bits, shard_bits, shard, pdigest, direct=direct_for(keys),
+                      buf=buf)
     else:
         from ..runcodec import CompressedRunWriter  # imports numba: only for compressed runs
 

@@ -351,7 +351,7 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
                 w = runsmod.new_writer(
                     os.path.join(target.path, run_name(shard, target.generation)),
                     target.host_bits, target.shard_bits, shard, target.policy_digest,
-                    target.run_format, buf=bufs.write, cache=cache)
+                    target.run_format, buf=bufs.write, cache=cache, keys=k)
                 out.writers[shard] = w
                 if sorter is not None:  # the caller's scratch: the new keys to its front
                     new = part[:compact_inplace(part, is_new)]
