@@ -204,17 +204,23 @@ def assert_clean_after_open(path):
     assert not [n for n in os.listdir(path) if ".tmp" in n]
 
 
-@pytest.fixture(scope="module")
-def tiered(tmp_path_factory):
-    """A store whose 4 shards hold 5 runs each (compaction off while it was built)."""
-    d = tmp_path_factory.mktemp("tiered")
-    rng = np.random.default_rng(11)
+def _tiered_world(tmp_path_factory, name: str, seed: int, batch: int):
+    """A store whose 4 shards hold 5 runs each (5 batches of ``batch`` keys,
+    compaction off while it was built), with its keys and runs per shard."""
+    d = tmp_path_factory.mktemp(name)
+    rng = np.random.default_rng(seed)
     pristine = str(d / "pristine")
     with SeenStore.open(pristine, create=True, shard_bits=2, bloom=False) as s:
         s.compact_between_batches = False
         for _ in range(5):
-            s.add_new(rng.integers(0, 2**64, 400_000, dtype=np.uint64))
+            s.add_new(rng.integers(0, 2**64, batch, dtype=np.uint64))
     return d, pristine, stored(pristine), shard_runs(pristine)
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory):
+    """Runs of 100,000 keys: each shard's compaction is a commit of its own."""
+    return _tiered_world(tmp_path_factory, "tiered", 11, 400_000)
 
 
 COMPACT_POINTS = ([f"compact-write@{n}" for n in (1, 2, 3, 4)]
@@ -229,27 +235,55 @@ COMPACT_POINTS = ([f"compact-write@{n}" for n in (1, 2, 3, 4)]
 def test_sigkill_inside_compaction(tiered, point):
     """Each shard's compaction is one commit: after a kill every shard holds its old
     runs or its one merged run, the keys are exactly the same, leftovers go."""
-    d, pristine, keys, before = tiered
-    target = fresh_copy(tiered, "compact-" + point.replace("@", "-"))
-    p = run_killable(["compact", "--store", target], env={"SEENSTORE_FAULT": point})
-    assert p.wait(60) == -signal.SIGKILL, p.stderr.read()
-    assert np.array_equal(stored(target), keys)
-    now = shard_runs(target)
-    done = [s for s in now if now[s] != before[s]]
-    assert all(len(now[s]) == 1 for s in done)
+    target, keys, done = _killed_compaction(tiered, "compact-", point)
     n = int(point.split("@")[1])
     step = point.split("@")[0]
     # the n-th shard's job died before its commit, or after it
     want_done = n - 1 if step in ("compact-write", "compact-written",
                                   "compact-before-manifest") else None
     if want_done is not None:
-        assert len(done) == want_done, (point, now)
+        assert len(done) == want_done, (point, done)
     elif step == "compact-after-manifest":
         assert len(done) == n
     assert_clean_after_open(target)
     r = CliRunner().invoke(main, ["compact", "--store", target, "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["runs"] == 4
+    assert np.array_equal(stored(target), keys)
+
+
+def _killed_compaction(world, prefix: str, point: str):
+    """``seenstore compact`` on a fresh copy of ``world``'s store, killed at fault
+    ``point``: the keys must be exactly the same and every shard changed must hold
+    one merged run. Returns (copy's path, keys, shards changed)."""
+    d, pristine, keys, before = world
+    target = fresh_copy(world, prefix + point.replace("@", "-"))
+    p = run_killable(["compact", "--store", target], env={"SEENSTORE_FAULT": point})
+    assert p.wait(60) == -signal.SIGKILL, p.stderr.read()
+    assert np.array_equal(stored(target), keys)
+    now = shard_runs(target)
+    done = [s for s in now if now[s] != before[s]]
+    assert all(len(now[s]) == 1 for s in done), (point, now)
+    return target, keys, done
+
+
+@pytest.fixture(scope="module")
+def tiered_small(tmp_path_factory):
+    """Runs of 5,000 keys: the four shards' compaction is one group, one commit."""
+    return _tiered_world(tmp_path_factory, "tiered-small", 12, 20_000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["compact-write@3", "compact-written@1",
+                                   "compact-before-manifest@1", "compact-after-manifest@1",
+                                   "compact-retire@5"])
+def test_sigkill_inside_a_grouped_compaction(tiered_small, point):
+    """Small merges of several shards are one commit: killed before it, every shard
+    holds its old runs; after it, every shard its one merged run; the keys the same."""
+    target, keys, done = _killed_compaction(tiered_small, "group-", point)
+    committed = point.split("@")[0] in ("compact-after-manifest", "compact-retire")
+    assert len(done) == (4 if committed else 0), (point, done)
+    assert_clean_after_open(target)
     assert np.array_equal(stored(target), keys)
 
 

@@ -214,3 +214,55 @@ def test_store_writes_a_small_batch_runs_buffered_and_compacts_them(tmp_path, mo
         st.add(rng.integers(0, 2**64, 2000, dtype=np.uint64))
         assert asked[n:] and all(asked[n:])
         assert st.stats()["keys"] >= 12000
+
+
+@pytest.mark.parametrize("counts", [[1000, 3, 2500, 1], [0, 700], [5000], [600, 600, 600]])
+@pytest.mark.parametrize("buffer_bytes", [4096, 1 << 16, 64 << 20])
+def test_merge_of_small_runs_asks_for_small_buffers(tmp_path, monkeypatch, counts, buffer_bytes):
+    """merged_chunks' rows hold no more than the largest run (fresh memory is faulted
+    in, 2 MiB at a time with transparent huge pages), nor more than the budget's
+    share; its output buffer no more than the runs hold. The union is exact at any
+    row size, refilled or not."""
+    from seenstore.store import runs
+    rng = np.random.default_rng(sum(counts) + buffer_bytes)
+    pool = np.unique(rng.integers(0, 2**64, 4 * sum(counts) + 10, dtype=np.uint64))
+    rng.shuffle(pool)
+    parts, at = [], 0
+    readers = []
+    for i, n in enumerate(counts):
+        part = np.sort(pool[at:at + n])
+        at += n
+        parts.append(part)
+        write_run(tmp_path / f"r{i}.run", part)
+        readers.append(RunReader(str(tmp_path / f"r{i}.run")))
+    asked = []
+    real = runs.aligned_empty
+    monkeypatch.setattr(runs, "aligned_empty", lambda n, *a, **k: asked.append(n) or real(n, *a, **k))
+    real_lots = runs._kway_lots
+    outs = []
+    monkeypatch.setattr(runs, "_kway_lots",
+                        lambda *a: outs.append(a[-1]) or real_lots(*a))  # its out_keys
+    got = np.concatenate([c.copy() for c in runs.merged_chunks(readers, buffer_bytes=buffer_bytes)]
+                         + [np.empty(0, np.uint64)])
+    monkeypatch.undo()
+    assert np.array_equal(got, np.sort(np.concatenate(parts)))
+    k, most = len(counts), max(counts)
+    row_cap = max(512, -(-most // 512) * 512)
+    assert asked == [k * min(row_cap, max(512, (buffer_bytes // 8 // k) // 512 * 512))]
+    assert outs == [max(1, min(1 << 20, sum(counts)))]
+
+
+def test_a_small_compaction_run_gets_a_buffer_of_its_size(tmp_path):
+    """new_writer with a known small ``keys``: the raw writer's block buffer is that
+    size (whole blocks), not BUF_KEYS; unknown or large: BUF_KEYS."""
+    from seenstore.store import runs
+    pd = policy_digest("safe-v1")
+    sizes = {}
+    for name, hint in (("small", 1000), ("unsized", None), ("large", BUF_KEYS + 1)):
+        w = runs.new_writer(str(tmp_path / f"{name}.run"), 20, 0, 0, pd, 1, keys=hint)
+        sizes[name] = len(w._buf)
+        w.write(np.arange(1000, dtype=np.uint64))
+        w.finish()
+        assert np.array_equal(RunReader(str(tmp_path / f"{name}.run")).keys,
+                              np.arange(1000, dtype=np.uint64))
+    assert sizes == {"small": 1024, "unsized": BUF_KEYS, "large": BUF_KEYS}

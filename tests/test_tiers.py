@@ -212,6 +212,51 @@ def test_batch_writes_only_its_new_keys(tmp_path, rng):
         s.verify()
 
 
+
+@pytest.mark.parametrize("group_bytes", [None, 0])
+def test_small_compaction_jobs_commit_together(tmp_path, rng, monkeypatch, group_bytes):
+    """The tier-0 merges of several shards (each below GROUP_JOB_BYTES) are one
+    commit: one generation, every shard's runs merged, every key kept once. With
+    GROUP_BYTES 0 each shard's merge commits on its own, as before."""
+    from seenstore.store import compaction
+
+    if group_bytes is not None:
+        monkeypatch.setattr(compaction, "GROUP_BYTES", group_bytes)
+    everything = np.empty(0, np.uint64)
+    with SeenStore.open(str(tmp_path / "s"), create=True, shard_bits=2, sync=True) as s:
+        s.compact_between_batches = False
+        for _ in range(tiers.FANOUT):
+            b = rng.integers(0, 2**64, 4000, dtype=np.uint64)
+            s.add_new(b)
+            everything = union(everything, b)
+        jobs = compaction.plan(s._doc["runs"])
+        assert len(jobs) == 4
+        gen = s.generation
+        done = s._compactor.run(jobs)
+        commits = 1 if group_bytes is None else 4
+        assert done["jobs"] == 4 and done["commits"] == commits
+        assert s.generation == gen + commits
+        assert s.stats()["runs"] == 4 and s._doc["counters"]["compactions"] == 4
+        assert np.array_equal(_stored(s), everything)
+        s.verify()
+
+
+def test_a_large_job_is_a_group_of_its_own(tmp_path, rng, monkeypatch):
+    """A job above GROUP_JOB_BYTES commits alone, also between small ones."""
+    from seenstore.store import compaction
+
+    with SeenStore.open(str(tmp_path / "s"), create=True, shard_bits=2, sync=False) as s:
+        s.compact_between_batches = False
+        for _ in range(tiers.FANOUT):
+            s.add_new(rng.integers(0, 2**64, 4000, dtype=np.uint64))
+        jobs = compaction.plan(s._doc["runs"])
+        sizes = sorted(compaction.job_bytes(e) for _, e in jobs)
+        monkeypatch.setattr(compaction, "GROUP_JOB_BYTES", sizes[1])  # 2 small, 2 large
+        done = s._compactor.run(jobs)
+        large = sum(1 for b in sizes if b > sizes[1])
+        assert done["jobs"] == 4 and done["commits"] == 1 + large
+        s.verify()
+
 def test_compaction_merges_runs_and_keeps_every_key(tmp_path, rng):
     path = str(tmp_path / "s")
     everything = np.empty(0, np.uint64)
@@ -439,15 +484,18 @@ def test_kway_step_with_the_top_key_and_empty_runs(row):
 def _slow_compaction(s, monkeypatch, seconds):
     """Each compaction job of ``s`` sleeps first: a round of several jobs takes a while.
     Returns an event set once the first job is under way."""
-    merge = s._compactor._merge_shard
+    from seenstore.store import compaction
+
+    monkeypatch.setattr(compaction, "GROUP_BYTES", 0)  # each job its own commit
+    merge = s._compactor._merge_group
     started = threading.Event()
 
-    def slow(shard, entries):
+    def slow(group):
         started.set()
         time.sleep(seconds)
-        return merge(shard, entries)
+        return merge(group)
 
-    monkeypatch.setattr(s._compactor, "_merge_shard", slow)
+    monkeypatch.setattr(s._compactor, "_merge_group", slow)
     return started
 
 

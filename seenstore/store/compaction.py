@@ -4,8 +4,10 @@ credit (docs/architecture.md, "Tiered runs and compaction").
 
 A shard's runs are grouped by size class (``tier``); FANOUT runs of a tier merge
 (the k-way merge of runs.py) into one run about a tier up. Each merge of a shard is
-its own commit (commit.py), so the extra disk space is one shard's runs and an
-interrupted compaction leaves the store as before it.
+its own commit (commit.py), except that small merges (at most GROUP_JOB_BYTES each,
+GROUP_BYTES in all: tier 0's) commit together; so the extra disk space is one
+shard's runs (or a few MiB) and an interrupted compaction leaves the store as it was
+after its last commit.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..runformat import policy_digest
 from . import runs as runsmod
 from .commit import Live
 from .files import fault, io_error, run_name
+from .scheduling import Syncer
 
 FANOUT = 4  # size-tiered: FANOUT runs of one tier merge into one run of the next
 MIN_TIER_KEYS = 1 << 16  # runs below this size share tier 0
@@ -37,6 +40,13 @@ COMPACT_CREDIT = 3
 # far behind that the batch waits for the round (a bounded backlog: every run is
 # swept by every batch of its shard).
 STALL_RUNS = 3 * FANOUT
+# Jobs merging less than this in all (smallest first, as plan orders them) commit
+# together: a commit's fixed cost (~3 fsyncs and the manifest) was most of a small
+# job's time, and batches of 1e5 keys, whose 16 tier-0 runs start ~4 such jobs per
+# batch, waited for them (docs/architecture.md, "Tiered runs and compaction").
+GROUP_BYTES = 8 << 20
+GROUP_JOB_BYTES = 2 << 20  # a job merging more than this commits alone (tier 0's are smaller)
+SYNC_THREADS = 4  # fsyncs of a group's runs at once
 
 
 def tier(count: int) -> int:
@@ -113,63 +123,96 @@ class Compactor:
         """Run compaction ``jobs`` (``plan``) in order. ``paid``: spend the batches'
         credit — stop before a job that does not fit what is left of it, or that
         would take this round past ``credit_step`` (a first job may), or once a
-        batch asked it to stop (``join(stop=True)``)."""
+        batch asked it to stop (``join(stop=True)``). Consecutive jobs of at most
+        GROUP_JOB_BYTES each and GROUP_BYTES in all merge as one group: one commit,
+        their runs fsynced side by side (``_merge_group``); a larger job is a group
+        of its own. A stop is honoured between groups."""
         t0 = time.perf_counter()
         done = {"jobs": 0, "runs_merged": 0, "bytes_read": 0, "bytes_written": 0,
-                "stopped": False}
+                "stopped": False, "commits": 0}
         self.tally = {}  # run bytes merged from the run cache, not read (runs.merged_chunks)
-        for shard, entries in jobs:
-            cost = job_bytes(entries)
+        i, broke = 0, False
+        while i < len(jobs) and not broke:
             if paid and self._stop.is_set():
                 done["stopped"] = True
                 break
-            if paid:
-                if cost > self.credit or (done["jobs"] and done["bytes_read"] + cost
-                                          > self.credit_step):
+            group, group_bytes = [], 0
+            while i < len(jobs):
+                cost = job_bytes(jobs[i][1])
+                if group and (group_bytes + cost > GROUP_BYTES or cost > GROUP_JOB_BYTES):
                     break
-                self.credit -= cost
-            written = self._merge_shard(shard, entries)
-            done["jobs"] += 1
-            done["runs_merged"] += len(entries)
-            done["bytes_read"] += cost
-            done["bytes_written"] += written
+                if paid:
+                    taken = done["bytes_read"] + group_bytes
+                    if cost > self.credit or ((done["jobs"] or group)
+                                              and taken + cost > self.credit_step):
+                        broke = True
+                        break
+                    self.credit -= cost
+                group.append(jobs[i])
+                group_bytes += cost
+                i += 1
+                if cost > GROUP_JOB_BYTES:
+                    break
+            if not group:
+                break
+            done["bytes_written"] += self._merge_group(group)
+            done["jobs"] += len(group)
+            done["commits"] += 1
+            done["runs_merged"] += sum(len(entries) for _, entries in group)
+            done["bytes_read"] += group_bytes
         done["bytes_cached"] = self.tally.get("cached", 0)
         done["bytes_read"] -= done["bytes_cached"]
         done["seconds"] = time.perf_counter() - t0
         return done
 
-    def _merge_shard(self, shard: int, entries: list) -> int:
-        """Merge the runs ``entries`` of ``shard`` into one new run and commit.
-        Returns the bytes written."""
+    def _merge_group(self, group: list) -> int:
+        """Merge the runs of each ``(shard, entries)`` of ``group`` into one new run per
+        shard and commit them together (one manifest write: the commit's fixed cost,
+        ~3 fsyncs, is paid once); with more than one run, the runs are fsynced side
+        by side after all are written. Returns the bytes written."""
         live = self.live
         doc = live.doc
         gen = live.generation + 1
-        files = [e["file"] for e in entries]
-        readers = [r for r in live.runs.get(shard, []) if r.name in files]
-        count = sum(r.count for r in readers)
-        added, w, written = [], None, 0
+        host_bits = Layout.from_dict(doc["layout"]).host_bits
+        pdigest = policy_digest(doc["policy_id"])
+        side_by_side = live.sync and len(group) > 1
+        added, removed, writers, written = [], [], [], 0
+        shard = group[0][0]
         try:
-            if count:
+            for shard, entries in group:
+                files = [e["file"] for e in entries]
+                removed += files
+                readers = [r for r in live.runs.get(shard, []) if r.name in files]
+                count = sum(r.count for r in readers)
+                if not count:
+                    continue
                 w = runsmod.new_writer(os.path.join(live.path, run_name(shard, gen)),
-                                       Layout.from_dict(doc["layout"]).host_bits,
-                                       doc["shard_bits"], shard,
-                                       policy_digest(doc["policy_id"]), self.run_format,
-                                       cache=live.cache, keys=count)
+                                       host_bits, doc["shard_bits"], shard, pdigest,
+                                       self.run_format, cache=live.cache, keys=count)
+                writers.append(w)
                 for chunk in runsmod.merged_chunks(readers, cache=live.cache, tally=self.tally):
                     w.write(chunk)
                     fault("compact-write")
-                header, sparse, written = runsmod.finish(w, live.sync)
-                fault("compact-written")
-                added = [(shard, header, sparse)]
-            live.commit(gen, added, files,
-                        {"compactions": 1, "bytes_compacted": written}, step="compact-")
+                header, sparse, nbytes = runsmod.finish(w, live.sync and not side_by_side)
+                written += nbytes
+                added.append((shard, header, sparse))
+            if side_by_side and writers:
+                syncer = Syncer(min(len(writers), SYNC_THREADS))
+                for w in writers:
+                    syncer.submit(w.path)
+                syncer.wait()
+            fault("compact-written")
+            live.commit(gen, added, removed,
+                        {"compactions": len(group), "bytes_compacted": written},
+                        step="compact-")
             return written
         except OSError as e:
-            if w is not None:
+            for w in writers:
                 w.abort()
-            raise io_error(e, f"{live.path}: compacting shard {shard}") from e
+            where = f"shard {shard}" if len(group) == 1 else f"shards {[g[0] for g in group]}"
+            raise io_error(e, f"{live.path}: compacting {where}") from e
         except BaseException:
-            if w is not None:
+            for w in writers:
                 w.abort()
             raise
 

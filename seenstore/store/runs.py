@@ -25,7 +25,7 @@ from ..layout import Layout
 from ..runformat import (ALIGN, HEADER_SIZE, MAGIC, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR,
                          SPARSE_STRIDE, aligned_empty, policy_digest, whole_blocks)
 from ..runreader import RunReader
-from ..runwriter import RunWriter
+from ..runwriter import BUF_KEYS, RunWriter
 from .runcache import Entry, RunCache, run_key
 
 RUN_FORMATS = (1, 2)  # 1: raw keys (runformat.py), 2: compressed (runcodec.py)
@@ -53,6 +53,8 @@ def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: 
     many keys the run will hold, when known: a raw run below ``DIRECT_MIN_KEYS`` is
     written through the page cache (``direct_for``)."""
     if run_format == 1:
+        if buf is None and keys is not None and keys < BUF_KEYS:
+            buf = aligned_empty(max(whole_blocks(8 * keys), ALIGN) // 8)  # not 8 MiB faulted in
         w = RunWriter(path, host_bits, shard_bits, shard, pdigest, direct=direct_for(keys),
                       buf=buf)
     else:
@@ -297,9 +299,14 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
     k = len(readers)
     if k == 0:
         return
-    row = max(ALIGN // 8, (buffer_bytes // 8 // k) // (ALIGN // 8) * (ALIGN // 8),
-              max((min_buffer_keys(r) for r in readers), default=0))
+    # a row holds at most its share of buffer_bytes, and no more than the largest run:
+    # fresh memory is faulted in (with transparent huge pages, 2 MiB zeroed per row
+    # touched), so a merge of small runs asks for small rows (see _kway_lots' out)
+    share = (buffer_bytes // 8 // k) // (ALIGN // 8) * (ALIGN // 8)
+    most = whole_blocks(8 * max(r.count for r in readers)) // 8
+    row = max(ALIGN // 8, min(share, most), max((min_buffer_keys(r) for r in readers), default=0))
     bufs = aligned_empty(k * row).reshape(k, row)
+    out_keys = max(1, min(out_keys, sum(r.count for r in readers)))
     pos = np.zeros(k, np.int64)
     fill = np.zeros(k, np.int64)
     last = np.zeros(k, np.bool_)
