@@ -112,7 +112,9 @@ def test_damaged_manifest(batch, store_dir):
     run("merge", batch, "--store", store_dir)
     path = os.path.join(store_dir, "MANIFEST")
     text = open(path).read()
-    open(path, "w").write(text.replace('"generation": 1', '"generation": 7'))
+    damaged = text.replace('"generation":1,', '"generation":7,')
+    assert damaged != text
+    open(path, "w").write(damaged)
     p = cli("stats", "--store", store_dir)
     assert p.returncode == 4 and one_line_error(p.stderr) and "checksum" in p.stderr
 

@@ -16,7 +16,7 @@ import xxhash
 from seenstore import manifest, wal
 from seenstore.bloom import BloomFilter
 from seenstore.bloom import LayeredBloom
-from seenstore.errors import (ClosedError, CorruptionError, DiskFullError, InvalidInputError,
+from seenstore.errors import (ClosedError, CorruptionError, InvalidInputError,
                               NotSupportedError, SeenStoreError)
 from seenstore.stage import DedupStage
 from seenstore.store import BLOOM_NAME, SeenStore
@@ -396,4 +396,29 @@ def test_unknown_major_versions_are_refused_not_only_newer_ones(store_dir):
     with open(path, "w") as f:
         json.dump(body, f)
     with pytest.raises(NotSupportedError, match="manifest version 0"):
+        SeenStore.open(store_dir, readonly=True)
+
+
+def test_manifest_file_is_its_canonical_json_with_one_run_per_line(store_dir):
+    """docs/format.md "Manifest": the file parses as JSON; its checksum is xxh3-64 of
+    the canonical encoding of every other field; each run is on a line of its own;
+    a store written so reopens with its keys, and a changed byte is refused."""
+    keys = np.random.default_rng(5).integers(0, 2**64, 50_000, dtype=np.uint64)
+    with SeenStore.open(store_dir, create=True, sync=False, bloom=False) as s:
+        s.add_new(keys)
+    path = os.path.join(store_dir, manifest.NAME)
+    raw = open(path, "rb").read()
+    body = json.loads(raw)
+    want = body.pop("checksum")
+    assert want == xxhash.xxh3_64_hexdigest(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    lines = raw.decode().splitlines()
+    runs = [ln for ln in lines if '"file":"s' in ln]
+    assert len(body["runs"]) > 1 and len(runs) == len(body["runs"])
+    assert all(ln.count('"file":') == 1 for ln in runs)
+    with SeenStore.open(store_dir, readonly=True) as ro:
+        assert ro.contains(keys).all() and len(ro) == len(np.unique(keys))
+    damaged = raw.replace(b'"count":', b'"count":1', 1)
+    open(path, "wb").write(damaged)
+    with pytest.raises(CorruptionError, match="checksum"):
         SeenStore.open(store_dir, readonly=True)
