@@ -43,8 +43,9 @@ STALL_RUNS = 3 * FANOUT
 # Jobs merging less than this in all (smallest first, as plan orders them) commit
 # together: a commit's fixed cost (~3 fsyncs and the manifest) was most of a small
 # job's time, and batches of 1e5 keys, whose 16 tier-0 runs start ~4 such jobs per
-# batch, waited for them (docs/architecture.md, "Tiered runs and compaction").
-GROUP_BYTES = 8 << 20
+# batch, waited for them (docs/architecture.md, "Tiered runs and compaction"). Not
+# more: a batch waits for the group under way (8 MiB cost batches of 1e6 ~25 %).
+GROUP_BYTES = 2 << 20
 GROUP_JOB_BYTES = 2 << 20  # a job merging more than this commits alone (tier 0's are smaller)
 SYNC_THREADS = 4  # fsyncs of a group's runs at once
 
