@@ -312,3 +312,19 @@ def test_cli_process_freezes_gc_before_exit_but_cli_runner_does_not():
             "main()\n")
     r = _python(code)
     assert r.returncode == 0 and r.stdout.splitlines()[-1] == "frozen True", r.stderr
+
+
+def test_add_fast_closes_its_prefetch_thread_when_a_commit_fails():
+    """With two threads the pieces are read ahead on a helper thread (parallel.prefetch);
+    a failed commit ends add_fast with that reader closed at once, not left to the
+    garbage collector (which once finalized it inside threading's own lock, while
+    another thread started, and deadlocked: a CI run hung on it)."""
+    import threading
+
+    text = b"".join(b"https://a.example/p%d\thttps://b.example/q%d\n" % (i, i)
+                    for i in range(20_000))
+    rec = _Recorder(fail_at=1)
+    with pytest.raises(StoreIOError):
+        _add_fast(rec, text, batch=1000, threads=2)
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("seenstore-prefetch")]
+    assert alive == []

@@ -82,12 +82,26 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
     thread)."""
     t = seconds if seconds is not None else {}
     threads = check_threads(threads)
-    read = 0
     pieces = URLBuffer.iter_file(stream, pairs=pairs, base=base,
                                  chunk_urls=min(batch_lines, SUB_LINES),
                                  max_line=line_cap(max_length, pairs))
     if threads > 1:
         pieces = prefetch(pieces)
+    try:
+        return _add_pieces(pieces, store, out, counts, t, policy, max_length, batch_lines,
+                           threads)
+    finally:
+        # closed here, not left to the garbage collector: a suspended prefetch
+        # generator finalized at an arbitrary point (once inside threading's own
+        # lock, while a new thread started) joined its pool there and deadlocked
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            close()
+
+
+def _add_pieces(pieces, store, out, counts, t, policy, max_length, batch_lines, threads):
+    """add_fast's loop over the URL buffers ``pieces``; returns (URLs read, new)."""
+    read = 0
     commits = _Commits(store, out, counts, t)
     batch: list = []
     have = 0
