@@ -50,3 +50,14 @@ def test_fixed_examples_and_layout_split():
 def test_empty_batch():
     out = fingerprint_batch(np.zeros(0, np.uint8), np.zeros(1, np.int64), 20)
     assert out.dtype == np.uint64 and out.shape == (0,)
+
+
+def test_scheme_prefix_shortcut_edges():
+    """The kernel skips the search for ``://`` when a URL starts ``http://`` or
+    ``https://``: inputs at and around that prefix (too short, misspelt, a second
+    ``://``, nothing after it) still give the scalar's host."""
+    urls = ["http://", "https://", "http:/", "https:/", "https:", "http", "http:/x", "https:///",
+            "http://@", "http://a@b:1/c", "httpss://a/", "http:://a/", "https//x://h/",
+            "HTTP://a/", "https://[::1]:80/", "http://:://x", "ftp://h/", "xhttp://h/"]
+    for h in (0, 20, 32):
+        assert _kernel(urls, h) == [fingerprint(u, Layout(host_bits=h)) for u in urls]
