@@ -20,6 +20,7 @@ from .errors import InvalidInputError
 from .layout import DEFAULT_LAYOUT, Layout
 from .normalise import HOST_PATTERN, host_span
 from .parallel import check_threads, ranges, run_all
+from .urlbuffer import join_utf8
 
 _MASK64 = (1 << 64) - 1
 _xxh3 = xxhash.xxh3_64_intdigest
@@ -59,18 +60,23 @@ FAST_PATH_MIN = 256  # below this the kernel's fixed costs outweigh its speed
 def _fingerprint_kernel(urls: list, layout: Layout, threads: int | None) -> np.ndarray:
     from .kernels.fingerprint import fingerprint_batch  # numba: loaded on first use
 
-    try:
-        enc = [u.encode("utf-8") for u in urls]
-    except (UnicodeEncodeError, AttributeError):
-        bad = next(u for u in urls if not isinstance(u, str) or not _utf8_ok(u))
-        raise InvalidInputError(f"fingerprint needs URL strings, got {bad!r:.80}") from None
-    offsets = np.zeros(len(enc) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=len(enc)), out=offsets[1:])
-    data = np.frombuffer(b"".join(enc), dtype=np.uint8)
-    spans = ranges(len(enc), check_threads(threads))
+    data, offsets = _encoded(urls)
+    spans = ranges(len(urls), check_threads(threads))
     parts = run_all([lambda a=a, b=b: fingerprint_batch(data, offsets[a : b + 1], layout.host_bits)
                      for a, b in spans])
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _encoded(urls: list) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of ``urls`` end to end and their offsets (``join_utf8``: an
+    ASCII list is encoded at once). Raises InvalidInputError for an item that is
+    not a string or not encodable."""
+    try:
+        raw, offsets = join_utf8(urls)
+    except (UnicodeEncodeError, AttributeError):
+        bad = next(u for u in urls if not isinstance(u, str) or not _utf8_ok(u))
+        raise InvalidInputError(f"fingerprint needs URL strings, got {bad!r:.80}") from None
+    return np.frombuffer(raw, dtype=np.uint8), offsets
 
 
 def _utf8_ok(u: str) -> bool:

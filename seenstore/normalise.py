@@ -249,6 +249,12 @@ def count_reasons(rejected: Iterable[tuple[int, Rejection]]) -> dict[str, int]:
     return counts
 
 
+def _strs_or_bytes(items: list) -> bool:
+    """True if every item is a str or bytes (their subclasses too); the item types
+    collected in C first (a generator of isinstance calls cost ~0.5 s per million)."""
+    return set(map(type, items)) <= {str, bytes} or all(isinstance(u, (str, bytes)) for u in items)
+
+
 def normalise_many(
     urls: Iterable[object],
     base: str | None = None,
@@ -267,7 +273,7 @@ def normalise_many(
     check_base(base)
     policy = policy or DEFAULT_POLICY
     if fast is not False and isinstance(urls, list) and (fast or len(urls) >= FAST_PATH_MIN) \
-            and all(isinstance(u, (str, bytes)) for u in urls):
+            and _strs_or_bytes(urls):
         from .fastpath import normalise_urls  # fastpath builds on this module
 
         fb = normalise_urls(urls, base, policy, max_length=max_length, threads=threads)

@@ -28,6 +28,29 @@ DEFAULT_BLOCK_BYTES = 16 << 20
 DEFAULT_MAX_LINE = 1 << 20  # bytes; a longer line is rejected too-long without being read whole
 
 
+def join_utf8(items: Sequence, errors: str = "strict", *, bytes_ok: bool = False
+              ) -> tuple[bytes, np.ndarray]:
+    """The UTF-8 encodings of ``items`` end to end, and their offsets (int64, one more
+    than the items, from 0). A list of ASCII strings (every canonical URL: WHATWG
+    escapes the rest; most links of a crawl) is joined and encoded at once, the
+    offsets taken from the strings' lengths: 515 -> 250 ns per real canonical URL
+    here (docs/fastpath.md); any other list is encoded item by item, with
+    ``bytes_ok`` a bytes-like item taken as it is. Raises what encoding an item
+    raises: UnicodeEncodeError, AttributeError for a non-string."""
+    offsets = np.zeros(len(items) + 1, dtype=np.int64)
+    try:
+        np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=offsets[1:])
+        raw = "".join(items).encode("utf-8", errors)
+    except (TypeError, UnicodeEncodeError):  # not all strings (join), not encodable
+        raw = None
+    if raw is not None and len(raw) == offsets[-1]:  # a byte per character: all ASCII
+        return raw, offsets
+    enc = [bytes(u) if bytes_ok and not isinstance(u, str) else u.encode("utf-8", errors)
+           for u in items]
+    np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=len(enc)), out=offsets[1:])
+    return b"".join(enc), offsets
+
+
 @dataclass
 class URLBuffer:
     """A batch of URLs. Requires: data uint8 1-D, offsets int64 non-decreasing within data."""
@@ -102,7 +125,20 @@ class URLBuffer:
         return URLBuffer(self.data, self.offsets[a : b + 1], bases, ids, strs, too_long)
 
     def tolist(self) -> list[str]:
-        return [self[i] for i in range(len(self))]
+        """``[self[i] for i in range(len(self))]``, in one pass: the bytes are taken
+        out of the array once and, when they are all ASCII (canonical URLs), decoded
+        once and sliced (2.9 -> 0.4 s for a million canonical URLs here, most of
+        ``normalise_many``'s time); else each URL is decoded on its own."""
+        if self.strs is not None:
+            return list(self.strs)
+        lo = int(self.offsets[0])
+        raw = self.data[lo: int(self.offsets[-1])].tobytes()
+        offs = (self.offsets - lo).tolist()
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError:
+            return [raw[a:b].decode("utf-8", "surrogateescape") for a, b in zip(offs, offs[1:])]
+        return [text[a:b] for a, b in zip(offs, offs[1:])]
 
     def nbytes(self) -> int:
         n = self.data.nbytes + self.offsets.nbytes
@@ -117,12 +153,9 @@ class URLBuffer:
         """From a sequence of str (kept as ``strs``), all relative to ``base`` if given.
         Lone surrogates are encoded with ``surrogatepass`` (never UTF-8 valid).
         A bytes item is taken as is (and kept as bytes in ``strs``)."""
-        enc = [u.encode("utf-8", "surrogatepass") if isinstance(u, str) else bytes(u) for u in urls]
-        offsets = np.zeros(len(enc) + 1, dtype=np.int64)
-        if enc:
-            np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=len(enc)), out=offsets[1:])
-        data = np.frombuffer(bytearray(b"".join(enc)), dtype=np.uint8)  # writable, like files
-        bases, ids = _single_base(base, len(enc))
+        raw, offsets = join_utf8(urls, "surrogatepass", bytes_ok=True)
+        data = np.frombuffer(bytearray(raw), dtype=np.uint8)  # writable, like files
+        bases, ids = _single_base(base, len(urls))
         return cls(data, offsets, bases, ids, urls)
 
     @classmethod

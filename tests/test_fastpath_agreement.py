@@ -241,6 +241,28 @@ def test_normalise_many_batch_path_equals_scalar_path(urls):
     assert (fast.urls, fast.positions, fast.rejected) == (slow.urls, slow.positions, slow.rejected)
 
 
+def test_normalise_many_takes_the_batch_path_for_strs_and_bytes_only(monkeypatch):
+    """A large list of str, bytes and str subclasses goes through the batch path;
+    one holding anything else through the scalar one (which rejects that item); the
+    results are the scalar path's either way."""
+    import seenstore.fastpath as fastpath
+    from seenstore.normalise import FAST_PATH_MIN, normalise_many
+
+    class Text(str):
+        pass
+
+    calls = []
+    real = fastpath.normalise_urls
+    monkeypatch.setattr(fastpath, "normalise_urls", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ok = ["http://a.example/x", b"http://b.example/y", Text("HTTP://C.example/z")] * FAST_PATH_MIN
+    for urls, batch in ((ok, True), (ok + [5], False), (ok + [None], False)):
+        calls.clear()
+        got = normalise_many(urls)
+        assert bool(calls) is batch
+        slow = normalise_many(urls, fast=False)
+        assert (got.urls, got.positions, got.rejected) == (slow.urls, slow.positions, slow.rejected)
+
+
 @settings(max_examples=30, deadline=None)
 @given(urls=st.lists(st.sampled_from([
     "http://a.example/x", "HTTP://A.example:80/x?q#f", "https://b.example:8443/%7e/y",
@@ -257,6 +279,22 @@ def test_fingerprint_many_kernel_equals_scalar(urls, host_bits):
     assert fast.tolist() == [fingerprint(u, layout) for u in canonical]
 
 
+@settings(max_examples=60, deadline=None)
+@given(urls=st.lists(st.text(max_size=30).map(lambda s: "http://" + s), min_size=1, max_size=12),
+       ascii_only=st.booleans(), host_bits=st.sampled_from([0, 20, 32]))
+def test_fingerprint_many_kernel_path_any_strings(urls, ascii_only, host_bits):
+    """Above the kernel threshold, lists of ASCII strings (joined and encoded once)
+    and lists holding other characters (an encode per string) both give the scalar
+    keys, in order."""
+    from seenstore.fingerprint import FAST_PATH_MIN, fingerprint_many
+    urls = [u.encode("ascii", "replace").decode() if ascii_only else u for u in urls]
+    urls = [u for u in urls if not any(0xD800 <= ord(c) < 0xE000 for c in u)] or ["http://a/"]
+    many = (urls * (FAST_PATH_MIN // len(urls) + 1))[:FAST_PATH_MIN + len(urls)]
+    many = many[len(urls) // 2:] + many[:len(urls) // 2]  # not a whole number of repeats
+    layout = Layout(host_bits=host_bits)
+    assert fingerprint_many(many, layout).tolist() == [fingerprint(u, layout) for u in many]
+
+
 def test_fingerprint_many_kernel_path_refuses_non_strings():
     import pytest
     from seenstore.fingerprint import FAST_PATH_MIN, fingerprint_many
@@ -264,6 +302,10 @@ def test_fingerprint_many_kernel_path_refuses_non_strings():
         fingerprint_many(["http://a.example/"] * FAST_PATH_MIN + [5])
     with pytest.raises(InvalidInputError, match="URL strings"):
         fingerprint_many(["http://a.example/"] * FAST_PATH_MIN + ["http://a.example/\udcff"])
+    with pytest.raises(InvalidInputError, match="URL strings"):
+        fingerprint_many(["http://a.example/"] * FAST_PATH_MIN + [b"http://b.example/"])
+    with pytest.raises(InvalidInputError, match="URL strings"):
+        fingerprint_many(["http://é.example/"] * FAST_PATH_MIN + [None])
 
 
 FRAG_HREFS = ["#", "#f", "#f", "#a b", "#\x01", "#é", "#%41", "#\t", "# ", "#x\\y", "#" + "z" * 40,

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seenstore.errors import InvalidInputError, StoreNotFoundError
-from seenstore.urlbuffer import URLBuffer, concat
+from seenstore.urlbuffer import URLBuffer, concat, join_utf8
 
 
 def _oracle(text: bytes, pairs: bool, base: str | None) -> tuple[list[str], list[str | None]]:
@@ -141,3 +141,43 @@ def test_concat_mixes_based_and_unbased_parts():
     assert _listing(ub) == (["x", "y", "z", "w", "v"], [None, None, "http://p/", None, "http://q/"])
     assert ub.strs is None and concat([a, a]).strs == ["x", "y", "x", "y"]
     assert len(concat([])) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.text(alphabet=st.characters(max_codepoint=127), max_size=12),
+                          st.text(max_size=12), st.binary(max_size=12)), max_size=20),
+       st.booleans())
+def test_join_utf8_equals_encoding_each_item(items, ascii_only):
+    """join_utf8 against its oracle, an encode per item: all-ASCII lists (encoded at
+    once), other characters and lone surrogates (surrogatepass), bytes items."""
+    if ascii_only:
+        items = [i for i in items if isinstance(i, str) and i.isascii()]
+    enc = [i.encode("utf-8", "surrogatepass") if isinstance(i, str) else bytes(i) for i in items]
+    raw, offsets = join_utf8(items, "surrogatepass", bytes_ok=True)
+    assert raw == b"".join(enc)
+    assert offsets.tolist() == [0] + np.cumsum([len(e) for e in enc], dtype=np.int64).tolist()
+    strs = [i for i in items if isinstance(i, str)]
+    if all(not any(0xD800 <= ord(c) < 0xE000 for c in s) for s in strs):
+        raw, offsets = join_utf8(strs)  # strict
+        assert raw == "".join(strs).encode() and offsets[-1] == len(raw)
+    if any(isinstance(i, bytes) for i in items):
+        with pytest.raises(AttributeError):
+            join_utf8(items)  # bytes are refused unless bytes_ok
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=10).filter(lambda b: b"\n" not in b and b"\r" not in b),
+                          st.text(alphabet=st.characters(max_codepoint=127, exclude_characters="\r\n"),
+                                  min_size=1, max_size=10).map(str.encode)), min_size=1, max_size=20),
+       st.data())
+def test_tolist_equals_item_by_item(lines, data):
+    """tolist (one decode of the whole buffer when it is ASCII, else one per URL)
+    against its definition, ``self[i]`` for each i: ASCII, non-ASCII and invalid
+    UTF-8 bytes (surrogateescape), on a buffer and on a slice of it."""
+    ub = URLBuffer.from_bytes(b"\n".join(lines))
+    assert ub.strs is None
+    assert ub.tolist() == [ub[i] for i in range(len(ub))]
+    a = data.draw(st.integers(0, len(ub)))
+    b = data.draw(st.integers(a, len(ub)))
+    part = ub.slice(a, b)
+    assert part.tolist() == [ub[i] for i in range(a, b)]
