@@ -68,9 +68,9 @@ def _fingerprint_kernel(urls: list, layout: Layout, threads: int | None) -> np.n
 
 
 def _encoded(urls: list) -> tuple[np.ndarray, np.ndarray]:
-    """The UTF-8 bytes of ``urls`` end to end and their offsets (``join_utf8``: an
-    ASCII list is encoded at once). Raises InvalidInputError for an item that is
-    not a string or not encodable."""
+    """The UTF-8 bytes of ``urls`` end to end and their offsets (``join_utf8``: a
+    list of strings is encoded at once). Raises InvalidInputError for an item that
+    is not a string or not encodable."""
     try:
         raw, offsets = join_utf8(urls)
     except (UnicodeEncodeError, AttributeError):
