@@ -37,6 +37,26 @@ def test_mark_members_marks_every_occurrence(keys, members):
         assert mark_members(arr, m, part_bits).tolist() == want
 
 
+@pytest.mark.parametrize("m", [9_000, 40_000, 150_000])
+@pytest.mark.parametrize("part_bits", [-1, 0, 2])
+def test_filtered_join_of_a_mostly_seen_stream(rng, m, part_bits):
+    """Tables past FILTER_SLOTS slots turn most input keys away by a bitmap: a
+    stream where few keys are new (a crawl's), repeats and all, against numpy's
+    answer (first occurrences of the members), members, joins and the partitioned
+    joins whose parts are filtered or not."""
+    from seenstore.kernels.batch import FILTER_SLOTS
+    pool = rng.integers(0, 2**64, 300_000, dtype=np.uint64)
+    keys = pool[rng.integers(0, len(pool), 500_000)]
+    new = np.unique(rng.choice(pool, m, replace=False))
+    assert 2 * m > FILTER_SLOTS  # the unpartitioned table is filtered
+    _, first = np.unique(keys, return_index=True)
+    member = np.isin(keys, new)
+    want = np.zeros(len(keys), dtype=bool)
+    want[first[member[first]]] = True
+    assert np.array_equal(mark_first_new(keys, new, part_bits), want)
+    assert np.array_equal(mark_members(keys, new, part_bits), member)
+
+
 def test_partitioned_join_at_scale_equals_unpartitioned(rng):
     keys = rng.integers(0, 2**64, 600_000, dtype=np.uint64)
     keys[:100_000] = keys[300_000:400_000]  # repeats: first occurrence must win

@@ -56,6 +56,9 @@ def compact_inplace(a, keep):
     return m
 
 
+FILTER_SLOTS = 1 << 14  # join tables above this many slots (128 KiB of keys, past L1) are filtered
+
+
 @njit(cache=True, nogil=True)
 def _mix(key):
     # splitmix64 finaliser: spreads keys whose top bits are a skewed host hash
@@ -148,6 +151,13 @@ def join_parts(ik, ipos, istart, nk, nstart, p0, p1, first_only, out):
         size *= 2
     table = np.empty(size, dtype=np.uint64)
     used = np.zeros(size, dtype=np.uint8)  # 0 empty, 1 key unclaimed, 2 key claimed
+    # a part's table above FILTER_SLOTS slots (out of L1) gets a bitmap of 4 bits per
+    # slot (~8 per key, in L1/L2) of other bits of the same mix: most input keys are
+    # not new (a crawl's links were mostly seen) and are turned away by one bit
+    pb = 0  # the partition bits: the mix's top pb bits are one part's, constant
+    while (1 << pb) < nstart.shape[0] - 1:
+        pb += 1
+    bitmap = np.zeros(max(size >> 4, 1), dtype=np.uint64)
     for p in range(p0, p1):
         lo, hi = nstart[p], nstart[p + 1]
         if lo == hi:
@@ -157,16 +167,33 @@ def join_parts(ik, ipos, istart, nk, nstart, p0, p1, first_only, out):
             psize *= 2
         pmask = np.uint64(psize - 1)
         used[:psize] = 0
+        filtered = psize > FILTER_SLOTS
+        fbits = 2
+        while (1 << fbits) < 4 * psize:
+            fbits += 1
+        fshift = np.uint64(64 - pb - fbits)
+        fmask = np.uint64((1 << fbits) - 1)
+        if filtered:
+            bitmap[:(1 << fbits) >> 6] = 0
         for t in range(lo, hi):
             key = nk[t]
-            s = np.int64(_mix(key) & pmask)
+            z = _mix(key)
+            if filtered:
+                b = (z >> fshift) & fmask
+                bitmap[b >> np.uint64(6)] |= np.uint64(1) << (b & np.uint64(63))
+            s = np.int64(z & pmask)
             while used[s] != 0:
                 s = (s + 1) & (psize - 1)
             table[s] = key
             used[s] = 1
         for j in range(istart[p], istart[p + 1]):
             key = ik[j]
-            s = np.int64(_mix(key) & pmask)
+            z = _mix(key)
+            if filtered:
+                b = (z >> fshift) & fmask
+                if (bitmap[b >> np.uint64(6)] >> (b & np.uint64(63))) & np.uint64(1) == 0:
+                    continue  # not a new key
+            s = np.int64(z & pmask)
             while used[s] != 0:
                 if table[s] == key:
                     if used[s] == 1 or not first_only:
