@@ -164,6 +164,13 @@ def test_join_utf8_equals_encoding_each_item(items, ascii_only):
     if any(isinstance(i, bytes) for i in items):
         with pytest.raises((AttributeError, UnicodeEncodeError)):  # whichever item comes first
             join_utf8(items)  # bytes are refused unless bytes_ok
+    blobs = [i for i in items if isinstance(i, bytes)] + [bytearray(b"x\xff"), memoryview(b"yz")]
+    raw, offsets = join_utf8(blobs, bytes_ok=True)  # all bytes-like: joined as they are
+    assert raw == b"".join(blobs)
+    assert offsets.tolist() == [0] + np.cumsum([len(b) for b in blobs], dtype=np.int64).tolist()
+    wide = memoryview(np.arange(3, dtype=np.uint32))  # len() counts items, not bytes
+    raw, offsets = join_utf8([b"ab", wide], bytes_ok=True)
+    assert raw == b"ab" + bytes(wide) and offsets.tolist() == [0, 2, 14]
 
 
 @settings(max_examples=200, deadline=None)

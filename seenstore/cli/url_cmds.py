@@ -18,6 +18,7 @@ from contextlib import nullcontext
 import click
 import numpy as np
 
+from .. import dispatch
 from ..fastpath import line_cap, normalise_buffer, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
@@ -29,7 +30,7 @@ from . import default_store_dir, fail, main, store_option, threads_option
 from .deliver import Output
 
 DEFAULT_BATCH_LINES = 1_000_000
-_CHUNK = 65536  # lines per output write for normalise/fingerprint
+_CHUNK = 65536  # lines per output write for normalise/fingerprint (at least dispatch.SMALL)
 
 base_option = click.option(
     "--base", default=None, metavar="URL", help="Resolve relative references against URL.")
@@ -226,7 +227,10 @@ def _per_line(command: str, urls, base, policy_file, max_length, threads, render
     check_base(base)
     policy = load_policy(policy_file)
     counts: dict[str, int] = {}
-    for chunk in _chunks(_inputs(urls, max_length), _CHUNK):
+    # a chunk of dispatch.SMALL lines or more takes the kernels (and loads them for the
+    # chunks after it); smaller chunks of a long stream each took the scalar path
+    # (~13 us per URL: 1e6 lines in 13 s)
+    for chunk in _chunks(_inputs(urls, max_length), max(_CHUNK, dispatch.SMALL)):
         batch = normalise_many(chunk, base, policy, max_length, threads=threads)
         out = [""] * len(chunk)
         for i, reason in batch.rejected:
