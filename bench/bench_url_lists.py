@@ -42,10 +42,8 @@ def real_urls(path: str, n: int) -> list[str]:
         pieces = URLBuffer.iter_file(f, pairs=True, chunk_urls=1 << 17, max_line=16384)
         out: list[str] = []
         for ub in pieces:
-            data, offsets, status, _ = run_kernel(ub, threads=1)
-            o = offsets.tolist()
-            raw = data.tobytes()
-            out.extend(raw[a:b].decode() for a, b in zip(o, o[1:]) if b > a)
+            data, offsets, _, _ = run_kernel(ub, threads=1)
+            out.extend(u for u in URLBuffer(data, offsets).tolist() if u)  # OK ones only
             if len(out) >= n:
                 break
     return out[:n]

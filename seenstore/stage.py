@@ -31,7 +31,7 @@ from .fastpath import normalise_urls
 from .fingerprint import fingerprint_many
 from .dispatch import batch as _kernels
 from .sorting import sort_keys, sort_unique_keys
-from .normalise import normalise_many
+from .normalise import all_strs_or_bytes, normalise_many
 from .parallel import check_threads
 from .policy import DEFAULT_POLICY, Policy
 from .store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
@@ -662,8 +662,7 @@ def _mark_sorted(needles: np.ndarray, chunk: np.ndarray, out: np.ndarray) -> Non
 def _check_all_urls(items) -> None:
     """Requires: a sequence whose first item is a URL. InvalidInputError naming the
     first item that is not one (a list mixing keys and URLs)."""
-    kinds = set(map(type, items))
-    if kinds <= {str, bytes}:
+    if all_strs_or_bytes(items):
         return
     for i, x in enumerate(items):
         if not isinstance(x, (str, bytes)):

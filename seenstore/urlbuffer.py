@@ -40,30 +40,35 @@ def join_utf8(items: Sequence, errors: str = "strict", *, bytes_ok: bool = False
     encoding an item raises: UnicodeEncodeError, AttributeError for a non-string."""
     n = len(items)
     offsets = np.zeros(n + 1, dtype=np.int64)
+    raw = lengths = None
     try:
         lengths = np.fromiter(map(len, items), dtype=np.int64, count=n)
         raw = "".join(items).encode("utf-8", errors)
         if len(raw) != lengths.sum():  # a byte per character for ASCII strings only
             wide = np.flatnonzero(~np.fromiter(map(str.isascii, items), dtype=np.bool_, count=n))
-            for i in wide.tolist():
+            for i in wide.tolist():  # (each character encodes alone: the sums agree)
                 lengths[i] = len(items[i].encode("utf-8", errors))
-    except (TypeError, UnicodeEncodeError):  # not all strings, or not encodable
+    except UnicodeEncodeError:  # not encodable: item by item raises it
         raw = None
-        if bytes_ok:
-            try:  # all bytes-like (lines read as bytes): joined as they are
-                lengths = np.fromiter(map(len, items), dtype=np.int64, count=n)
-                raw = b"".join(items)
-            except TypeError:
-                raw = None
-            if raw is not None and len(raw) != lengths.sum():  # len() not in bytes
-                raw = None
-    if raw is not None:  # (each character encodes alone: the lengths add up to len(raw))
+    except TypeError:  # an item without a length (lengths None), or not all strings
+        raw = _joined_bytes(items, lengths) if bytes_ok and lengths is not None else None
+    if raw is not None:
         np.cumsum(lengths, out=offsets[1:])
         return raw, offsets
     enc = [bytes(u) if bytes_ok and not isinstance(u, str) else u.encode("utf-8", errors)
            for u in items]
     np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=len(enc)), out=offsets[1:])
     return b"".join(enc), offsets
+
+
+def _joined_bytes(items: Sequence, lengths: np.ndarray) -> bytes | None:
+    """``b"".join(items)`` when every item is bytes-like and its ``len()`` counts its
+    bytes (``lengths``), else None."""
+    try:
+        raw = b"".join(items)
+    except TypeError:
+        return None
+    return raw if len(raw) == lengths.sum() else None
 
 
 @dataclass

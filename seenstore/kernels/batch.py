@@ -157,7 +157,7 @@ def join_parts(ik, ipos, istart, nk, nstart, p0, p1, first_only, out):
     pb = 0  # the partition bits: the mix's top pb bits are one part's, constant
     while (1 << pb) < nstart.shape[0] - 1:
         pb += 1
-    bitmap = np.zeros(max(size >> 4, 1), dtype=np.uint64)
+    bitmap = np.empty(max(size >> 4, 1), dtype=np.uint64)  # cleared per filtered part
     for p in range(p0, p1):
         lo, hi = nstart[p], nstart[p + 1]
         if lo == hi:

@@ -3,7 +3,7 @@
 ``fingerprint_batch(buf, offsets, host_bits)`` returns uint64 keys equal to
 ``seenstore.fingerprint.fingerprint`` (the oracle) for each URL
 ``buf[offsets[i]:offsets[i+1]]``: top ``host_bits`` bits from xxh3_64(host),
-the rest from xxh3_64(url). The host span is ``host_span``'s, on bytes.
+the rest from xxh3_64(url). The host span is ``host_span_at``'s, on bytes.
 Depends on kernels/xxh3.py (frozen algorithm): after editing it, clear __pycache__.
 """
 
@@ -23,17 +23,12 @@ for _c in b"/?#@:]":
 
 
 @njit(cache=True, nogil=True)
-def host_span(buf, s, e):
-    """(start, end) of the host of the URL buf[s:e], exactly as the scalar
-    ``normalise.host_span``: after the first ``://`` (else from s), up to the first
-    ``/ ? #``, after the last ``@``, up to ``:`` or through ``]`` for ``[`` hosts."""
-    return host_span_at(buf.ctypes.data, s, e)
-
-
-@njit(cache=True, nogil=True)
 def host_span_at(p, s, e):
-    """``host_span`` of the bytes at address ``p``: a helper given an address, not an
-    array, costs no reference counting per call (kernels/url.py); a URL starting
+    """(start, end) of the host of the URL in the bytes [s, e) at address ``p``,
+    exactly as the scalar ``normalise.host_span``: after the first ``://`` (else from
+    s), up to the first ``/ ? #``, after the last ``@``, up to ``:`` or through ``]``
+    for ``[`` hosts. An address, not an array: a helper given an array costs two
+    reference counts per call (kernels/url.py). A URL starting
     ``http://`` or ``https://`` (every canonical one) skips the search for ``://``,
     and only the bytes that can end or split an authority take the branches
     (fingerprint_batch 81.7 -> 58.6 ns per real canonical URL: docs/fastpath.md)."""
@@ -93,7 +88,7 @@ def fingerprint_batch(buf, offsets, host_bits):
 
 @njit(cache=True, nogil=True)
 def host_hashes(buf, offsets, idx):
-    """Full xxh3_64 of the host (``host_span``) of URL idx[k], for each k; uint64.
+    """Full xxh3_64 of the host (``host_span_at``) of URL idx[k], for each k; uint64.
 
     Requires: idx int64 indices into the URLs of buf/offsets.
     """
