@@ -91,6 +91,12 @@ def jit_live() -> bool:
 _live_seen = [False]
 
 
+def running_kernels() -> bool:
+    """``jit_live``, unless ``twins_only`` plays a fresh process: a caller whose small
+    calls should take the kernels once this process runs them (a large Bloom filter's)."""
+    return not _twins_forced and jit_live()
+
+
 def live(kernel) -> bool:
     """True when a small call may take ``kernel`` instead of its twin: this process
     already runs kernels (``jit_live``) and calling this one will not compile."""

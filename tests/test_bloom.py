@@ -455,10 +455,12 @@ def test_inserts_into_a_filter_past_the_tlb_go_by_regions(monkeypatch):
     assert bf.n_added == n
 
 
-def test_large_filters_run_the_kernels_for_small_calls_too(monkeypatch):
+def test_large_filters_run_the_kernels_for_small_calls_once_kernels_run(monkeypatch):
     """Below dispatch.SMALL keys a call runs the numpy twin (no JIT for a first small
-    run), except into a filter of KERNEL_MIN_BYTES or more, whose store needs the
-    kernels anyway and where the twin costs ~1.8 us/key."""
+    run). A filter of KERNEL_MIN_BYTES or more, where the twin costs ~1.8 us/key, runs
+    the kernels for small calls too once this process runs kernels; before that (a
+    fresh process: a small merge, the open's sample check) the twin, which costs less
+    than importing numba."""
     from seenstore import dispatch
     from seenstore.bloom import filter as F
 
@@ -468,13 +470,17 @@ def test_large_filters_run_the_kernels_for_small_calls_too(monkeypatch):
     monkeypatch.setattr(dispatch.bloom, "kernel", lambda name: asked.append(name) or real(name))
     keys = np.arange(1000, dtype=np.uint64)
     small = BloomFilter.for_capacity(10_000, 1e-3)
+    large = BloomFilter(F.KERNEL_MIN_BYTES // 64, 8)
     with dispatch.twins_only():  # as in a fresh process (this one runs kernels)
         small.add(keys), small.query(keys), small.add_query(keys)
+        large.add(keys)
+        assert large.query(keys).all() and large.add_query(keys).all()
+    monkeypatch.setattr(dispatch, "jit_live", lambda: False)  # a fresh process, unforced
+    assert large.query(keys).all()
     assert asked == []  # the twins
-    large = BloomFilter(F.KERNEL_MIN_BYTES // 64, 8)
-    large.add(keys)
-    assert large.query(keys).all() and large.add_query(keys).all()
+    monkeypatch.setattr(dispatch, "jit_live", lambda: True)  # this process runs kernels
+    kernel = BloomFilter(F.KERNEL_MIN_BYTES // 64, 8)
+    kernel.add(keys)
+    assert kernel.query(keys).all() and kernel.add_query(keys).all()
     assert asked == ["bloom_add_query", "bloom_query", "bloom_add_query"]
-    twin = BloomFilter(F.KERNEL_MIN_BYTES // 64, 8)
-    dispatch.bloom.bloom_add_query(twin.words, keys, 8, 32, np.empty(0, np.bool_), False)
-    assert np.array_equal(twin.words, large.words)  # same bits either way
+    assert np.array_equal(kernel.words, large.words)  # same bits either way

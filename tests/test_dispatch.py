@@ -5,6 +5,7 @@ never imports numba, and the CLI says once when it is about to compile."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -186,6 +187,24 @@ def test_small_add_and_merge_never_import_numba(tmp_path):
     p = _cold(tmp_path, "merge", str(batch), "--store", str(tmp_path / "s"))
     assert p.returncode == 0 and "new 10,000" in p.stdout and "NUMBA=False" in p.stderr
     assert "compiling" not in p.stderr
+
+
+def test_small_merges_into_a_large_bloom_filter_never_import_numba(tmp_path):
+    """A filter of KERNEL_MIN_BYTES or more takes the kernels for small calls only in
+    a process that runs kernels already: a small merge into it, and the sample check
+    of its next open, take the twins (importing numba cost ~0.5 s of a 0.9 s merge)."""
+    from seenstore.bloom.filter import KERNEL_MIN_BYTES
+
+    store, batch = str(tmp_path / "s"), tmp_path / "k.bin"
+    np.arange(1, 10_001, dtype="<u8").tofile(batch)
+    p = _cold(tmp_path, "merge", str(batch), "--store", store, "--bloom-capacity", "4e6")
+    assert p.returncode == 0 and "new 10,000" in p.stdout and "NUMBA=False" in p.stderr, p.stderr
+    assert os.path.getsize(os.path.join(store, "BLOOM")) >= KERNEL_MIN_BYTES
+    np.arange(5_001, 15_001, dtype="<u8").tofile(batch)
+    p = _cold(tmp_path, "merge", str(batch), "--store", store, "--json")
+    assert p.returncode == 0 and "NUMBA=False" in p.stderr, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["new"] == 5_000 and doc["bloom"]["state"] == "loaded", doc
 
 
 def test_compile_is_announced_once(monkeypatch):

@@ -66,9 +66,11 @@ def _scratch(n_keys: int):
 
 
 # A filter this large runs the numba kernels even for calls of fewer than
-# dispatch.SMALL keys: its store is large enough to need them anyway, and the numpy
-# twins cost ~1.8 us/key there (the store's fill put 97,000 keys into a new 129 MiB
-# layer through the twin: 0.17 s, against ~3 ms through the kernel).
+# dispatch.SMALL keys once this process runs kernels (dispatch.running_kernels): the
+# numpy twins cost ~1.8 us/key there (the store's fill put 97,000 keys into a new
+# 129 MiB layer through the twin: 0.17 s, against ~3 ms through the kernel). Before
+# that (a fresh process: a small `seenstore merge`, the open's sample check) the twin:
+# importing numba and loading a kernel cost ~0.5 s, more than any call below SMALL.
 KERNEL_MIN_BYTES = 4 << 20
 
 
@@ -335,8 +337,11 @@ class BloomFilter:
     @property
     def _kernels(self):
         """Where this filter's calls go: ``dispatch.bloom`` (numpy twins below SMALL
-        keys), or for a filter of KERNEL_MIN_BYTES or more the kernels themselves."""
-        return _KERNELS if self._words.nbytes >= KERNEL_MIN_BYTES else _k
+        keys), or for a filter of KERNEL_MIN_BYTES or more in a process that runs
+        kernels already, the kernels themselves."""
+        if self._words.nbytes >= KERNEL_MIN_BYTES and _dispatch.running_kernels():
+            return _KERNELS
+        return _k
 
     def _region_bits_for(self, n_keys: int) -> int:
         """Region bits an insert of ``n_keys`` uses here; 0: insert in key order. Fewer
