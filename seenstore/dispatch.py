@@ -222,6 +222,15 @@ def _mark_members(keys, members, part_bits=-1):
     return np.isin(keys, members) if len(members) else np.zeros(len(keys), dtype=bool)
 
 
+def _first_unique(keys, out, check_at, max_unique):
+    if check_at < len(keys) and len(np.unique(keys[:check_at])) > max_unique:
+        return -1
+    _, first = np.unique(keys, return_index=True)
+    m = len(first)
+    out[:m] = keys[np.sort(first)]
+    return m
+
+
 def _partition_top_bits(keys, bits, out, starts):
     n = len(keys)
     if bits == 0:
@@ -489,6 +498,7 @@ batch = _Family("batch", {
     "mark_first_new": (_mark_first_new, _first_len), "mark_members": (_mark_members, _first_len),
     "partition_top_bits": (_partition_top_bits, _first_len),
     "partition_by_cuts": (_partition_by_cuts, _first_len),
+    "first_unique": (_first_unique, _first_len),
 })
 merge = _Family("merge", {
     "merge_step": (_merge_step, _merge_len),
@@ -571,6 +581,7 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                     st.add(keys + _U(1000))
                     st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
                 batch.unique_sorted(keys)  # the stage's
+                batch.first_unique(keys, np.empty(len(keys), _U), 64, 32)  # a batch's repeats
                 # add's mask on two threads (batches of 2^20 keys and more)
                 from .batch import PARALLEL_JOIN_KEYS, first_new_mask
 

@@ -153,3 +153,44 @@ def test_unique_first_is_np_unique_with_index(keys):
     want_u, want_i = np.unique(arr, return_index=True)
     assert got_u.dtype == np.uint64 and got_u.tolist() == want_u.tolist()
     assert got_i.tolist() == want_i.tolist()
+
+
+def _first_unique_oracle(keys: list[int], check_at: int, max_unique: int) -> list[int] | None:
+    """Distinct keys in order of first occurrence; None when the first ``check_at``
+    keys (only checked when there are more) hold more than ``max_unique`` distinct."""
+    if check_at < len(keys) and len(set(keys[:check_at])) > max_unique:
+        return None
+    seen: dict[int, None] = {}
+    for k in keys:
+        seen.setdefault(k, None)
+    return list(seen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(key, max_size=80), check_at=st.integers(0, 90), max_unique=st.integers(0, 40))
+def test_first_unique_against_an_ordered_set(keys, check_at, max_unique):
+    from seenstore.dispatch import _first_unique
+    from seenstore.kernels.batch import first_unique
+
+    arr = as_keys(keys)
+    want = _first_unique_oracle(keys, check_at, max_unique)
+    for fn in (first_unique, _first_unique):  # the kernel and its numpy twin
+        out = np.zeros(len(arr), np.uint64)
+        m = fn(arr, out, check_at, max_unique)
+        assert (None if m < 0 else out[:m].tolist()) == want
+
+
+@pytest.mark.parametrize("distinct", [1, 5_000, 40_000, 300_000])
+def test_first_unique_grows_its_table(rng, distinct):
+    """Past 2**15 slots' half the table doubles and is refilled: every size up to
+    all-distinct keys (key 0 among them) against np.unique's first occurrences."""
+    from seenstore.kernels.batch import first_unique
+
+    pool = rng.integers(0, 2**64, distinct, dtype=np.uint64)
+    pool[0] = 0
+    keys = np.concatenate([pool, pool[rng.integers(0, distinct, 200_000)]])
+    out = np.empty(len(keys), np.uint64)
+    m = first_unique(keys, out, len(keys), len(keys))
+    _, first = np.unique(keys, return_index=True)
+    assert m == distinct and np.array_equal(out[:m], keys[np.sort(first)])
+    assert first_unique(keys, out, 20_000, 1_000) == (-1 if distinct > 1_000 else distinct)

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 from conftest import EDGE_KEYS
 from naive import add_naive, uniq
-from seenstore import runcodec, runwriter
+from seenstore import runcodec, runwriter, tiers
 from seenstore.errors import (DiskFullError, InvalidInputError, LockedError, MismatchError,
                               NotAStoreError, StoreNotFoundError, CorruptionError)
 from seenstore.layout import Layout
@@ -437,3 +437,38 @@ def test_one_and_two_threads_give_identical_answers_and_runs(tmp_path, rng, monk
 def test_threads_must_be_positive(store_dir):
     with pytest.raises(InvalidInputError, match="threads"):
         SeenStore.open(store_dir, create=True, threads=0)
+
+
+@pytest.mark.parametrize("mode", ["exact", "approximate"])
+def test_batches_of_many_repeats_drop_them_first_with_the_same_answers(tmp_path, monkeypatch, mode):
+    """A large batch whose first keys are mostly repeats loses its repeats in one hash
+    pass before the partition (admission._drop_repeats); masks, new keys and the runs
+    written are those of the path without it, for batches of many and of few repeats."""
+    from seenstore.store import admission
+
+    rng = np.random.default_rng(5)
+    pool = rng.integers(0, 2**64, 5_000, dtype=np.uint64)
+    batches = []
+    for i in range(4):
+        hot = pool[rng.integers(0, len(pool), 150_000)]
+        fresh = rng.integers(0, 2**64, 20_000 if i < 3 else 150_000, dtype=np.uint64)
+        b = np.concatenate([hot, fresh, fresh[:5_000]])
+        batches.append(b if i < 3 else rng.permutation(b))
+    batches[1][:10] = 0  # key 0, the pass's empty slot, repeated
+    calls = []
+    real = admission._kernels.first_unique
+    monkeypatch.setattr(admission._kernels, "first_unique",
+                        lambda *a: calls.append(real(*a)) or calls[-1])
+    results = []
+    for min_keys in (admission.REPEATS_MIN_KEYS, 10**12):  # the pass, then never
+        monkeypatch.setattr(admission, "REPEATS_MIN_KEYS", min_keys)
+        path = str(tmp_path / f"s{min_keys}")
+        with SeenStore.open(path, create=True, mode=mode, shard_bits=2, sync=False) as st:
+            answers = [st.add(batches[0]).tolist(), st.add_new(batches[1]).tolist(),
+                       st.add(batches[2]).tolist(), st.add(batches[3]).tolist()]
+            answers.append(st.contains(np.concatenate(batches)[::97]).tolist())
+            stored = np.concatenate(list(tiers.iter_keys(tiers.all_readers(st._runs), 1 << 20)))
+        results.append((answers, stored.tolist()))
+    assert results[0] == results[1]
+    assert [c >= 0 for c in calls] == [True, True, True, False]  # the last: few repeats
+    assert sum(results[0][0][0]) == len(np.unique(batches[0]))

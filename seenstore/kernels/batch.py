@@ -3,7 +3,8 @@
 ``unique_sorted`` drops repeats from a sorted array; ``mark_first_new`` marks,
 in input order, the first occurrence of each key of a set of new keys (a
 radix-partitioned hash join, so its tables stay in cache at any batch size);
-``mark_members`` marks every occurrence.
+``mark_members`` marks every occurrence; ``first_unique`` drops the repeats of an
+unsorted batch, in order (the store's pass before it partitions a batch of many repeats).
 Twins: tests/naive.py and the tests' set oracles.
 """
 
@@ -317,3 +318,68 @@ def scatter_top_bits(keys, bits, out, fill):
         g = np.int64(keys[i] >> shift)
         out[fill[g]] = keys[i]
         fill[g] += 1
+
+
+FIRST_UNIQUE_BITS = 15  # first_unique's table: 2**15 slots (256 KiB) to start with
+
+
+@njit(cache=True, nogil=True)
+def first_unique(keys, out, check_at, max_unique):
+    """Write the unique keys of ``keys`` to ``out`` in order of first occurrence and
+    return their count; or return -1 as soon as the first ``check_at`` keys hold more
+    than ``max_unique`` distinct ones (a batch with few repeats, where this pass
+    would only add to the sort's work; ``out`` then holds some of them). An
+    open-addressing table of the keys seen (``_mix``, linear probing, kept at most
+    half full: doubled and refilled from ``out``); key 0, its empty slot, is
+    tracked apart. Requires: ``out`` uint64 as long as ``keys``."""
+    n = keys.shape[0]
+    bits = FIRST_UNIQUE_BITS
+    table = np.zeros(1 << bits, np.uint64)
+    mask = np.uint64((1 << bits) - 1)
+    sh = np.uint64(64 - bits)
+    m = 0
+    zero = False
+    for i in range(n):
+        if i == check_at and m > max_unique:
+            return -1
+        k = keys[i]
+        if k == np.uint64(0):
+            if not zero:
+                zero = True
+                out[m] = k
+                m += 1
+            continue
+        h = _mix(k) >> sh
+        while True:
+            s = table[h]
+            if s == k:
+                break
+            if s == np.uint64(0):
+                table[h] = k
+                out[m] = k
+                m += 1
+                if 2 * m > table.shape[0]:
+                    bits += 1
+                    table = _refill(out, m, bits)
+                    mask = np.uint64((1 << bits) - 1)
+                    sh = np.uint64(64 - bits)
+                break
+            h = (h + np.uint64(1)) & mask
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _refill(out, m, bits):
+    """first_unique's table of 2**bits slots holding the nonzero keys of ``out[:m]``."""
+    table = np.zeros(1 << bits, np.uint64)
+    mask = np.uint64((1 << bits) - 1)
+    sh = np.uint64(64 - bits)
+    for j in range(m):
+        x = out[j]
+        if x == np.uint64(0):
+            continue
+        g = _mix(x) >> sh
+        while table[g] != np.uint64(0):
+            g = (g + np.uint64(1)) & mask
+        table[g] = x
+    return table
