@@ -119,6 +119,18 @@ def first_new_mask(keys: np.ndarray, new_keys: np.ndarray, threads: int = 1,
     return out
 
 
+def first_new_mask_of_distinct(n: int, distinct: np.ndarray, pos: np.ndarray,
+                               new_keys: np.ndarray) -> np.ndarray:
+    """``first_new_mask(keys, new_keys)`` of ``n`` keys given their distinct keys in
+    order of first occurrence and the index of each (``kernels/batch.py:
+    first_unique``): the join runs over the distinct keys alone (a crawl batch's
+    5-9 %), and their first occurrences are marked by index."""
+    out = np.zeros(n, dtype=np.bool_)
+    if len(new_keys):
+        out[pos[_kernels.mark_members(distinct, new_keys)]] = True
+    return out
+
+
 def read_batch_file(path: str, memory_limit: int | None = None) -> np.ndarray:
     """Read a batch file of raw little-endian uint64 keys (any order, repeats allowed).
 

@@ -222,12 +222,13 @@ def _mark_members(keys, members, part_bits=-1):
     return np.isin(keys, members) if len(members) else np.zeros(len(keys), dtype=bool)
 
 
-def _first_unique(keys, out, check_at, max_unique):
+def _first_unique(keys, out, pos, check_at, max_unique):
     if check_at < len(keys) and len(np.unique(keys[:check_at])) > max_unique:
         return -1
     _, first = np.unique(keys, return_index=True)
     m = len(first)
-    out[:m] = keys[np.sort(first)]
+    pos[:m] = np.sort(first)
+    out[:m] = keys[pos[:m]]
     return m
 
 
@@ -581,7 +582,8 @@ def _warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                     st.add(keys + _U(1000))
                     st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
                 batch.unique_sorted(keys)  # the stage's
-                batch.first_unique(keys, np.empty(len(keys), _U), 64, 32)  # a batch's repeats
+                batch.first_unique(keys, np.empty(len(keys), _U), np.empty(len(keys), np.int64),
+                                   64, 32)  # a batch's repeats
                 # add's mask on two threads (batches of 2^20 keys and more)
                 from .batch import PARALLEL_JOIN_KEYS, first_new_mask
 

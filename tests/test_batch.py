@@ -155,15 +155,16 @@ def test_unique_first_is_np_unique_with_index(keys):
     assert got_i.tolist() == want_i.tolist()
 
 
-def _first_unique_oracle(keys: list[int], check_at: int, max_unique: int) -> list[int] | None:
-    """Distinct keys in order of first occurrence; None when the first ``check_at``
-    keys (only checked when there are more) hold more than ``max_unique`` distinct."""
+def _first_unique_oracle(keys: list[int], check_at: int, max_unique: int):
+    """(distinct keys in order of first occurrence, the index of each), or None when
+    the first ``check_at`` keys (only checked when there are more) hold more than
+    ``max_unique`` distinct."""
     if check_at < len(keys) and len(set(keys[:check_at])) > max_unique:
         return None
-    seen: dict[int, None] = {}
-    for k in keys:
-        seen.setdefault(k, None)
-    return list(seen)
+    first: dict[int, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    return list(first), list(first.values())
 
 
 @settings(max_examples=300, deadline=None)
@@ -175,9 +176,25 @@ def test_first_unique_against_an_ordered_set(keys, check_at, max_unique):
     arr = as_keys(keys)
     want = _first_unique_oracle(keys, check_at, max_unique)
     for fn in (first_unique, _first_unique):  # the kernel and its numpy twin
-        out = np.zeros(len(arr), np.uint64)
-        m = fn(arr, out, check_at, max_unique)
-        assert (None if m < 0 else out[:m].tolist()) == want
+        out, pos = np.zeros(len(arr), np.uint64), np.zeros(len(arr), np.int64)
+        m = fn(arr, out, pos, check_at, max_unique)
+        assert (None if m < 0 else (out[:m].tolist(), pos[:m].tolist())) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(key, max_size=60), seen=st.sets(key, max_size=30))
+def test_mask_of_the_distinct_keys_is_the_mask(keys, seen):
+    """add's mask built from first_unique's distinct keys and their indexes equals the
+    join over every key (and the set oracle)."""
+    from seenstore.batch import first_new_mask_of_distinct
+    from seenstore.kernels.batch import first_unique
+
+    arr = as_keys(keys)
+    out, pos = np.empty(len(arr), np.uint64), np.empty(len(arr), np.int64)
+    m = first_unique(arr, out, pos, len(arr), len(arr))
+    new = np.array(sorted(set(keys) - seen), dtype=np.uint64)
+    want = add_naive(set(seen), keys)
+    assert first_new_mask_of_distinct(len(arr), out[:m], pos[:m], new).tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("distinct", [1, 5_000, 40_000, 300_000])
@@ -189,8 +206,9 @@ def test_first_unique_grows_its_table(rng, distinct):
     pool = rng.integers(0, 2**64, distinct, dtype=np.uint64)
     pool[0] = 0
     keys = np.concatenate([pool, pool[rng.integers(0, distinct, 200_000)]])
-    out = np.empty(len(keys), np.uint64)
-    m = first_unique(keys, out, len(keys), len(keys))
+    out, pos = np.empty(len(keys), np.uint64), np.empty(len(keys), np.int64)
+    m = first_unique(keys, out, pos, len(keys), len(keys))
     _, first = np.unique(keys, return_index=True)
-    assert m == distinct and np.array_equal(out[:m], keys[np.sort(first)])
-    assert first_unique(keys, out, 20_000, 1_000) == (-1 if distinct > 1_000 else distinct)
+    assert m == distinct and np.array_equal(pos[:m], np.sort(first))
+    assert np.array_equal(out[:m], keys[pos[:m]])
+    assert first_unique(keys, out, pos, 20_000, 1_000) == (-1 if distinct > 1_000 else distinct)

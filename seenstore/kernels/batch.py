@@ -324,14 +324,15 @@ FIRST_UNIQUE_BITS = 15  # first_unique's table: 2**15 slots (256 KiB) to start w
 
 
 @njit(cache=True, nogil=True)
-def first_unique(keys, out, check_at, max_unique):
-    """Write the unique keys of ``keys`` to ``out`` in order of first occurrence and
-    return their count; or return -1 as soon as the first ``check_at`` keys hold more
+def first_unique(keys, out, pos, check_at, max_unique):
+    """Write the unique keys of ``keys`` to ``out`` in order of first occurrence, the
+    index in ``keys`` of each to ``pos``, and return their count; or return -1 as
+    soon as the first ``check_at`` keys hold more
     than ``max_unique`` distinct ones (a batch with few repeats, where this pass
     would only add to the sort's work; ``out`` then holds some of them). An
     open-addressing table of the keys seen (``_mix``, linear probing, kept at most
     half full: doubled and refilled from ``out``); key 0, its empty slot, is
-    tracked apart. Requires: ``out`` uint64 as long as ``keys``."""
+    tracked apart. Requires: ``out`` uint64 and ``pos`` int64 as long as ``keys``."""
     n = keys.shape[0]
     bits = FIRST_UNIQUE_BITS
     table = np.zeros(1 << bits, np.uint64)
@@ -347,6 +348,7 @@ def first_unique(keys, out, check_at, max_unique):
             if not zero:
                 zero = True
                 out[m] = k
+                pos[m] = i
                 m += 1
             continue
         h = _mix(k) >> sh
@@ -357,6 +359,7 @@ def first_unique(keys, out, check_at, max_unique):
             if s == np.uint64(0):
                 table[h] = k
                 out[m] = k
+                pos[m] = i
                 m += 1
                 if 2 * m > table.shape[0]:
                     bits += 1

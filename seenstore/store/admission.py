@@ -25,7 +25,7 @@ import numpy as np
 from .. import dispatch as _dispatch
 from .. import spill
 from ..bloom.deferred import DeferredInsert, Gate, settle
-from ..batch import as_keys, first_new_mask, prepare
+from ..batch import as_keys, first_new_mask, first_new_mask_of_distinct, prepare
 from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
 from ..errors import InvalidInputError
 from ..runformat import policy_digest
@@ -44,6 +44,8 @@ REPEATS_PROBE_KEYS = 1 << 14
 class Admission:
     """The admitting half of SeenStore (see the module docstring)."""
 
+    _distinct: tuple | None = None  # the last batch's distinct keys (_drop_repeats)
+
     def add(self, keys, progress=None) -> np.ndarray:
         """Admit ``keys``; return a mask aligned with them: True exactly where the
         key was never admitted before this call and this is its first occurrence
@@ -51,13 +53,17 @@ class Admission:
         as ``progress(shards_done, shards_total)`` as shard merges finish.
 
         The mask costs one more pass over the keys than ``add_new`` (a hash join of
-        the keys with the new ones, on the store's ``threads``)."""
+        the keys with the new ones, on the store's ``threads``; of the distinct keys
+        alone when the batch dropped its repeats first, ``_drop_repeats``)."""
         keys = as_keys(keys)
         gate = Gate()  # the batch's Bloom insert waits for the mask: its two threads
         try:           # get both cores (the insert then runs past the return)
             new = self._admit(keys, progress, scratch_answer=True, gate=gate)
             t1 = time.perf_counter()
-            mask = first_new_mask(keys, new, self.threads)
+            if self._distinct is not None:  # the batch's repeats were dropped: mask those
+                mask = first_new_mask_of_distinct(len(keys), *self._distinct, new)
+            else:
+                mask = first_new_mask(keys, new, self.threads)
         finally:
             gate.open()
         self.last_timings["align_s"] = time.perf_counter() - t1
@@ -198,12 +204,20 @@ class Admission:
         1e6 hold 5.6-8.6 % distinct keys, and the partition and shard sorts of every
         copy cost ~31 ns per offered key where dropping them in one hash pass
         (``first_unique``, a table that stays in the L2/L3 cache) and sorting the rest
-        costs ~8. A batch with few repeats pays only the probe of its first keys."""
+        costs ~8. A batch with few repeats pays only the probe of its first keys.
+        Sets ``_distinct``: (the distinct keys, the index in ``keys`` of each), views
+        of the scratch valid until the next batch, or None; ``add`` builds its mask
+        from them (``first_new_mask_of_distinct``)."""
+        self._distinct = None
         if len(keys) < max(REPEATS_MIN_KEYS, _dispatch.SMALL):  # the kernel, not its twin
             return keys
         out = self._arena.get("distinct", len(keys), np.uint64)
-        m = _kernels.first_unique(keys, out, REPEATS_PROBE_KEYS, REPEATS_PROBE_KEYS // 2)
-        return keys if m < 0 else out[:m]
+        pos = self._arena.get("distinct_pos", len(keys), np.int64)
+        m = _kernels.first_unique(keys, out, pos, REPEATS_PROBE_KEYS, REPEATS_PROBE_KEYS // 2)
+        if m < 0:
+            return keys
+        self._distinct = out[:m], pos[:m]
+        return out[:m]
 
     def _defer_bloom(self, parts: list, n_new: int, timings: dict,
                      gate: Gate | None = None) -> None:
