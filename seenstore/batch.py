@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from . import dispatch
 from .errors import InvalidInputError, StoreIOError, StoreNotFoundError
 from .dispatch import batch as _kernels
 from .sorting import sorted_unique
@@ -124,10 +125,15 @@ def first_new_mask_of_distinct(n: int, distinct: np.ndarray, pos: np.ndarray,
     """``first_new_mask(keys, new_keys)`` of ``n`` keys given their distinct keys in
     order of first occurrence and the index of each (``kernels/batch.py:
     first_unique``): the join runs over the distinct keys alone (a crawl batch's
-    5-9 %), and their first occurrences are marked by index."""
+    5-9 %), and their first occurrences are marked by index. The kernel itself
+    whatever the count of distinct keys: their batch took the kernels already (a
+    count below dispatch.SMALL would take the twin, np.isin, ~100 ns/key, while
+    the kernel is not in memory)."""
     out = np.zeros(n, dtype=np.bool_)
     if len(new_keys):
-        out[pos[_kernels.mark_members(distinct, new_keys)]] = True
+        members = _kernels.kernel("mark_members")
+        dispatch.announce(members)
+        out[pos[members(distinct, new_keys, -1)]] = True
     return out
 
 

@@ -227,6 +227,8 @@ def _first_unique(keys, out, pos, check_at, max_unique):
         return -1
     _, first = np.unique(keys, return_index=True)
     m = len(first)
+    if m > len(out):
+        return -1
     pos[:m] = np.sort(first)
     out[:m] = keys[pos[:m]]
     return m

@@ -155,28 +155,29 @@ def test_unique_first_is_np_unique_with_index(keys):
     assert got_i.tolist() == want_i.tolist()
 
 
-def _first_unique_oracle(keys: list[int], check_at: int, max_unique: int):
+def _first_unique_oracle(keys: list[int], check_at: int, max_unique: int, room: int):
     """(distinct keys in order of first occurrence, the index of each), or None when
     the first ``check_at`` keys (only checked when there are more) hold more than
-    ``max_unique`` distinct."""
+    ``max_unique`` distinct, or all of them more than ``room``."""
     if check_at < len(keys) and len(set(keys[:check_at])) > max_unique:
         return None
     first: dict[int, int] = {}
     for i, k in enumerate(keys):
         first.setdefault(k, i)
-    return list(first), list(first.values())
+    return None if len(first) > room else (list(first), list(first.values()))
 
 
 @settings(max_examples=300, deadline=None)
-@given(keys=st.lists(key, max_size=80), check_at=st.integers(0, 90), max_unique=st.integers(0, 40))
-def test_first_unique_against_an_ordered_set(keys, check_at, max_unique):
+@given(keys=st.lists(key, max_size=80), check_at=st.integers(0, 90), max_unique=st.integers(0, 40),
+       room=st.integers(0, 90))
+def test_first_unique_against_an_ordered_set(keys, check_at, max_unique, room):
     from seenstore.dispatch import _first_unique
     from seenstore.kernels.batch import first_unique
 
     arr = as_keys(keys)
-    want = _first_unique_oracle(keys, check_at, max_unique)
+    want = _first_unique_oracle(keys, check_at, max_unique, room)
     for fn in (first_unique, _first_unique):  # the kernel and its numpy twin
-        out, pos = np.zeros(len(arr), np.uint64), np.zeros(len(arr), np.int64)
+        out, pos = np.zeros(room, np.uint64), np.zeros(room, np.int64)
         m = fn(arr, out, pos, check_at, max_unique)
         assert (None if m < 0 else (out[:m].tolist(), pos[:m].tolist())) == want
 

@@ -327,13 +327,14 @@ FIRST_UNIQUE_BITS = 15  # first_unique's table: 2**15 slots (256 KiB) to start w
 def first_unique(keys, out, pos, check_at, max_unique):
     """Write the unique keys of ``keys`` to ``out`` in order of first occurrence, the
     index in ``keys`` of each to ``pos``, and return their count; or return -1 as
-    soon as the first ``check_at`` keys hold more
-    than ``max_unique`` distinct ones (a batch with few repeats, where this pass
-    would only add to the sort's work; ``out`` then holds some of them). An
-    open-addressing table of the keys seen (``_mix``, linear probing, kept at most
-    half full: doubled and refilled from ``out``); key 0, its empty slot, is
-    tracked apart. Requires: ``out`` uint64 and ``pos`` int64 as long as ``keys``."""
+    soon as the first ``check_at`` keys hold more than ``max_unique`` distinct ones,
+    or ``keys`` more distinct ones than ``out`` holds (a batch with few repeats,
+    where this pass would only add to the sort's work; ``out`` then holds some of
+    them). An open-addressing table of the keys seen (``_mix``, linear probing, kept
+    at most half full: doubled and refilled from ``out``); key 0, its empty slot, is
+    tracked apart. Requires: ``out`` uint64 and ``pos`` int64, as long as each other."""
     n = keys.shape[0]
+    room = out.shape[0]
     bits = FIRST_UNIQUE_BITS
     table = np.zeros(1 << bits, np.uint64)
     mask = np.uint64((1 << bits) - 1)
@@ -346,6 +347,8 @@ def first_unique(keys, out, pos, check_at, max_unique):
         k = keys[i]
         if k == np.uint64(0):
             if not zero:
+                if m == room:
+                    return -1
                 zero = True
                 out[m] = k
                 pos[m] = i
@@ -357,6 +360,8 @@ def first_unique(keys, out, pos, check_at, max_unique):
             if s == k:
                 break
             if s == np.uint64(0):
+                if m == room:
+                    return -1
                 table[h] = k
                 out[m] = k
                 pos[m] = i

@@ -36,7 +36,8 @@ compact_inplace = _kernels.compact_inplace
 
 
 # a batch of at least this many keys (and dispatch.SMALL) drops its repeats before
-# the partition when at most half of its first REPEATS_PROBE_KEYS keys are distinct
+# the partition when at most half of its first REPEATS_PROBE_KEYS keys, and of all
+# its keys, are distinct
 REPEATS_MIN_KEYS = 1 << 16
 REPEATS_PROBE_KEYS = 1 << 14
 
@@ -204,15 +205,18 @@ class Admission:
         1e6 hold 5.6-8.6 % distinct keys, and the partition and shard sorts of every
         copy cost ~31 ns per offered key where dropping them in one hash pass
         (``first_unique``, a table that stays in the L2/L3 cache) and sorting the rest
-        costs ~8. A batch with few repeats pays only the probe of its first keys.
+        costs ~8. A batch with few repeats pays only the probe of its first keys (and
+        one whose repeats end there, the pass up to its ``len(keys) // 2``-th
+        distinct key).
         Sets ``_distinct``: (the distinct keys, the index in ``keys`` of each), views
         of the scratch valid until the next batch, or None; ``add`` builds its mask
         from them (``first_new_mask_of_distinct``)."""
         self._distinct = None
-        if len(keys) < max(REPEATS_MIN_KEYS, _dispatch.SMALL):  # the kernel, not its twin
-            return keys
-        out = self._arena.get("distinct", len(keys), np.uint64)
-        pos = self._arena.get("distinct_pos", len(keys), np.int64)
+        if len(keys) < max(REPEATS_MIN_KEYS, _dispatch.SMALL) or not keys.flags.c_contiguous:
+            return keys  # small: its twin would run; strided: one more specialisation
+        room = len(keys) // 2  # more distinct keys than that: the pass gives up
+        out = self._arena.get("distinct", room, np.uint64)
+        pos = self._arena.get("distinct_pos", room, np.int64)
         m = _kernels.first_unique(keys, out, pos, REPEATS_PROBE_KEYS, REPEATS_PROBE_KEYS // 2)
         if m < 0:
             return keys
