@@ -17,7 +17,6 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import dispatch
 from .errors import InvalidInputError, StoreIOError, StoreNotFoundError
 from .dispatch import batch as _kernels
 from .sorting import sorted_unique
@@ -125,15 +124,15 @@ def first_new_mask_of_distinct(n: int, distinct: np.ndarray, pos: np.ndarray,
     """``first_new_mask(keys, new_keys)`` of ``n`` keys given their distinct keys in
     order of first occurrence and the index of each (``kernels/batch.py:
     first_unique``): the join runs over the distinct keys alone (a crawl batch's
-    5-9 %), and their first occurrences are marked by index. The kernel itself
-    whatever the count of distinct keys: their batch took the kernels already (a
-    count below dispatch.SMALL would take the twin, np.isin, ~100 ns/key, while
-    the kernel is not in memory)."""
+    5-9 %), and their first occurrences are marked by index. The kernel itself, as
+    ``first_new_mask``'s two threads call theirs, whatever the count of distinct
+    keys: their batch took the kernels already (a count below dispatch.SMALL would
+    take the twin, np.isin, ~100 ns/key, while the kernel is not in memory)."""
+    from .kernels import batch as kb
+
     out = np.zeros(n, dtype=np.bool_)
     if len(new_keys):
-        members = _kernels.kernel("mark_members")
-        dispatch.announce(members)
-        out[pos[members(distinct, new_keys, -1)]] = True
+        out[pos[kb.mark_members(distinct, new_keys, -1)]] = True
     return out
 
 
