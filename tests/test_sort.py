@@ -393,3 +393,41 @@ def test_shard_sorter_sorts_shards_from_its_fine_partition(threads, method, monk
             assert np.array_equal(plain[pb[s]:futs[s].result()[0]], want)
     finally:
         sorter.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(key, min_size=1, max_size=300), sh=st.sampled_from([0, 1, 8, 40, 56, 63]),
+       limit=st.sampled_from([0, 1, 5, 50, 10**6]))
+def test_insertion_finishes_a_prefix_sorted_leaf_or_gives_up_still_so_sorted(keys, sh, limit):
+    """kernels/sort.py ``_insertion`` (a leaf's pass after a failed bubble pass) on
+    keys sorted by ``key >> sh``: a permutation still so sorted; True exactly when the
+    leaf's inversions (the moves an insertion sort makes) are within ``limit``, and
+    then sorted."""
+    from seenstore.kernels.sort import _insertion
+    a = np.array(keys, dtype=np.uint64)
+    a = a[np.argsort(a >> np.uint64(sh), kind="stable")]
+    got = a.copy()
+    ok = _insertion(got, 0, len(got), limit)
+    assert np.array_equal(np.sort(got), np.sort(a))
+    assert np.all(np.diff((got >> np.uint64(sh)).astype(object)) >= 0)
+    if ok:
+        assert np.all(got[1:] >= got[:-1])
+    x = a.tolist()
+    inversions = sum(1 for i in range(len(x)) for j in range(i + 1, len(x)) if x[i] > x[j])
+    assert ok == (inversions <= limit)
+
+
+def test_host_skewed_leaves_finished_by_the_insertion_pass(rng):
+    """Leaves where a large host fills its slots three deep (the bubble pass leaves
+    them unsorted): the radix sort's answer is np.sort's, whether the insertion pass
+    finishes the leaf or gives up on it (a host holding most keys: many inversions)."""
+    for share in (0.3, 0.6, 0.95):
+        n = 20_000
+        hosts = rng.integers(0, 2**11, n, dtype=np.uint64)
+        hosts[rng.random(n) < share] = 7
+        a = (np.uint64(0x3A5) << np.uint64(55)) | (hosts << np.uint64(44)) | \
+            rng.integers(0, 2**44, n, dtype=np.uint64)
+        for t in ((16384, 1, 11, 11, 9), (4096, 0, 8, 8, 4)):
+            got = a.copy()
+            radix_sort(got, np.empty(n, np.uint64), *t)
+            assert np.array_equal(got, np.sort(a))
