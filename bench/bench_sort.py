@@ -120,7 +120,7 @@ def main() -> None:
                 print(f"{n:>11,} {shape:>8} {name:>22} {wall / n * 1e9:8.2f} "
                       f"{cpu / n * 1e9:10.2f} {wall / base:9.2f} {cpu / base_cpu:6.2f}", flush=True)
             del keys
-        del buf
+        buf = None  # freed before the next size's array is made
 
 
 if __name__ == "__main__":

@@ -199,7 +199,7 @@ def plot(res: dict, path: str, baseline: dict | None = None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    m, f, B = res["model"], res["fit"], res["args"]["batch"]
+    m, B = res["model"], res["args"]["batch"]
     pts = [p for p in res["points"] if p["N"] > 0]
     N = np.array([p["N"] for p in pts], dtype=float)
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5))

@@ -239,7 +239,7 @@ def test_stats_dict_matches_properties():
 
 
 def test_large_insert_goes_by_regions_and_sets_the_same_bits_as_the_plain_kernel():
-    from seenstore import bloom as B
+    from seenstore.bloom import filter as B
     from seenstore.kernels import bloom as K
 
     bf = BloomFilter.for_capacity(4_000_000, 1e-3)  # ~7 MiB: several regions
@@ -304,7 +304,7 @@ def test_shared_region_insert_sets_the_same_bits_whoever_inserts():
 
 
 def test_shared_region_insert_mends_the_seam_when_both_threads_work():
-    from seenstore import bloom as B
+    from seenstore.bloom import filter as B
 
     keys = rand_keys(2_000_000, 10)
     ref = BloomFilter.for_capacity(8_000_000, 1e-3)

@@ -1,7 +1,6 @@
 """Batches bigger than memory (seenstore/spill.py, ``add_new_file``, ``merge --memory``)."""
 
 import os
-import resource
 import shutil
 import subprocess
 import sys

@@ -7,7 +7,6 @@ and its claim (the classic crawler bug) hands URLs out many times.
 import asyncio
 import random
 
-import numpy as np
 
 from seenstore import wal
 from seenstore.normalise import normalise

@@ -18,7 +18,7 @@ imports the store: the keeper is handed the runs' keys as chunks.
 from .counters import BloomCounters
 from .file import HEADER_LEN, MAGIC, MAJOR, MINOR, SCHEME, Binding
 from .filter import (GROUP, REGION_BYTES, REGION_MIN_KEYS, BloomFilter, PendingAdd,
-                     _SharedInsert, region_bits)
+                     region_bits)
 from .layers import GROWTH, MAX_LAYERS, RATIO, LayeredBloom, layer_path
 from .sizing import (BLOCK_BITS, MAX_BLOCKS, MAX_HASHES, WORDS_PER_BLOCK, block_aligned,
                      blocked_fpr, classic_fpr, max_loads, size_for)

@@ -62,9 +62,9 @@ def _print_text(r: dict) -> None:
              f"{ns['shard_sort']:.1f} ns/key, ran on a thread of its own inside merge,")
         echo("                 beside the disk I/O of the shards already sorted)")
     if ns.get("bloom_background") and p.get("spill_memory"):
-        echo(f"                 (bloom = time waited for the deferred Bloom inserts: each "
-             f"batch's new keys, read back from each shard's new run as its check finished "
-             f"it, went in on a thread beside that check and the next batch's spill,")
+        echo("                 (bloom = time waited for the deferred Bloom inserts: each "
+             "batch's new keys, read back from each shard's new run as its check finished "
+             "it, went in on a thread beside that check and the next batch's spill,")
         echo(f"                 {ns['bloom_background']:.1f} ns/key of wall time, "
              f"{ns.get('bloom_cpu', 0):.1f} of CPU; the last batch's is waited for at "
              "the end)")
@@ -112,7 +112,7 @@ def _print_text(r: dict) -> None:
              + (f", O_DIRECT write {direct / 1e9:.2f} GB/s" if direct else ""))
     probe = r.get("cpu_probe_ns_per_key") or []
     if probe:
-        echo(f"cpu probe        np.sort of 2^20 keys: "
+        echo("cpu probe        np.sort of 2^20 keys: "
              + ", ".join(f"{x:.1f}" for x in probe)
              + " ns/key of thread CPU (start, end): this host's speed then; "
                "runs compare only where these agree")

@@ -240,7 +240,7 @@ def host_range(host: str, layout: Layout) -> tuple[int, int]:
 
 def iter_stored_keys(store, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarray]:
     """The store's keys in [lo, hi), ascending, in chunks (views of the runs' maps)."""
-    from ..store import _first_last
+    from ..store.runs import first_last as _first_last
     from ..store.runs import compressed, merged_chunks
 
     runs = store._runs  # the live runs by shard (read-only maps); the store has no iterator yet

@@ -25,8 +25,6 @@ from .commit import MAX_SHARD_BITS
 from .compaction import COMPACT_CREDIT
 from .facade import DEFAULT_POLICY_ID, DEFAULT_SHARD_BITS, MODES, SeenStore
 from .files import BLOOM_NAME, run_name
-from .report import member as _member
-from .runs import first_last as _first_last
 
 __all__ = ["BLOOM_NAME", "COMPACT_CREDIT", "DEFAULT_BLOOM_FPR", "DEFAULT_POLICY_ID",
            "DEFAULT_SHARD_BITS", "MAX_SHARD_BITS", "MIN_BLOOM_CAPACITY", "MODES",
