@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 
 import numpy as np
 import pytest
@@ -158,3 +159,55 @@ def test_a_large_regular_file_takes_the_kernel_from_its_first_read(tmp_path, mon
     dispatch.announce(split_lines)  # a process that runs kernels: the kernel is live
     assert len(URLBuffer.from_file(io.BytesIO(b"http://a/\n" * 10))) == 10
     assert used and all(fn is split_lines for fn in used)
+
+
+@settings(max_examples=200, deadline=None)
+@given(stream, st.booleans(), st.integers(1, 13), st.sampled_from([None, 1, 3]), st.integers(0, 40),
+       st.sampled_from([b"", b"skipped\n", b"xx"]))
+def test_a_mapped_regular_file_gives_the_buffers_a_read_one_does(text, pairs, block, chunk_urls,
+                                                                 max_line, head):
+    """A regular file of at least MAP_MIN_BYTES is read through a mapping
+    (urlbuffer._mapped): the same buffers as reading it into the block buffer, from
+    the stream's position on (``head`` read before), the naive twin's lines, and the
+    stream left at its end."""
+    import os
+    import tempfile
+
+    from seenstore import urlbuffer
+
+    fd, path = tempfile.mkstemp()
+    try:
+        with os.fdopen(fd, "wb") as w:
+            w.write(head + text)
+        got = {}
+        saved = urlbuffer.MAP_MIN_BYTES
+        for name, limit in (("mapped", 1), ("read", 1 << 62)):
+            urlbuffer.MAP_MIN_BYTES = limit
+            try:
+                with open(path, "rb") as f:
+                    f.read(len(head))
+                    if name == "mapped" and text:
+                        assert urlbuffer._mapped(f, len(head) + len(text)) is not None
+                    parts = list(URLBuffer.iter_file(f, pairs=pairs, block_bytes=block,
+                                                     chunk_urls=chunk_urls, max_line=max_line))
+                    assert f.tell() == len(head) + len(text)
+            finally:
+                urlbuffer.MAP_MIN_BYTES = saved
+            got[name] = [listing(p) for p in parts]
+        assert got["mapped"] == got["read"]
+        assert [x for p in got["mapped"] for x in p] == split_lines_naive(text, pairs, None, max_line)
+    finally:
+        os.unlink(path)
+
+
+def test_streams_and_small_files_are_not_mapped(tmp_path):
+    from seenstore import urlbuffer
+
+    p = tmp_path / "u.txt"
+    p.write_bytes(b"http://a/\n" * 10)
+    with open(p, "rb") as f:
+        assert urlbuffer._mapped(f, urlbuffer._size_hint(f)) is None  # below MAP_MIN_BYTES
+    assert urlbuffer._mapped(io.BytesIO(b"x" * 100), 100) is None  # no file behind it
+    r, w = os.pipe()
+    with os.fdopen(r, "rb") as f, os.fdopen(w, "wb"):
+        assert urlbuffer._size_hint(f) == 0
