@@ -367,8 +367,11 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
     with None the lines each block read completes. Reads at most ``block_bytes`` per
     call (``readinto1`` where the stream has it, so a pipe's lines are handled as
     they arrive) into one reused buffer; the unfinished last line is carried over.
+    A regular file of at least MAP_MIN_BYTES is mapped instead (``_mapped``) and
+    the kernel handed the same windows of it, ``block_bytes`` more per step.
     A line over ``max_line`` bytes is never held whole: it becomes an empty URL
-    listed in ``too_long``. Memory: the buffer (block_bytes + max_line) + the batch."""
+    listed in ``too_long``. Memory: the buffer (block_bytes + max_line) + the batch
+    (mapped: the file's pages read so far, clean page cache)."""
     from . import dispatch  # the kernel (numba) only once the input is large
 
     hint = _size_hint(f)  # a regular file's size: a large one takes the kernel at once
@@ -425,8 +428,9 @@ MAP_MIN_BYTES = 1 << 24  # a regular file from this size (a block) is read throu
 
 def _mapped(f: BinaryIO, size: int) -> tuple[np.ndarray, int, int] | None:
     """(the whole file as a read-only uint8 array, the stream's position, the file's
-    size) for a regular file of at least MAP_MIN_BYTES, mapped read-only; else None (pipes, small files, a platform or file that cannot be
-    mapped: the caller reads into its buffer). Reading into a buffer copies each
+    size) for a regular file of at least MAP_MIN_BYTES, mapped read-only; else None
+    (pipes, small files, a platform or file that cannot be mapped: the caller reads
+    into its buffer). Reading into a buffer copies each
     page out of the page cache: 33-45 ns per line of CPU on the 6.47 M real link
     lines here (~100 bytes each), against ~5 for mapping them and faulting them in
     (docs/fastpath.md, "Reading the input"). The same byte windows are handed to

@@ -195,7 +195,8 @@ def test_a_mapped_regular_file_gives_the_buffers_a_read_one_does(text, pairs, bl
                 urlbuffer.MAP_MIN_BYTES = saved
             got[name] = [listing(p) for p in parts]
         assert got["mapped"] == got["read"]
-        assert [x for p in got["mapped"] for x in p] == split_lines_naive(text, pairs, None, max_line)
+        flat = [x for p in got["mapped"] for x in p]
+        assert flat == split_lines_naive(text, pairs, None, max_line)
     finally:
         os.unlink(path)
 
