@@ -378,16 +378,23 @@ def _insertion(out, lo, hi, limit):
     s = out[lo:hi]
     moves = 0
     for i in range(1, s.shape[0]):
-        k = s[i]
-        j = i
-        while j > 0 and s[j - 1] > k:
-            s[j] = s[j - 1]
-            j -= 1
-        s[j] = k
-        moves += i - j
+        moves += _insert(s, 0, i)
         if moves > limit:
             return False
     return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _insert(s, g0, i):
+    """Insertion sort's step: move ``s[i]`` left into sorted ``s[g0:i]``; return how
+    many keys it moved past."""
+    k = s[i]
+    j = i
+    while j > g0 and s[j - 1] > k:
+        s[j] = s[j - 1]
+        j -= 1
+    s[j] = k
+    return i - j
 
 
 @njit(cache=True, nogil=True)
@@ -421,12 +428,7 @@ def _run(s, g0, g1, base, stack, top):
         stack[top, 1] = base + g1
         return top + 1
     for i in range(g0 + 1, g1):
-        k = s[i]
-        j = i
-        while j > g0 and s[j - 1] > k:
-            s[j] = s[j - 1]
-            j -= 1
-        s[j] = k
+        _insert(s, g0, i)
     return top
 
 
