@@ -430,10 +430,10 @@ def _mapped(f: BinaryIO, size: int) -> tuple[np.ndarray, int, int] | None:
     """(the whole file as a read-only uint8 array, the stream's position, the file's
     size) for a regular file of at least MAP_MIN_BYTES, mapped read-only; else None
     (pipes, small files, a platform or file that cannot be mapped: the caller reads
-    into its buffer). Reading into a buffer copies each
-    page out of the page cache: 33-45 ns per line of CPU on the 6.47 M real link
-    lines here (~100 bytes each), against ~5 for mapping them and faulting them in
-    (docs/fastpath.md, "Reading the input"). The same byte windows are handed to
+    into its buffer). Reading into a buffer copies each page out of the page cache:
+    33-45 ns per line of CPU on the 6.47 M real link lines here (~100 bytes each),
+    against ~5 for mapping them and faulting them in (docs/fastpath.md, "Reading
+    the input"). The same byte windows are handed to
     the line kernel either way, so the buffers made are the same. A file truncated
     by another process while it is read this way ends the process (SIGBUS), as for
     any program reading a mapped file; the store keeps its last committed batch."""

@@ -170,7 +170,6 @@ def test_a_mapped_regular_file_gives_the_buffers_a_read_one_does(text, pairs, bl
     (urlbuffer._mapped): the same buffers as reading it into the block buffer, from
     the stream's position on (``head`` read before), the naive twin's lines, and the
     stream left at its end."""
-    import os
     import tempfile
 
     from seenstore import urlbuffer

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 
-
 from .. import manifest
 from ..store.runs import merged_chunks, open_reader
 from ..errors import InvalidInputError
