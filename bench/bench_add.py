@@ -119,7 +119,7 @@ from seenstore.urlbuffer import URLBuffer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRATCH = os.path.join(REPO, "scratch")
-STAGES = ("read", "kernel", "scalar", "merge", "store", "write")
+STAGES = ("read", "kernel", "scalar", "merge", "wait", "store", "write")
 
 
 class _Sink:

@@ -235,10 +235,27 @@ def normalise_buffer(
     (``unparsable``) as the scalar ``try_normalise`` does; a URL in ``ub.too_long``
     (a line over the reader's limit) is rejected ``too-long``. Never raises per URL.
     ``threads``, ``stream_urls``: see ``run_kernel``; the result depends on neither."""
-    policy = policy or DEFAULT_POLICY
     t0 = time.perf_counter()
-    out, out_offsets, status, keys = run_kernel(ub, max_length, layout.host_bits, threads,
-                                                 stream_urls=stream_urls)
+    ran = run_kernel(ub, max_length, layout.host_bits, threads, stream_urls=stream_urls)
+    return finish_buffer(ub, ran, policy, layout, max_length, kernel_seconds=time.perf_counter() - t0)
+
+
+def finish_buffer(
+    ub: URLBuffer,
+    ran: tuple,
+    policy: Policy | None = None,
+    layout: Layout = DEFAULT_LAYOUT,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    *,
+    kernel_seconds: float = 0.0,
+) -> FastBatch:
+    """``normalise_buffer``'s work after the kernel: ``ran`` is what ``run_kernel(ub,
+    max_length, layout.host_bits)`` returned (run elsewhere, e.g. on a helper thread;
+    its arrays are taken over). Routes the policy's hosts and the too-long lines to
+    the scalar path, runs it, and joins the results in input order."""
+    policy = policy or DEFAULT_POLICY
+    t0 = time.perf_counter() - kernel_seconds
+    out, out_offsets, status, keys = ran
     if policy.rules:
         _route_policy_hosts(out, out_offsets, status, policy)
     if ub.too_long is not None:

@@ -6,11 +6,14 @@ ranges of at least ``min_chunk`` items (one range when n is small).
 ``run_all(calls)`` runs zero-argument callables on a shared thread pool and returns
 their results in order; the calls must be numba kernels with ``nogil=True`` (or
 other code that releases the GIL) for this to use more than one core. An exception
-in any call is raised here after all have finished.
+in any call is raised here after all have finished. ``ordered_map(items, work,
+threads)`` is a pipeline instead: helpers draw the items in turn and work on them
+with no barrier between items; the results come back in order.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +23,7 @@ from typing import TypeVar
 from .errors import InvalidInputError
 
 T = TypeVar("T")
+R = TypeVar("R")
 MIN_CHUNK = 16384  # items per thread below which one thread is faster (measured: URLs)
 
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -89,14 +93,59 @@ def keep_freed_memory() -> bool:
         return False
 
 
-def prefetch(items: Iterator[T]) -> Iterator[T]:
-    """The items of ``items``, the next one produced on a helper thread while the
-    caller works on the current one (useful when producing it releases the GIL)."""
-    with ThreadPoolExecutor(1, thread_name_prefix="seenstore-prefetch") as pool:
-        nxt = pool.submit(next, items, None)
-        while True:
-            item = nxt.result()
-            if item is None:
+def ordered_map(items: Iterator[T], work: Callable[[T], R], threads: int,
+                ahead: int | None = None) -> Iterator[R]:
+    """``work(item)`` for each item of ``items``, in the items' order, computed on
+    ``threads`` helper threads. Each helper draws its item itself, one helper at a
+    time and in order (drawing may be work too, e.g. a nogil kernel reading a file),
+    then works on it while the next helper draws; no barrier between items, so a
+    helper never waits for another's work. At most ``ahead`` (default 2 x threads)
+    items are drawn or worked on ahead of the caller. An exception drawing or
+    working an item is raised when the caller reaches that item. Closing the
+    iterator (or its end) stops the drawing and waits for the helpers: ``items``
+    is never touched after it. Close it explicitly when leaving it early (a
+    suspended generator finalized by the garbage collector would join its pool at
+    an arbitrary point)."""
+    ahead = 2 * threads if ahead is None else ahead
+    if threads < 1 or ahead < 1:
+        raise InvalidInputError("ordered_map needs threads >= 1 and ahead >= 1")
+    cond = threading.Condition()
+    state = {"turn": 0, "end": False}
+    done = object()
+
+    def task(k: int):
+        with cond:  # draw item k once items 0..k-1 are drawn
+            cond.wait_for(lambda: state["turn"] == k or state["end"])
+            try:
+                if state["end"]:
+                    return done
+                try:
+                    item = next(items)
+                except StopIteration:
+                    state["end"] = True
+                    return done
+                except BaseException:
+                    state["end"] = True
+                    raise
+            finally:
+                state["turn"] = k + 1
+                cond.notify_all()
+        return work(item)
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-ordered")
+    futures: collections.deque = collections.deque()
+    try:
+        futures.extend(pool.submit(task, k) for k in range(ahead))
+        submitted = ahead
+        while futures:
+            result = futures.popleft().result()
+            if result is done:
                 return
-            nxt = pool.submit(next, items, None)
-            yield item
+            futures.append(pool.submit(task, submitted))
+            submitted += 1
+            yield result
+    finally:
+        with cond:
+            state["end"] = True  # helpers waiting for their turn draw nothing
+            cond.notify_all()
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -261,7 +261,8 @@ def _python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
 
 
-def test_add_fast_small_pieces_of_a_large_stream_take_the_kernel(monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_add_fast_small_pieces_of_a_large_stream_take_the_kernel(monkeypatch, threads):
     """Below dispatch.SMALL URLs the twin routes every URL to the scalar path (no JIT
     for a small input); but a piece of a large stream (here the tail of a batch, or
     any piece of --batch-lines below SMALL) is not a small input: once SMALL URLs of
@@ -272,22 +273,30 @@ def test_add_fast_small_pieces_of_a_large_stream_take_the_kernel(monkeypatch):
     monkeypatch.setattr(url_cmds, "SUB_LINES", 20)
     monkeypatch.setattr(dispatch, "SMALL", 50)
     monkeypatch.setattr(fastpath, "_kernel_loaded", lambda: False)  # as in a fresh process
-    routed: list[tuple[int, int]] = []
-    normalise = url_cmds.normalise_buffer
+    streamed: list[int] = []
+    routed: list[int] = []
+    kernel, finish = url_cmds.run_kernel, url_cmds.finish_buffer
 
-    def recording(ub, *args, **kw):
-        fb = normalise(ub, *args, **kw)
-        routed.append((kw["stream_urls"], fb.routed))
+    def kernel_recording(ub, *args, **kw):
+        ran = kernel(ub, *args, **kw)
+        streamed.append(kw["stream_urls"])  # in input order on any thread count
+        return ran
+
+    def finish_recording(*args, **kw):
+        fb = finish(*args, **kw)
+        routed.append(fb.routed)
         return fb
 
-    monkeypatch.setattr(url_cmds, "normalise_buffer", recording)
+    monkeypatch.setattr(url_cmds, "run_kernel", kernel_recording)
+    monkeypatch.setattr(url_cmds, "finish_buffer", finish_recording)
     with open(REAL, "rb") as f:
         lines = f.readlines()[:120]
     text = b"".join(lines)
     rec = _Recorder()
-    _add_fast(rec, text, 30, 1)
+    _add_fast(rec, text, 30, threads)
     # pieces of 20 lines, cut at the batch ends (30, 60, 90): URLs read before each
-    assert [s for s, _ in routed] == [0, 20, 30, 40, 60, 80, 90, 100]
+    assert sorted(streamed) == [0, 20, 30, 40, 60, 80, 90, 100]
+    routed = list(zip(sorted(streamed), routed))
     assert [r for _, r in routed][:3] == [20, 10, 10]  # the twin: all routed
     tail = URLBuffer.from_bytes(b"".join(lines[40:]), pairs=True)
     by_kernel = fastpath.normalise_buffer(tail, stream_urls=50).routed

@@ -7,6 +7,8 @@ per-thread minimum lowered so that small batches are really cut into chunks.
 
 from __future__ import annotations
 
+import threading
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -109,17 +111,83 @@ def test_stage_url_path_threads_equal_one(tmp_path):
         DedupStage.open(str(tmp_path / "bad"), create=True, threads=0)
 
 
-def test_prefetch_keeps_order_and_raises():
-    assert list(parallel.prefetch(iter(range(5)))) == [0, 1, 2, 3, 4]
+class _Drawn:
+    """An iterator over 0..n-1 that records how many items were drawn, fails (if
+    asked) when drawing item ``fail_at``, and checks it is never drawn from two
+    threads at once or after ``closed`` is set."""
 
-    def broken():
-        yield 1
-        raise OSError("disk")
+    def __init__(self, n: int, fail_at: int | None = None) -> None:
+        self.n, self.fail_at, self.drawn = n, fail_at, 0
+        self.busy = self.closed = False
 
-    it = parallel.prefetch(broken())
-    assert next(it) == 1
-    with pytest.raises(OSError):
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        assert not self.busy and not self.closed
+        self.busy = True
+        try:
+            time.sleep(0.0003 * (self.drawn % 3))  # let another helper try to overtake
+            if self.drawn == self.fail_at:
+                raise OSError("disk")
+            if self.drawn == self.n:
+                raise StopIteration
+            self.drawn += 1
+            return self.drawn - 1
+        finally:
+            self.busy = False
+
+
+def _work(x: int) -> int:
+    time.sleep(0.0005 * ((x * 7) % 4))  # later items often finish first
+    return x * x
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 40), threads=st.integers(1, 4), ahead=st.integers(1, 6))
+def test_ordered_map_keeps_order_and_bounds_what_is_drawn_ahead(n, threads, ahead):
+    items = _Drawn(n)
+    got = []
+    for i, r in enumerate(parallel.ordered_map(items, _work, threads, ahead)):
+        assert items.drawn <= i + 1 + ahead  # never more than `ahead` past the caller
+        got.append(r)
+    assert got == [x * x for x in range(n)] and items.drawn == n
+
+
+@pytest.mark.parametrize("threads,ahead", [(1, 1), (3, 3), (4, 2)])
+def test_ordered_map_draws_at_most_ahead_items_past_a_slow_caller(threads, ahead):
+    items = _Drawn(12)
+    for i, r in enumerate(parallel.ordered_map(items, lambda x: x, threads, ahead)):
+        time.sleep(0.01)  # the helpers draw all they may meanwhile
+        assert r == i and items.drawn == min(12, i + 1 + ahead)
+
+
+@pytest.mark.parametrize("where", ["draw", "work"])
+def test_ordered_map_raises_at_the_failing_item(where):
+    def work(x):
+        if where == "work" and x == 5:
+            raise ValueError("bad item")
+        return _work(x)
+
+    items = _Drawn(20, fail_at=5 if where == "draw" else None)
+    it = parallel.ordered_map(items, work, 2, 3)
+    assert [next(it) for _ in range(5)] == [x * x for x in range(5)]
+    with pytest.raises(OSError if where == "draw" else ValueError):
         next(it)
+
+
+def test_ordered_map_closed_early_stops_drawing_and_joins_its_helpers():
+    items = _Drawn(10**6)
+    it = parallel.ordered_map(items, _work, 2, 4)
+    assert [next(it) for _ in range(3)] == [0, 1, 4]
+    it.close()
+    items.closed = True  # a draw from now on fails its assertion (and would show here)
+    drawn = items.drawn
+    time.sleep(0.05)
+    assert items.drawn == drawn <= 3 + 4
+    assert not [t for t in threading.enumerate() if t.name.startswith("seenstore-ordered")]
+    with pytest.raises(InvalidInputError):
+        next(parallel.ordered_map(iter([1]), _work, 0))
 
 
 def test_keep_freed_memory_is_harmless():

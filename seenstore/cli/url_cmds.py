@@ -19,11 +19,11 @@ import click
 import numpy as np
 
 from .. import dispatch
-from ..fastpath import line_cap, normalise_buffer, scalar_one
+from ..fastpath import finish_buffer, line_cap, run_kernel, scalar_one
 from ..fingerprint import fingerprint_many
 from ..layout import DEFAULT_LAYOUT, Layout
 from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
-from ..parallel import check_threads, keep_freed_memory, prefetch
+from ..parallel import check_threads, keep_freed_memory, ordered_map
 from ..policy import load_policy
 from ..urlbuffer import URLBuffer, iter_lines
 from . import default_store_dir, fail, main, store_option, threads_option
@@ -71,62 +71,90 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
     The line and URL kernels run over pieces of at most SUB_LINES URLs, so their
     buffers stay small and are reused piece after piece (on the VMs measured here
     touching fresh pages costs as much as the kernels: docs/fastpath.md); a batch
-    keeps only its pieces' canonical output and keys until its commit. A batch's
-    commit (store, then write) runs on a helper thread while the next batch is read
-    and normalised, with any thread count: most of a commit's wall time is waiting
-    for the disk (fsync), which one core overlaps as well as two (``--threads 1``
-    in process here: store 78 ns/line of wall time, 21 of CPU); commits stay in
-    input order, one at a time. With more than one thread the next piece is also
-    read (by the line kernel) while this one is processed. With ``seconds``, add
-    the time of each stage to it: read (waiting for the next URL buffer), kernel,
-    scalar, merge (normalise_buffer's), store, write (the last two on the helper
-    thread)."""
+    keeps only its pieces' canonical output and keys until its commit. With more
+    than one thread, ``threads`` helpers each read a piece in turn (the line kernel)
+    and run the URL kernel over it, with no barrier between pieces
+    (``parallel.ordered_map``), while this thread finishes the pieces in input order
+    (scalar path, merge). A batch's commit (store, then write) runs on a helper
+    thread while the next batch is read and normalised, with any thread count: most
+    of a commit's wall time is waiting for the disk (fsync), which one core overlaps
+    as well as two; commits stay in input order, one at a time. With ``seconds``,
+    add the time of each stage to it: read, kernel (with more than one thread,
+    the helpers' wall times, which overlap), scalar, merge (finish_buffer's), wait
+    (this thread waiting for the helpers), store, write (the commit thread's)."""
     t = seconds if seconds is not None else {}
     threads = check_threads(threads)
     pieces = URLBuffer.iter_file(stream, pairs=pairs, base=base,
                                  chunk_urls=min(batch_lines, SUB_LINES),
                                  max_line=line_cap(max_length, pairs))
-    if threads > 1:
-        pieces = prefetch(pieces)
+    host_bits = store.layout.host_bits
+
+    def kernel(piece):
+        """(piece, run_kernel's arrays, seconds it took) for one piece of _cut."""
+        ub, read_before, _ = piece
+        t0 = time.perf_counter()
+        ran = run_kernel(ub, max_length, host_bits, 1, stream_urls=read_before)
+        return piece, ran, time.perf_counter() - t0
+
+    cut = _cut(pieces, batch_lines, t)
+    ran = map(kernel, cut) if threads == 1 else ordered_map(cut, kernel, threads)
     try:
-        return _add_pieces(pieces, store, out, counts, t, policy, max_length, batch_lines,
-                           threads)
+        return _add_pieces(ran, store, out, counts, t, policy, max_length, threads > 1)
     finally:
-        # closed here, not left to the garbage collector: a suspended prefetch
-        # generator finalized at an arbitrary point (once inside threading's own
-        # lock, while a new thread started) joined its pool there and deadlocked
-        close = getattr(pieces, "close", None)
-        if close is not None:
-            close()
+        # closed here, not left to the garbage collector: a suspended generator
+        # finalized at an arbitrary point (once inside threading's own lock, while a
+        # new thread started) joined its pool there and deadlocked; the helpers
+        # first, then the reader they draw from
+        for generator in (ran, cut, pieces):
+            close = getattr(generator, "close", None)
+            if close is not None:
+                close()
 
 
-def _add_pieces(pieces, store, out, counts, t, policy, max_length, batch_lines, threads):
-    """add_fast's loop over the URL buffers ``pieces``; returns (URLs read, new)."""
+def _cut(pieces, batch_lines: int, seconds: dict[str, float]):
+    """(URL buffer, URLs read before it, whether it ends a batch) for the buffers of
+    ``pieces`` cut at every ``batch_lines`` URLs; adds the reading time to
+    ``seconds["read"]``."""
+    read = 0
+    while True:
+        t0 = time.perf_counter()
+        ub = next(pieces, None)
+        seconds["read"] = seconds.get("read", 0.0) + time.perf_counter() - t0
+        if ub is None:
+            return
+        while ub is not None:  # a piece may end this batch and start the next
+            take = batch_lines - read % batch_lines
+            head, ub = (ub, None) if len(ub) <= take else \
+                (ub.slice(0, take), ub.slice(take, len(ub)))
+            yield head, read, len(head) == take
+            read += len(head)
+
+
+def _add_pieces(ran, store, out, counts, t, policy, max_length, helpers: bool):
+    """add_fast's loop over the kernel's results ``ran`` (see add_fast's ``kernel``;
+    ``helpers``: computed on helper threads, the time waiting for them is counted
+    as ``wait``); returns (URLs read, new)."""
     read = 0
     commits = _Commits(store, out, counts, t)
     batch: list = []
-    have = 0
     with commits:
         while True:
             t0 = time.perf_counter()
-            ub = next(pieces, None)
-            t["read"] = t.get("read", 0.0) + time.perf_counter() - t0
-            if ub is None:
+            item = next(ran, None)
+            if helpers:
+                t["wait"] = t.get("wait", 0.0) + time.perf_counter() - t0
+            if item is None:
                 break
-            while ub is not None:  # a piece may end this batch and start the next
-                take = batch_lines - have
-                head, ub = (ub, None) if len(ub) <= take else \
-                    (ub.slice(0, take), ub.slice(take, len(ub)))
-                fb = normalise_buffer(head, policy, store.layout, max_length, threads,
-                                      stream_urls=read)
-                for k, v in fb.seconds.items():
-                    t[k] = t.get(k, 0.0) + v
-                read += fb.n
-                have += fb.n
-                batch.append(fb)
-                if have == batch_lines:
-                    commits.submit(batch)
-                    batch, have = [], 0
+            (ub, _, ends), kernel_out, kernel_seconds = item
+            fb = finish_buffer(ub, kernel_out, policy, store.layout, max_length,
+                               kernel_seconds=kernel_seconds)
+            for k, v in fb.seconds.items():
+                t[k] = t.get(k, 0.0) + v
+            read += fb.n
+            batch.append(fb)
+            if ends:
+                commits.submit(batch)
+                batch = []
         if batch:
             commits.submit(batch)
     return read, commits.new
