@@ -323,11 +323,27 @@ def test_cli_process_freezes_gc_before_exit_but_cli_runner_does_not():
     assert r.returncode == 0 and r.stdout.splitlines()[-1] == "frozen True", r.stderr
 
 
-def test_add_fast_closes_its_prefetch_thread_when_a_commit_fails():
-    """With two threads the pieces are read ahead on a helper thread (parallel.prefetch);
-    a failed commit ends add_fast with that reader closed at once, not left to the
-    garbage collector (which once finalized it inside threading's own lock, while
-    another thread started, and deadlocked: a CI run hung on it)."""
+def test_cli_process_keeps_openblas_to_one_thread_unless_the_user_chose():
+    """The commands run no BLAS: loading the CLI before numpy sets
+    OPENBLAS_NUM_THREADS=1, so numpy's OpenBLAS starts no threads that spin beside
+    the command's own (the process has its main thread only); a value the user set
+    is kept."""
+    code = ("import os, seenstore.cli, numpy\n"
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'), len(os.listdir('/proc/self/task')))\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(env, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert r.returncode == 0 and r.stdout.split() == ["1", "1"], r.stderr
+    r = _python(code, {"OPENBLAS_NUM_THREADS": "2"})
+    assert r.returncode == 0 and r.stdout.split()[0] == "2", r.stderr
+
+
+def test_add_fast_closes_its_helper_threads_when_a_commit_fails():
+    """With two threads the pieces are read and run through the URL kernel ahead on
+    helper threads (parallel.ordered_map); a failed commit ends add_fast with those
+    closed and joined at once, not left to the garbage collector (which once
+    finalized the reader inside threading's own lock, while another thread started,
+    and deadlocked: a CI run hung on it)."""
     import threading
 
     text = b"".join(b"https://a.example/p%d\thttps://b.example/q%d\n" % (i, i)
@@ -335,5 +351,5 @@ def test_add_fast_closes_its_prefetch_thread_when_a_commit_fails():
     rec = _Recorder(fail_at=1)
     with pytest.raises(StoreIOError):
         _add_fast(rec, text, batch=1000, threads=2)
-    alive = [t.name for t in threading.enumerate() if t.name.startswith("seenstore-prefetch")]
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("seenstore-ordered")]
     assert alive == []
