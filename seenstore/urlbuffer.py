@@ -368,7 +368,8 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
     call (``readinto1`` where the stream has it, so a pipe's lines are handled as
     they arrive) into one reused buffer; the unfinished last line is carried over.
     A regular file of at least MAP_MIN_BYTES is mapped instead (``_mapped``) and
-    the kernel handed the same windows of it, ``block_bytes`` more per step.
+    the kernel handed the same windows of it, ``block_bytes`` more per step; if the
+    file has grown when the mapped part is done, the rest is read (``_unmapped``).
     A line over ``max_line`` bytes is never held whole: it becomes an empty URL
     listed in ``too_long``. Memory: the buffer (block_bytes + max_line) + the batch
     (mapped: the file's pages read so far, clean page cache)."""
@@ -389,10 +390,14 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
     while True:
         if need_read and mapped is not None:  # the same windows as the reads below
             got = min(block_bytes, size - end)
-            end += got
-            total += got
-            final = got == 0
-        elif need_read:
+            if got == 0 and _size_hint(f) > size:  # appended to since it was mapped
+                buf, start, end = _unmapped(f, buf[start:end], size, block_bytes + max_line + 3)
+                mapped = None  # the rest is read as from any stream, below
+            else:
+                end += got
+                total += got
+                final = got == 0
+        if need_read and mapped is None:
             buf[: end - start] = buf[start:end]
             end, start = end - start, 0
             if readinto is not None:
@@ -418,12 +423,24 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
             out = _LineBatch(base)
         if final and not full:
             if mapped is not None:
-                f.seek(0, os.SEEK_END)  # where reading it to its end leaves the stream
+                f.seek(size)  # where reading it to its end leaves the stream
             return
         need_read = not full  # a full batch may leave whole lines in the buffer
 
 
 MAP_MIN_BYTES = 1 << 24  # a regular file from this size (a block) is read through a mapping
+
+
+def _unmapped(f: BinaryIO, tail: np.ndarray, size: int, room: int) -> tuple[np.ndarray, int, int]:
+    """Leave a mapped read for reading the stream: a file appended to since it was
+    mapped (``size`` bytes) is read on from there, as reading it from the start would
+    have (lines appended before the end is reached are read). Returns the block
+    buffer for the reads (at least ``room`` bytes), holding ``tail`` (the unfinished
+    last line of the mapped part), and its (start, end)."""
+    buf = np.empty(max(room, len(tail) + room), dtype=np.uint8)
+    buf[: len(tail)] = tail
+    f.seek(size)
+    return buf, 0, len(tail)
 
 
 def _mapped(f: BinaryIO, size: int) -> tuple[np.ndarray, int, int] | None:
@@ -436,7 +453,8 @@ def _mapped(f: BinaryIO, size: int) -> tuple[np.ndarray, int, int] | None:
     the input"). The same byte windows are handed to
     the line kernel either way, so the buffers made are the same. A file truncated
     by another process while it is read this way ends the process (SIGBUS), as for
-    any program reading a mapped file; the store keeps its last committed batch."""
+    any program reading a mapped file; the store keeps its last committed batch.
+    Lines appended while it is read are read as reading would (``_unmapped``)."""
     if size < MAP_MIN_BYTES:
         return None
     import mmap

@@ -200,6 +200,60 @@ def test_a_mapped_regular_file_gives_the_buffers_a_read_one_does(text, pairs, bl
         os.unlink(path)
 
 
+@settings(max_examples=100, deadline=None)
+@given(stream, stream, st.booleans(), st.integers(1, 13), st.sampled_from([None, 1, 3]),
+       st.integers(0, 40))
+def test_lines_appended_while_a_mapped_file_is_read_are_read_as_reading_would(
+        text, more, pairs, block, chunk_urls, max_line):
+    """A file appended to after its mapping (``more`` written once the first buffer is
+    out) gives the same buffers as reading it does, whatever the appended bytes
+    continue (an unfinished last line); the stream ends where reading it leaves it."""
+    import tempfile
+
+    from seenstore import urlbuffer
+
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    got, ends = {}, {}
+    saved = urlbuffer.MAP_MIN_BYTES
+    try:
+        for name, limit in (("mapped", 1), ("read", 1 << 62)):
+            with open(path, "wb") as w:
+                w.write(text)
+            urlbuffer.MAP_MIN_BYTES = limit
+            try:
+                with open(path, "rb") as f:
+                    parts = URLBuffer.iter_file(f, pairs=pairs, block_bytes=block,
+                                                chunk_urls=chunk_urls, max_line=max_line)
+                    first = next(parts, None)
+                    with open(path, "ab") as w:
+                        w.write(more)
+                    got[name] = [listing(p) for p in ([first] if first else []) + list(parts)]
+                    ends[name] = f.tell()
+            finally:
+                urlbuffer.MAP_MIN_BYTES = saved
+        assert got["mapped"] == got["read"] and ends["mapped"] == ends["read"]
+    finally:
+        os.unlink(path)
+
+
+def test_a_mapped_file_appended_to_before_its_end_is_read_whole(tmp_path, monkeypatch):
+    from seenstore import urlbuffer
+
+    monkeypatch.setattr(urlbuffer, "MAP_MIN_BYTES", 1)
+    p = tmp_path / "u.txt"
+    p.write_bytes(b"".join(b"http://a.example/%d\n" % i for i in range(100)) + b"http://b.exa")
+    with open(p, "rb") as f:
+        parts = URLBuffer.iter_file(f, block_bytes=64, chunk_urls=1)
+        first = next(parts)
+        with open(p, "ab") as w:
+            w.write(b"mple/\nhttp://c.example/\n")
+        urls = first.tolist() + [u for ub in parts for u in ub.tolist()]
+        assert f.tell() == p.stat().st_size
+    assert urls == [f"http://a.example/{i}" for i in range(100)] + [
+        "http://b.example/", "http://c.example/"]
+
+
 def test_streams_and_small_files_are_not_mapped(tmp_path):
     from seenstore import urlbuffer
 
