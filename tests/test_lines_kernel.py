@@ -254,6 +254,31 @@ def test_a_mapped_file_appended_to_before_its_end_is_read_whole(tmp_path, monkey
         "http://b.example/", "http://c.example/"]
 
 
+def _rss_file() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("RssFile:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="Linux /proc only")
+def test_a_mapped_read_keeps_only_a_window_of_the_file_in_memory(tmp_path, monkeypatch):
+    """The pages of the lines already split are dropped from the process (they stay
+    in the page cache): its RSS grows by about a window (block_bytes), not the file."""
+    from seenstore import urlbuffer
+
+    monkeypatch.setattr(urlbuffer, "MAP_MIN_BYTES", 1)
+    p = tmp_path / "u.txt"
+    line = b"http://a.example/" + b"x" * 82 + b"\n"
+    p.write_bytes(line * (32 * 2**20 // len(line)))
+    with open(p, "rb") as f:  # the kernel (and what it maps) loaded before measuring
+        next(URLBuffer.iter_file(f, block_bytes=2**20, chunk_urls=10))
+    base, grew, n = _rss_file(), 0, 0
+    with open(p, "rb") as f:
+        for ub in URLBuffer.iter_file(f, block_bytes=2**20, chunk_urls=4096):
+            grew, n = max(grew, _rss_file() - base), n + len(ub)
+    assert n == 32 * 2**20 // len(line)
+    assert grew < 6 * 2**20, grew  # the file is 32 MiB
+
+
 def test_streams_and_small_files_are_not_mapped(tmp_path):
     from seenstore import urlbuffer
 
