@@ -237,7 +237,8 @@ def normalise_buffer(
     ``threads``, ``stream_urls``: see ``run_kernel``; the result depends on neither."""
     t0 = time.perf_counter()
     ran = run_kernel(ub, max_length, layout.host_bits, threads, stream_urls=stream_urls)
-    return finish_buffer(ub, ran, policy, layout, max_length, kernel_seconds=time.perf_counter() - t0)
+    return finish_buffer(ub, ran, policy, layout, max_length,
+                         kernel_seconds=time.perf_counter() - t0)
 
 
 def finish_buffer(

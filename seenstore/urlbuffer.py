@@ -437,10 +437,10 @@ RELEASE_ALIGN = 1 << 21  # whole huge pages: a file's page cache may map 2 MiB a
 
 
 def _release(mm, lo: int, hi: int) -> int:
-    """Drop bytes ``lo:hi`` of the mapping ``mm`` (lines the kernel has copied out;
-    whole RELEASE_ALIGN units) from this process (MADV_DONTNEED; they stay in the page cache),
-    so that the RSS of a mapped read is bounded by a window, not the file. Requires:
-    ``lo`` page-aligned. Returns the new ``lo``."""
+    """Drop bytes ``lo:hi`` of the mapping ``mm`` (lines the kernel has copied out),
+    in whole RELEASE_ALIGN units, from this process (MADV_DONTNEED; they stay in the
+    page cache), so that the RSS of a mapped read is bounded by a window, not the
+    file. Requires: ``lo`` a multiple of RELEASE_ALIGN. Returns the new ``lo``."""
     import mmap
 
     hi -= hi % RELEASE_ALIGN
