@@ -93,11 +93,11 @@ def main() -> None:
     lsd_sort(w, np.empty_like(w), 8)
     print(f"JIT warm-up (compile or cache load, not in the figures): {time.perf_counter() - t0:.2f} s")
     print(f"dispatcher's verdict: {sorting.describe()}")
-    kw = sorting._tunables()
     print(f"{'n':>11} {'keys':>8} {'sort':>22} {'ns/key':>8} {'cpu ns/key':>10} {'x np.sort':>9} "
           f"{'cpu x':>6}   (cpu of the 2-thread rows: both threads' seconds)")
     for size in a.sizes:
         n = int(float(size))
+        kw = sorting._tunables(n)  # what sort_keys / sort_unique_keys take for n keys
         buf = np.empty(n, np.uint64)
         for shape in a.shapes:
             keys = keys_of(shape, n)

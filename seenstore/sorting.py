@@ -36,9 +36,10 @@ SMALL_KEYS = 1 << 14
 ENV = "SEENSTORE_SORT"
 CHOICES = ("radix", "numpy")
 PROBE_KEYS = 1 << 21
-PROBE_VERSION = 7  # part of the cache key: a changed probe or kernel is measured again
+PROBE_VERSION = 8  # part of the cache key: a changed probe or kernel is measured again
 # kernel tunables (bench/bench_sort.py measured them; docs/architecture.md)
 BUCKET_KEYS = 16384
+SMALL_BUCKET_KEYS = 4096  # the least bucket size an array's own sort takes (_bucket_keys)
 EXTRA = 1
 WIDTH = 11
 SINGLE = 11
@@ -47,9 +48,24 @@ MSD_BITS = 9
 SCRATCH_KEYS = 1 << 23  # a thread keeps a radix scratch array up to this size (64 MiB)
 
 
-def _tunables() -> tuple:
-    """The kernels' tunables, in their argument order (read at each call: tests patch them)."""
-    return BUCKET_KEYS, EXTRA, WIDTH, SINGLE, MSD_BITS
+def _tunables(n: int | None = None) -> tuple:
+    """The kernels' tunables, in their argument order (read at each call: tests patch
+    them); with ``n``, the bucket size for sorting an array of ``n`` keys
+    (``_bucket_keys``)."""
+    return (BUCKET_KEYS if n is None else _bucket_keys(n)), EXTRA, WIDTH, SINGLE, MSD_BITS
+
+
+def _bucket_keys(n: int) -> int:
+    """The radix sort's bucket size for an array of ``n`` keys: the buckets its first
+    MSD pass makes (at most 2**MSD_BITS of them) rounded up to a power of two, within
+    SMALL_BUCKET_KEYS..BUCKET_KEYS. Smaller leaves sort host-skewed keys faster where
+    the first pass can make them: crawl keys with 4,096 against 16,384 at 1e5 / 3e5 /
+    1e6 / 2e6 keys 17.0 / 16.7 / 14.2 / 13.5 -> 14.6 / 13.2 / 12.5 / 12.3 ns/key of
+    thread CPU (``sort_unique``), 8,192 at 3e6 13.4 -> 12.6; uniform keys lose up to
+    5 % (1e6: 7.0 -> 7.4); from ~4.2e6 keys on BUCKET_KEYS (2026-12-03, AMD EPYC Zen 3;
+    docs/architecture.md, "The sort")."""
+    per_bucket = max(1, -(-n >> MSD_BITS))
+    return min(BUCKET_KEYS, max(SMALL_BUCKET_KEYS, 1 << (per_bucket - 1).bit_length()))
 
 
 _lock = threading.Lock()
@@ -152,7 +168,7 @@ def measure(n: int = PROBE_KEYS, repeats: int = 3) -> dict:
     the kernel compiled first (not timed)."""
     from .kernels.sort import radix_sort
     buf = np.empty(n // 2, np.uint64)
-    radix_sort(np.arange(1000, dtype=np.uint64), buf, *_tunables())  # compile
+    radix_sort(np.arange(1000, dtype=np.uint64), buf, *_tunables(1000))  # compile
     total = {"numpy": 0.0, "radix": 0.0}
     for skewed in (False, True):
         keys = probe_keys(n // 2, skewed)
@@ -164,7 +180,7 @@ def measure(n: int = PROBE_KEYS, repeats: int = 3) -> dict:
                 if name == "numpy":
                     a.sort()
                 else:
-                    radix_sort(a, buf, *_tunables())
+                    radix_sort(a, buf, *_tunables(len(a)))
                 best[name] = min(best[name], time.thread_time() - t)
         for name in CHOICES:
             total[name] += best[name]
@@ -283,8 +299,8 @@ def _sort(a: np.ndarray, unique: bool, threads: int, method: str | None,
     if threads >= 2 and n >= max(2 * SMALL_KEYS, dispatch.SMALL):  # kernels of their own
         return _radix_two(a, buf, unique)
     if unique:
-        return sort_unique(a, buf, *_tunables())
-    radix_sort(a, buf, *_tunables())
+        return sort_unique(a, buf, *_tunables(n))
+    radix_sort(a, buf, *_tunables(n))
     return n
 
 
@@ -343,13 +359,14 @@ def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
     n = len(a)
     h = n // 2
     pool = _two()
+    tunables = _tunables(n)
     halves = ((0, h), (h, n))
     x = a[0]
     # planned on a sample's varying bits; each half's histogram pass also ORs its keys'
     # varying bits, and a higher bit found there plans again (rare)
     vary = int(ks.sampled_bits(a, 0, n))
     while True:
-        shift, bits = ks.msd_plan(np.uint64(vary), n, BUCKET_KEYS >> 2, MSD_BITS)
+        shift, bits = ks.msd_plan(np.uint64(vary), n, tunables[0] >> 2, MSD_BITS)
         (c0, v0), (c1, v1) = pool.map(
             lambda r: ks.msd_histogram_vary(a, r[0], r[1], shift, bits, x), halves)
         full = int(v0) | int(v1)
@@ -367,8 +384,8 @@ def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
     nb = len(c0)
     mid = min(max(int(np.searchsorted(starts, h)), 1), nb)  # buckets [0, mid) and [mid, nb)
     lo1 = int(starts[mid])
-    f0 = pool.submit(ks.sort_buckets, buf, a, starts, 0, mid, *_tunables(), unique, 0, a)
-    f1 = pool.submit(ks.sort_buckets, buf, a, starts, mid, nb, *_tunables(), unique, lo1, a)
+    f0 = pool.submit(ks.sort_buckets, buf, a, starts, 0, mid, *tunables, unique, 0, a)
+    f1 = pool.submit(ks.sort_buckets, buf, a, starts, mid, nb, *tunables, unique, lo1, a)
     w0, w1 = f0.result(), f1.result()
     if not unique:
         return n

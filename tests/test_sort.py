@@ -356,6 +356,39 @@ def test_sort_unique_buckets_host_skewed(hosts, n, seed, bk):
             assert np.array_equal(g, want)
 
 
+def test_bucket_keys_rule(monkeypatch):
+    """An array's own sort takes buckets of its first MSD pass's size, a power of two
+    within SMALL_BUCKET_KEYS..BUCKET_KEYS, never more than BUCKET_KEYS (tests patch it)."""
+    sizes = [0, 1, 1000, 10**5, 10**6, 2**21, 2**21 + 1, 3 * 10**6, 2**22 + 1, 10**7, 10**9]
+    got = [sorting._bucket_keys(n) for n in sizes]
+    assert got == sorted(got)  # never smaller for a larger array
+    for n, bk in zip(sizes, got):
+        assert sorting.SMALL_BUCKET_KEYS <= bk <= sorting.BUCKET_KEYS and bk & (bk - 1) == 0
+        assert bk == sorting.BUCKET_KEYS or -(-n >> sorting.MSD_BITS) <= bk
+    assert got[sizes.index(10**6)] == 4096 and got[sizes.index(3 * 10**6)] == 8192
+    assert got[sizes.index(10**7)] == sorting.BUCKET_KEYS
+    assert sorting._tunables(10**6)[1:] == sorting._tunables()[1:]
+    monkeypatch.setattr(sorting, "BUCKET_KEYS", 256)
+    assert {sorting._bucket_keys(n) for n in sizes} == {256}
+
+
+@pytest.mark.parametrize("n", [300_001, 2**21 + 1])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sorts_with_the_bucket_size_of_their_length(n, threads):
+    """sort_keys / sort_unique_keys where _bucket_keys takes 4,096 and 8,192 keys,
+    host-skewed keys with repeats and uniform ones, one thread and two, against np.sort."""
+    for skewed in (True, False):
+        a = sorting.probe_keys(n, skewed, seed=n + threads)
+        a[: n // 8] = a[n // 2: n // 2 + n // 8]  # repeats
+        want = np.sort(a)
+        got = a.copy()
+        sorting.sort_keys(got, threads, method="radix")
+        assert np.array_equal(got, want)
+        got = a.copy()
+        m = sorting.sort_unique_keys(got, threads, method="radix")
+        assert np.array_equal(got[:m], want[np.r_[True, want[1:] != want[:-1]]])
+
+
 def test_fine_bits_rule():
     """At least the shard bits, at most FINE_MAX_BITS, groups of BUCKET_KEYS / 4 to / 2."""
     assert sorting.fine_bits(10_000_000, 4) == sorting.FINE_MAX_BITS
