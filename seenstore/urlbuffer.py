@@ -392,7 +392,7 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
             got = min(block_bytes, size - end)
             if got == 0 and _size_hint(f) > size:  # appended to since it was mapped
                 buf, start, end = _unmapped(f, buf[start:end], size, block_bytes + max_line + 3)
-                mapped = None  # the rest is read as from any stream, below
+                mapped = mm = None  # the rest is read as from any stream, below (unmapped)
             else:
                 end += got
                 total += got
