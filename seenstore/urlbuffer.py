@@ -376,28 +376,25 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
     from . import dispatch  # the kernel (numba) only once the input is large
 
     hint = _size_hint(f)  # a regular file's size: a large one takes the kernel at once
-    mapped = _mapped(f, hint)
-    if mapped is not None:  # the file's pages read in place: no copy into buf
-        buf, start, size, mm = mapped
-        end = start
-    else:
-        buf = np.empty(block_bytes + max_line + 3, dtype=np.uint8)
-        start = end = size = 0
+    room = block_bytes + max_line + 3  # the read buffer's size
+    # mapped (mm: the mmap object): the file's pages read in place, no copy into buf
+    buf, start, size, mm = _mapped(f, hint) or (np.empty(room, dtype=np.uint8), 0, 0, None)
+    end = start
     readinto = getattr(f, "readinto1", None) or getattr(f, "readinto", None)
     skip = total = released = 0
     at_start, final, need_read = True, False, True
     out = _LineBatch(base)
     while True:
-        if need_read and mapped is not None:  # the same windows as the reads below
+        if need_read and mm is not None:  # the same windows as the reads below
             got = min(block_bytes, size - end)
             if got == 0 and _size_hint(f) > size:  # appended to since it was mapped
-                buf, start, end = _unmapped(f, buf[start:end], size, block_bytes + max_line + 3)
-                mapped = mm = None  # the rest is read as from any stream, below (unmapped)
+                buf, start, end = _unmapped(f, buf[start:end], size, room)
+                mm = None  # the rest is read as from any stream, below (unmapped)
             else:
                 end += got
                 total += got
                 final = got == 0
-        if need_read and mapped is None:
+        if need_read and mm is None:
             buf[: end - start] = buf[start:end]
             end, start = end - start, 0
             if readinto is not None:
@@ -417,14 +414,14 @@ def _iter_stream(f: BinaryIO, pairs: bool, base: str | None, block_bytes: int,
                                      out.gbase_id, limit, *out.arrays())
         at_start = at_start and consumed == 0
         start += consumed
-        if mapped is not None and start - released >= block_bytes:
+        if mm is not None and start - released >= block_bytes:
             released = _release(mm, released, start)
         full = out.counts[0] == chunk_urls
         if out.counts[0] and (full or chunk_urls is None or final):
             yield out.result()
             out = _LineBatch(base)
         if final and not full:
-            if mapped is not None:
+            if mm is not None:
                 f.seek(size)  # where reading it to its end leaves the stream
             return
         need_read = not full  # a full batch may leave whole lines in the buffer
@@ -451,13 +448,14 @@ def _release(mm, lo: int, hi: int) -> int:
     return lo
 
 
-def _unmapped(f: BinaryIO, tail: np.ndarray, size: int, room: int) -> tuple[np.ndarray, int, int]:
+def _unmapped(f: BinaryIO, tail: np.ndarray, size: int,
+              room: int) -> tuple[np.ndarray, int, int]:
     """Leave a mapped read for reading the stream: a file appended to since it was
     mapped (``size`` bytes) is read on from there, as reading it from the start would
     have (lines appended before the end is reached are read). Returns the block
-    buffer for the reads (at least ``room`` bytes), holding ``tail`` (the unfinished
-    last line of the mapped part), and its (start, end)."""
-    buf = np.empty(max(room, len(tail) + room), dtype=np.uint8)
+    buffer for the reads (``room`` bytes past ``tail``, the unfinished last line of
+    the mapped part, which it holds first), and its (start, end)."""
+    buf = np.empty(len(tail) + room, dtype=np.uint8)
     buf[: len(tail)] = tail
     f.seek(size)
     return buf, 0, len(tail)
@@ -465,12 +463,12 @@ def _unmapped(f: BinaryIO, tail: np.ndarray, size: int, room: int) -> tuple[np.n
 
 def _mapped(f: BinaryIO, size: int) -> tuple[np.ndarray, int, int, object] | None:
     """(the whole file as a read-only uint8 array, the stream's position, the file's
-    size, the mmap object) for a regular file of at least MAP_MIN_BYTES, mapped read-only; else None
-    (pipes, small files, a platform or file that cannot be mapped: the caller reads
-    into its buffer). Reading into a buffer copies each page out of the page cache:
-    33-45 ns per line of CPU on the 6.47 M real link lines here (~100 bytes each),
-    against ~5 for mapping them and faulting them in (docs/fastpath.md, "Reading
-    the input"). The same byte windows are handed to
+    size, the mmap object) for a regular file of at least MAP_MIN_BYTES, mapped
+    read-only; else None (pipes, small files, a platform or file that cannot be
+    mapped: the caller reads into its buffer). Reading into a buffer copies each
+    page out of the page cache: 33-45 ns per line of CPU on the 6.47 M real link
+    lines here (~100 bytes each), against ~5 for mapping them and faulting them in
+    (docs/fastpath.md, "Reading the input"). The same byte windows are handed to
     the line kernel either way, so the buffers made are the same. A file truncated
     by another process while it is read this way ends the process (SIGBUS), as for
     any program reading a mapped file; the store keeps its last committed batch.
