@@ -85,7 +85,7 @@ def repeats(logs: str, k: str) -> list:
 
 def machine_line(runs: list) -> str | None:
     """The machine the runs measured (each run's JSON records it), once."""
-    from seenstore.sorting import machine_summary
+    from seenstore.keys.sort import machine_summary
 
     seen = []
     for _, r, _ in runs:

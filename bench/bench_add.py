@@ -60,7 +60,7 @@ def _startup_child(small: str, store_dir: str) -> None:
     import seenstore.cli as cli_module
 
     c1 = time.process_time()
-    from seenstore import dispatch
+    from seenstore.kernels import dispatch
 
     dispatch._numba_without_scipy()  # numba as the command imports it (scipy hidden)
     import numba.core.dispatcher as nd  # the command imports these as it runs
@@ -106,16 +106,16 @@ import numpy as np  # noqa: E402
 # dispatch.SMALL is left as a user has it (SEENSTORE_JIT_MIN unset: 100,000), here and
 # in the command's runs; only the start-up run takes every kernel (JIT_MIN=0)
 import seenstore.cli.url_cmds
-import seenstore.fastpath
-from seenstore import dispatch
+import seenstore.url.fastpath
+from seenstore.kernels import dispatch
 from seenstore.cli.url_cmds import add_fast
-from seenstore.fastpath import run_kernel
+from seenstore.url.fastpath import run_kernel
 from seenstore.kernels.status import ROUTE
-from seenstore.normalise import DEFAULT_MAX_LENGTH
-from seenstore.parallel import keep_freed_memory
-from seenstore.policy import DEFAULT_POLICY
+from seenstore.url.normalise import DEFAULT_MAX_LENGTH
+from seenstore.runtime.parallel import keep_freed_memory
+from seenstore.url.policy import DEFAULT_POLICY
 from seenstore.store import SeenStore
-from seenstore.urlbuffer import URLBuffer
+from seenstore.url.buffer import URLBuffer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRATCH = os.path.join(REPO, "scratch")
@@ -161,7 +161,7 @@ def cpu_split(data: str, tmp: str) -> tuple[int, dict]:
     class _CPUClock:
         perf_counter = staticmethod(time.thread_time)
 
-    mods = (seenstore.cli.url_cmds, seenstore.fastpath)
+    mods = (seenstore.cli.url_cmds, seenstore.url.fastpath)
     for m in mods:
         m.time = _CPUClock
     try:

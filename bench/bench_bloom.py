@@ -187,10 +187,6 @@ def speed_variant(name: str, n: int, fpr: float, rng, reps: int) -> dict[str, fl
             tmp = np.zeros(min(n, max(B.REGION_MIN_KEYS, len(words))), np.uint64)
             r["regions"] = timed(n, BASELINE.bloom_add_regions, fresh, keys, k, group,
                                  B.region_bits(bf.nbytes), tmp)
-        elif name == "blocked, previous":  # the kernels before SPECIAL_K (same bits)
-            r = {"insert": timed(n, K.bloom_add_ref, words, keys, k, group),
-                 "probe absent": timed(n, K.bloom_query_ref, words, others, k, group, out),
-                 "probe present": timed(n, K.bloom_query_ref, words, keys, k, group, out)}
         elif name == "classic":
             k = classic_k(bf.n_bits / n)
             r = {"insert": timed(n, K.classic_add, words, keys, k, group),
@@ -226,7 +222,7 @@ def speed_part(a: argparse.Namespace) -> None:
           f"best of {a.reps} ==")
     rng = np.random.default_rng(a.seed + 1)
     for fpr in a.speed_fpr:
-        variants = ("blocked", "blocked, previous", "blocked, unaligned", "blocked, group 1",
+        variants = ("blocked", "blocked, unaligned", "blocked, group 1",
                     "classic") + (("baseline file",) if BASELINE else ())
         if a.variants:
             variants = ("blocked",) + tuple(v for v in variants if v in a.variants)
@@ -255,7 +251,7 @@ def speed_part(a: argparse.Namespace) -> None:
 
 def store_part(a: argparse.Namespace) -> None:
     """The Bloom work of ``seenstore bench --keys N --batch B`` alone: the same key
-    stream (seenstore.workload.CrawlStream: re-offers, repeats, host skew), a
+    stream (seenstore.bench.workload.CrawlStream: re-offers, repeats, host skew), a
     LayeredBloom sized as the bench sizes it (the stream's distinct keys, 0.1%), and
     per batch what the store does: the insert of every offered key (``fill``, growing
     a layer only when the keys could overfill the newest), here on the calling thread
@@ -264,7 +260,7 @@ def store_part(a: argparse.Namespace) -> None:
     (prefaulted, outside the timing, as the store does between batches). Thread CPU
     time of the insert per offered key."""
     from seenstore.bloom.sizing import prefault
-    from seenstore.workload import CrawlStream
+    from seenstore.bench.workload import CrawlStream
 
     n, b = int(a.store_stream[0]), int(a.store_stream[1])
     stream = CrawlStream(n, b, 0.5, 0.1, seed=0)
@@ -305,7 +301,7 @@ def peers_part(a: argparse.Namespace) -> None:
     import tempfile
 
     from seenstore.bloom.keeper import MIN_BLOOM_CAPACITY, BloomKeeper
-    from seenstore.workload import CrawlStream
+    from seenstore.bench.workload import CrawlStream
 
     n, b = int(a.peers_stream[0]), int(a.peers_stream[1])
     stream = CrawlStream(n, b, 0.5, 0.1, seed=0)

@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 
-from seenstore import manifest
-from seenstore.store import runs as R
+from seenstore.store import manifest
+from seenstore.store.runs import live as R
 from seenstore.store.runcache import RunCache
-from seenstore.workload import CrawlStream
+from seenstore.bench.workload import CrawlStream
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
     doc["runs"] = [r for r in doc["runs"] if f"g{gen:010d}" not in r["file"]]
     by = R.readers_for(a.store, doc)
     if a.format == 2:
-        from seenstore.runcodec import CompressedRunWriter
+        from seenstore.store.runs.codec import CompressedRunWriter
 
         out = a.store.rstrip("/") + "-f2"
         os.makedirs(out, exist_ok=True)

@@ -33,9 +33,8 @@ import time
 import numpy as np
 
 from seenstore.kernels import codec as K
-from seenstore.runcodec import (BLOCK_KEYS, CompressedRunReader, CompressedRunWriter,
-                                block_ends, block_sums)
-from seenstore.runformat import policy_digest
+from seenstore.store.runs.codec import (BLOCK_KEYS, CompressedRunReader, CompressedRunWriter, block_ends, block_sums)
+from seenstore.store.runs.format import policy_digest
 
 MAX_SHARD_BITS = 8
 DROP = "/proc/sys/vm/drop_caches"

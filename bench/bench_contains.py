@@ -26,8 +26,8 @@ import time
 
 import numpy as np
 
-from seenstore.batch import prepare
-from seenstore.benchrun import parse_count
+from seenstore.keys.batch import prepare
+from seenstore.bench.run import parse_count
 from seenstore.kernels.batch import mark_members
 from seenstore.store import SeenStore, _member
 

@@ -38,12 +38,12 @@ import time
 
 import numpy as np
 
-from seenstore.fastpath import normalise_buffer, run_kernel, scalar_one
-from seenstore.fingerprint import fingerprint
+from seenstore.url.fastpath import normalise_buffer, run_kernel, scalar_one
+from seenstore.url.fingerprint import fingerprint
 from seenstore.kernels.url import gather
-from seenstore.normalise import DEFAULT_MAX_LENGTH, Rejection
-from seenstore.policy import DEFAULT_POLICY
-from seenstore.urlbuffer import URLBuffer
+from seenstore.url.normalise import DEFAULT_MAX_LENGTH, Rejection
+from seenstore.url.policy import DEFAULT_POLICY
+from seenstore.url.buffer import URLBuffer
 
 SCRATCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scratch")
 WORDS = ["news", "sport", "about", "contact", "products", "item", "category", "search", "blog",

@@ -1,5 +1,5 @@
-"""The k-way merge kernel of compaction (kernels/merge.py ``kway_step``) against its
-previous version (``kway_step_ref``) and ``np.sort`` of the runs concatenated, on
+"""The k-way merge kernel of compaction (kernels/merge.py ``kway_step``) against
+``np.sort`` of the runs concatenated, on
 disjoint sorted runs of random keys, driven chunk by chunk as ``runs.merged_chunks``
 drives it (rows of MERGE_BUFFER_BYTES / k, output lots of 2^20 keys). Thread CPU
 time, best of --reps; each result checked against the sorted concatenation.
@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 
-from seenstore.benchrun import parse_count
-from seenstore.kernels.merge import kway_step, kway_step_ref
-from seenstore.sorting import machine_summary
-from seenstore.store.runs import MERGE_BUFFER_BYTES, kway_arrays
+from seenstore.bench.run import parse_count
+from seenstore.kernels.merge import kway_step
+from seenstore.keys.sort import machine_summary
+from seenstore.store.runs.live import MERGE_BUFFER_BYTES, kway_arrays
 
 
 def merge(kernel, runs: list, row: int) -> np.ndarray:
@@ -47,23 +47,21 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     keys = np.unique(rng.integers(0, 2**64 - 1, args.keys, dtype=np.uint64))
     warm = [keys[:1000:2], keys[1:1000:2]]
-    merge(kway_step, warm, 64), merge(kway_step_ref, warm, 64)  # JIT outside the timings
+    merge(kway_step, warm, 64)  # JIT outside the timings
     print(f"{len(keys):,} keys in k disjoint runs of equal size (thread CPU ns/key, best of {args.reps})")
-    print("| k | kway_step | previous | np.sort of the concatenation | previous / new |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| k | kway_step | np.sort of the concatenation | np.sort / kway_step |")
+    print("|---:|---:|---:|---:|")
     for k in [int(x) for x in args.k.split(",")]:
         owner = rng.integers(0, k, len(keys))
         runs = [keys[owner == r] for r in range(k)]
         row = max(512, MERGE_BUFFER_BYTES // 8 // k)
-        for kernel in (kway_step, kway_step_ref):
-            if not np.array_equal(merge(kernel, runs, row), keys):
-                raise SystemExit(f"{kernel.__name__} merged wrongly")
+        if not np.array_equal(merge(kway_step, runs, row), keys):
+            raise SystemExit("kway_step merged wrongly")
         n = len(keys)
         new = timed(lambda: merge(kway_step, runs, row), args.reps) / n * 1e9
-        old = timed(lambda: merge(kway_step_ref, runs, row), args.reps) / n * 1e9
         cat = np.concatenate(runs)
         srt = timed(lambda: np.sort(cat), args.reps) / n * 1e9
-        print(f"| {k} | {new:.1f} | {old:.1f} | {srt:.1f} | {old / new:.2f}x |")
+        print(f"| {k} | {new:.1f} | {srt:.1f} | {srt / new:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -21,9 +21,9 @@ import time
 
 import ada_url
 
-from seenstore.fingerprint import fingerprint_many
-from seenstore.normalise import normalise_many
-from seenstore.policy import parse_policy
+from seenstore.url.fingerprint import fingerprint_many
+from seenstore.url.fastpath import normalise_many
+from seenstore.url.policy import parse_policy
 
 WORDS = ["news", "sport", "about", "contact", "products", "item", "category", "search",
          "blog", "archive", "page", "docs", "api", "v1", "v2", "users", "profile", "images",

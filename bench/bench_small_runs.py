@@ -18,11 +18,12 @@ import time
 
 import numpy as np
 
-import seenstore.store.runs as runs
-from seenstore.benchrun import parse_count, warm_up
-from seenstore.sorting import machine_summary
+import seenstore.store.runs.live as runs
+from seenstore.bench.run import parse_count
+from seenstore.warmup import warm_up
+from seenstore.keys.sort import machine_summary
 from seenstore.store import SeenStore
-from seenstore.workload import CrawlStream
+from seenstore.bench.workload import CrawlStream
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,7 +36,7 @@ def main() -> None:
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
     print(f"machine: {machine_summary()}")
-    print(f"JIT warm-up {warm_up(a.dir):.2f} s (not timed)")
+    print(f"JIT warm-up {warm_up(a.dir, child=True):.2f} s (not timed)")
     batches = [b.keys.copy() for b in CrawlStream(a.keys, a.batch, reoffer=0.5, dup=0.1, seed=0)]
     limit = {"O_DIRECT": 0, "page cache": runs.DIRECT_MIN_KEYS}
     stores = {}

@@ -33,14 +33,14 @@ import time
 
 import numpy as np
 
-from seenstore import sorting
+from seenstore.keys import sort as sorting
 from seenstore.kernels.batch import partition_top_bits
 from seenstore.kernels.sort import lsd_sort, radix_sort, sort_unique
 
 
 def keys_of(shape: str, n: int) -> np.ndarray:
     if shape == "crawl":  # what the store's shard sorts get: bench's second batch
-        from seenstore.workload import CrawlStream
+        from seenstore.bench.workload import CrawlStream
         stream = CrawlStream(4 * n, n, seed=7)
         return stream.batch(*list(stream.plan())[1]).keys
     return sorting.probe_keys(n, shape == "skewed", seed=7)

@@ -39,7 +39,7 @@ import time
 import numpy as np
 
 from seenstore.store import SeenStore
-from seenstore.workload import CrawlStream
+from seenstore.bench.workload import CrawlStream
 
 STAGES = ("spill", "read", "split", "sort", "check", "write", "sync", "bloom", "commit")
 

@@ -2,7 +2,7 @@
 ``DedupStage.offer`` on a crawl-like stream with 50% re-offers, and the share of
 offered keys answered without waiting for a merge.
 
-The stream is seenstore.workload.CrawlStream (host-skewed keys; each offer call
+The stream is seenstore.bench.workload.CrawlStream (host-skewed keys; each offer call
 carries --offer keys: fresh ones, re-offers of keys from earlier calls drawn
 uniformly over the whole history or, with --popular, Zipf-popular ones, and
 in-call repeats with --dup), generated
@@ -28,10 +28,10 @@ import time
 
 import numpy as np
 
-from seenstore.benchrun import parse_count
+from seenstore.bench.run import parse_count
 from seenstore.stage import DedupStage
 from seenstore.store import SeenStore
-from seenstore.workload import CrawlStream, keys_of_ids
+from seenstore.bench.workload import CrawlStream, keys_of_ids
 
 
 def gen(total: int, offer: int, reoffer: float, dup: float,

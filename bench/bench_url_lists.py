@@ -28,12 +28,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from seenstore import sorting  # noqa: E402
-from seenstore.fastpath import run_kernel  # noqa: E402
-from seenstore.fingerprint import fingerprint_many  # noqa: E402
-from seenstore.normalise import normalise_many  # noqa: E402
+from seenstore.keys import sort as sorting  # noqa: E402
+from seenstore.url.fastpath import run_kernel  # noqa: E402
+from seenstore.url.fingerprint import fingerprint_many  # noqa: E402
+from seenstore.url.fastpath import normalise_many  # noqa: E402
 from seenstore.stage import DedupStage  # noqa: E402
-from seenstore.urlbuffer import URLBuffer  # noqa: E402
+from seenstore.url.buffer import URLBuffer  # noqa: E402
 
 
 def real_urls(path: str, n: int) -> list[str]:

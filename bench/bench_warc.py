@@ -62,7 +62,7 @@ def run_links(path):
 
 
 def run_add(path):
-    from seenstore.fastpath import normalise_buffer
+    from seenstore.url.fastpath import normalise_buffer
     from seenstore.store import SeenStore
 
     d = tempfile.mkdtemp(dir=os.path.dirname(path))

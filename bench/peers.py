@@ -25,8 +25,9 @@ import time
 
 import numpy as np
 
-from seenstore.benchrun import dir_bytes, parse_count, reset_peak_rss, warm_up
-from seenstore.workload import CrawlStream
+from seenstore.bench.run import dir_bytes, parse_count, reset_peak_rss
+from seenstore.warmup import warm_up
+from seenstore.bench.workload import CrawlStream
 
 PEERS = ("seenstore", "seenstore-nobloom", "set", "sqlite", "rocksdb", "duckdb", "lmdb", "rbloom")
 INSTALL = {"rocksdb": "rocksdict", "duckdb": "duckdb", "lmdb": "lmdb", "rbloom": "rbloom"}
@@ -236,7 +237,7 @@ def run_child(name: str, args, progress_path: str) -> None:
         return
     rss_base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if name.startswith("seenstore"):  # compile kernels outside the timing, on a throwaway store
-        out.write(json.dumps({"warmup_s": warm_up(args.workdir)}) + "\n")
+        out.write(json.dumps({"warmup_s": warm_up(args.workdir, child=True)}) + "\n")
         reset_peak_rss()  # the JIT compiler's memory (cold numba cache) is not the run's
     total_s, correct, lost, offered = 0.0, True, 0, 0
     for plan in stream.plan():
@@ -402,12 +403,12 @@ def main() -> None:
     own = args.workdir is None
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="seenstore-peers-")
     os.makedirs(args.workdir, exist_ok=True)
-    from seenstore.sorting import machine_summary
+    from seenstore.keys.sort import machine_summary
     print(f"Stream: {args.keys:,} keys in batches of {args.batch:,}, reoffer {args.reoffer}, "
           f"dup {args.dup}, seed {args.seed}; time limit {args.time_limit:.0f} s per peer.\n"
           f"Machine: {machine_summary()}; load average {os.getloadavg()[0]:.1f} at the start.\n",
           flush=True)
-    from seenstore.benchrun import cpu_probe
+    from seenstore.bench.run import cpu_probe
     rows = []
     try:
         for name in names:

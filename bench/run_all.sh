@@ -199,14 +199,14 @@ from the runs they name. Raw JSON and logs: \`$LOGS/\` (not committed).
 ## Machine
 
 - CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, shared with other work while this ran (load average now: $(cut -d' ' -f1-3 /proc/loadavg)): figures are noisy
-- CPU and numpy's SIMD dispatch: $("$PY" -c 'from seenstore.sorting import machine_summary, describe; print(machine_summary() + "; sort used by the store: " + describe()["sort"])')
+- CPU and numpy's SIMD dispatch: $("$PY" -c 'from seenstore.keys.sort import machine_summary, describe; print(machine_summary() + "; sort used by the store: " + describe()["sort"])')
 - Memory: $(free -g | awk '/^Mem:/ {print $2}') GiB; disk: $(df -h . | awk 'NR==2 {print $2 " " $1}')
 - Kernel: $(uname -sr)
 - Versions: $versions
 
 ## The stream
 
-Every figure below uses the same deterministic crawl-like stream (\`seenstore/workload.py\`,
+Every figure below uses the same deterministic crawl-like stream (\`seenstore/bench/workload.py\`,
 described in \`docs/bench.md\`): each batch holds 10% in-batch repeats, and of the other
 slots 50% keys re-offered from earlier batches and 50% fresh keys; the top 20 key bits
 are a Zipf(1)-distributed host over 2^20 buckets. The exact set of new keys of every batch

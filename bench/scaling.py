@@ -29,9 +29,10 @@ import time
 
 import numpy as np
 
-from seenstore.benchrun import disk_bandwidth, parse_count, peak_rss_bytes, reset_peak_rss, warm_up
+from seenstore.bench.run import (disk_bandwidth, parse_count, peak_rss_bytes, reset_peak_rss)
+from seenstore.warmup import warm_up
 from seenstore.store import SeenStore
-from seenstore.workload import CrawlStream
+from seenstore.bench.workload import CrawlStream
 
 
 def checkpoints(max_keys: int, first: int) -> list[int]:
@@ -59,7 +60,7 @@ def run(args) -> dict:
     points, counter, index = [], 0, 0
     t_grow = 0.0
     try:
-        warmup = warm_up(work)  # JIT outside timings
+        warmup = warm_up(work, child=True)  # JIT outside timings
         reset_peak_rss()  # and its compiler's memory outside the peak RSS
         # Bloom sized for the largest store of the run, so no rebuild lands in a probe.
         cap = int(args.max_keys * 1.1) + 2 * B

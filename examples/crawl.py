@@ -32,9 +32,10 @@ import zlib
 from posixpath import dirname, relpath
 from urllib.parse import unquote, urljoin, urlsplit
 
-from seenstore.fingerprint import fingerprint_many
-from seenstore.normalise import normalise_many, try_normalise
-from seenstore.policy import DEFAULT_POLICY, load_policy
+from seenstore.url.fingerprint import fingerprint_many
+from seenstore.url.normalise import try_normalise
+from seenstore.url.fastpath import normalise_many
+from seenstore.url.policy import DEFAULT_POLICY, load_policy
 from seenstore.store import SeenStore
 
 HOSTS = ("alpha.test", "beta.test", "gamma.test")

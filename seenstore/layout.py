@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import InvalidInputError
+from seenstore.errors import InvalidInputError
 
 DEFAULT_HOST_BITS = 20
 HASH_NAME = "xxh3_64"

@@ -1,5 +1,7 @@
-"""``DUPEFILTER_CLASS = "seenstore.scrapy.SeenStoreDupeFilter"`` (integrations/scrapy.py)."""
+"""The Scrapy dupefilter's public name: ``DUPEFILTER_CLASS =
+"seenstore.scrapy.SeenStoreDupeFilter"`` in a project's settings (the class lives in
+integrations/scrapy.py; this module only names it, so settings stay short)."""
 
-from .integrations.scrapy import SeenStoreDupeFilter
+from seenstore.integrations.scrapy import SeenStoreDupeFilter
 
 __all__ = ["SeenStoreDupeFilter"]

@@ -22,20 +22,21 @@ from typing import Self
 
 import numpy as np
 
-from . import spill as spillmod
-from . import wal as walmod
-from .batch import as_keys, unique_first
-from .bloom import BloomFilter
-from .errors import ClosedError, CorruptionError, InvalidInputError, MismatchError
-from .fastpath import normalise_urls
-from .fingerprint import fingerprint_many
-from .dispatch import batch as _kernels
-from .sorting import sort_keys, sort_unique_keys
-from .normalise import all_strs_or_bytes, normalise_many
-from .parallel import check_threads
-from .policy import DEFAULT_POLICY, Policy
-from .store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
-from .wal import replay_wal  # noqa: F401  (was defined here; SeenStore.open calls it now)
+from seenstore.store import spill as spillmod
+from seenstore.store import wal as walmod
+from seenstore.keys.batch import as_keys, unique_first
+from seenstore.bloom import BloomFilter
+from seenstore.errors import ClosedError, CorruptionError, InvalidInputError, MismatchError
+from seenstore.url.fastpath import normalise_urls
+from seenstore.url.fingerprint import fingerprint_many
+from seenstore.kernels.dispatch import batch as _kernels
+from seenstore.keys.sort import sort_keys, sort_unique_keys
+from seenstore.url.normalise import all_strs_or_bytes
+from seenstore.url.fastpath import normalise_many
+from seenstore.runtime.parallel import check_threads
+from seenstore.url.policy import DEFAULT_POLICY, Policy
+from seenstore.store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
+from seenstore.store.wal import replay_wal  # noqa: F401  (was defined here; SeenStore.open calls it now)
 
 unique_sorted = _kernels.unique_sorted  # numpy twin below dispatch.SMALL keys
 

@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 
+from conftest import REPO
+
 
 def cli_bytes(*args: str, stdin: bytes = b"", check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python -m seenstore.cli ARGS``; with ``check``, assert it exited 0."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = REPO
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *sys.path]))
     r = subprocess.run([sys.executable, "-m", "seenstore.cli", *args], input=stdin,
                        capture_output=True, env=env, timeout=300)

@@ -5,11 +5,15 @@ import sys
 import numpy as np
 
 # The suite tests the numba kernels at every size: the small-input numpy twins
-# (seenstore/dispatch.py) are tested against them in tests/test_dispatch.py.
+# (seenstore/kernels/twins/) are tested against them in tests/unit/kernels/test_dispatch.py.
 os.environ.setdefault("SEENSTORE_JIT_MIN", "0")
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))  # tests/naive.py and friends
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)  # the checkout: README, examples/, bench/
+FIXTURES = os.path.join(TESTS, "fixtures")
+DATA = os.path.join(TESTS, "data")
+sys.path.insert(0, TESTS)  # tests/naive.py and friends
 
 EDGE_KEYS = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
 
@@ -77,7 +81,7 @@ def ray_cluster():
 # index (.nbi) and its data files (.nbc) are two writes, so two processes saving
 # different signatures of one kernel at the same moment could leave an index entry
 # pointing at the other signature's data. Hence (1) the controller has the kernels
-# the store and URL path run compiled before any worker starts (dispatch.warm_up's
+# the store and URL path run compiled before any worker starts (seenstore.warmup's
 # steps, split over two processes: the workers and their CLI subprocesses load them),
 # and (2) each of these processes takes an exclusive lock beside a kernel's index
 # while it saves a signature.
@@ -87,10 +91,10 @@ import shutil, sys, tempfile
 sys.path.insert(0, sys.argv[1])
 import conftest
 conftest._serialise_numba_cache_saves()
-from seenstore import dispatch
+from seenstore.warmup import warm_steps
 d = tempfile.mkdtemp(prefix="seenstore-warmup-")
 try:
-    for name, step in dispatch._warm_steps(d)[int(sys.argv[2])::2]:
+    for name, step in warm_steps(d)[int(sys.argv[2])::2]:
         step()
 finally:
     shutil.rmtree(d, ignore_errors=True)

@@ -5,14 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def merge_naive(old: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of two sorted unique uint64 arrays and the mask of batch keys not in old."""
-    old_set = set(int(x) for x in old)
-    is_new = np.array([int(b) not in old_set for b in batch], dtype=bool)
-    merged = np.array(sorted(old_set | set(int(b) for b in batch)), dtype=np.uint64)
-    return merged, is_new
-
-
 def add_naive(seen: set, keys) -> np.ndarray:
     """The brief's add() semantics over a Python set, mutating ``seen``."""
     mask = []

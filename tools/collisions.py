@@ -4,14 +4,14 @@
 A key is host_hash[top H bits] | url_hash[low 64-H bits], so all URLs of one host
 draw from 2**(64-H) values; a collision makes the store treat a new URL as seen.
 Usage: python tools/collisions.py [--host-bits H ...] [--sizes 1e3,1e4,...]
-Formula and discussion: docs/fingerprint.md (seenstore.fingerprint.expected_collisions).
+Formula and discussion: docs/fingerprint.md (seenstore.url.fingerprint.expected_collisions).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from seenstore.fingerprint import expected_collisions
+from seenstore.url.fingerprint import expected_collisions
 from seenstore.layout import DEFAULT_LAYOUT
 
 DEFAULT_SIZES = "1e3,1e4,1e5,1e6,1e7,1e8,1e9"

@@ -15,12 +15,12 @@ Every public name is importable from ``seenstore.bloom`` itself. Nothing here
 imports the store: the keeper is handed the runs' keys as chunks.
 """
 
-from .counters import BloomCounters
-from .file import HEADER_LEN, MAGIC, MAJOR, MINOR, SCHEME, Binding
-from .filter import (GROUP, REGION_BYTES, REGION_MIN_KEYS, BloomFilter, PendingAdd,
+from seenstore.bloom.counters import BloomCounters
+from seenstore.bloom.file import HEADER_LEN, MAGIC, MAJOR, MINOR, SCHEME, Binding
+from seenstore.bloom.filter import (GROUP, REGION_BYTES, REGION_MIN_KEYS, BloomFilter, PendingAdd,
                      region_bits)
-from .layers import GROWTH, MAX_LAYERS, RATIO, LayeredBloom, layer_path
-from .sizing import (BLOCK_BITS, MAX_BLOCKS, MAX_HASHES, WORDS_PER_BLOCK, block_aligned,
+from seenstore.bloom.layers import GROWTH, MAX_LAYERS, RATIO, LayeredBloom, layer_path
+from seenstore.bloom.sizing import (BLOCK_BITS, MAX_BLOCKS, MAX_HASHES, WORDS_PER_BLOCK, block_aligned,
                      blocked_fpr, classic_fpr, max_loads, size_for)
 
 __all__ = [

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..errors import CorruptionError, InvalidInputError
+from seenstore.errors import CorruptionError, InvalidInputError
 
 
 @dataclass

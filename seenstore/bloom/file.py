@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from ..errors import (CorruptionError, DiskFullError, InvalidInputError, NotSupportedError,
+from seenstore.errors import (CorruptionError, DiskFullError, InvalidInputError, NotSupportedError,
                       StoreIOError, StoreNotFoundError)
-from ..runformat import ALIGN, aligned_empty, set_direct
-from .sizing import BLOCK_BITS, MAX_BLOCKS, WORDS_PER_BLOCK, block_aligned
+from seenstore.runtime.aligned import ALIGN, aligned_empty, set_direct
+from seenstore.bloom.sizing import BLOCK_BITS, MAX_BLOCKS, WORDS_PER_BLOCK, block_aligned
 
 
 MAGIC = b"\x89SBF\r\n\x1a\n"  # PNG-style: high bit, name, CRLF, EOF, LF catch mangled transfers

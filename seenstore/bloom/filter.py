@@ -17,12 +17,12 @@ import time
 
 import numpy as np
 
-from .. import dispatch as _dispatch
-from ..dispatch import bloom as _k  # numpy twins below dispatch.SMALL items
-from ..errors import InvalidInputError
-from . import file as _file
-from .file import Binding
-from .sizing import (BLOCK_BITS, MAX_BLOCKS, WORDS_PER_BLOCK, blocked_fpr, block_aligned,
+from seenstore.kernels import dispatch as _dispatch
+from seenstore.kernels.dispatch import bloom as _k  # numpy twins below dispatch.SMALL items
+from seenstore.errors import InvalidInputError
+from seenstore.bloom import file as _file
+from seenstore.bloom.file import Binding
+from seenstore.bloom.sizing import (BLOCK_BITS, MAX_BLOCKS, WORDS_PER_BLOCK, blocked_fpr, block_aligned,
                      size_for)
 
 GROUP = 32  # keys located (and prefetched) ahead in the kernels; see bench/bench_bloom.py

@@ -15,9 +15,9 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..errors import SeenStoreError, StoreNotFoundError
-from .file import Binding
-from .layers import LayeredBloom
+from seenstore.errors import SeenStoreError, StoreNotFoundError
+from seenstore.bloom.file import Binding
+from seenstore.bloom.layers import LayeredBloom
 
 DEFAULT_BLOOM_FPR = 1e-3
 MIN_BLOOM_CAPACITY = 1 << 20

@@ -27,9 +27,9 @@ import time
 
 import numpy as np
 
-from ..errors import StoreNotFoundError
-from .filter import REGION_MIN_KEYS, BloomFilter, _as_keys
-from .sizing import max_loads, prefault
+from seenstore.errors import StoreNotFoundError
+from seenstore.bloom.filter import REGION_MIN_KEYS, BloomFilter, _as_keys
+from seenstore.bloom.sizing import max_loads, prefault
 
 GROWTH = 4  # the filter's capacity grows GROWTH-fold per new layer
 FILL_STEPS = 64  # ``fill`` inserts in steps of at least 1/FILL_STEPS of its keys

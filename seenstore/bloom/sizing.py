@@ -16,8 +16,8 @@ import threading
 
 import numpy as np
 
-from ..runformat import aligned_empty
-from .loads_table import KNOWN_LOADS
+from seenstore.runtime.aligned import aligned_empty
+from seenstore.bloom.loads_table import KNOWN_LOADS
 
 BLOCK_BITS = 512
 WORDS_PER_BLOCK = BLOCK_BITS // 64

@@ -24,8 +24,8 @@ if "numpy" not in sys.modules:
 
 import click  # noqa: E402
 
-from .. import dispatch  # noqa: E402
-from ..errors import (DiskFullError, InvalidInputError, SeenStoreError,  # noqa: E402
+from seenstore.kernels import dispatch  # noqa: E402
+from seenstore.errors import (DiskFullError, InvalidInputError, SeenStoreError,  # noqa: E402
                       StoreIOError, UndeliveredError)
 
 DEFAULT_STORE_ENV = "SEENSTORE_DIR"
@@ -189,7 +189,7 @@ class Count(click.ParamType):
         self.minimum = minimum
 
     def convert(self, value, param, ctx):
-        from ..benchrun import parse_count
+        from seenstore.bench.run import parse_count
 
         try:
             n = value if isinstance(value, int) else parse_count(value)

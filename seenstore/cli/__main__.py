@@ -1,3 +1,3 @@
-from . import main
+from seenstore.cli import main
 
 main(prog_name="seenstore")

@@ -14,11 +14,10 @@ import sys
 import tempfile
 import click
 
-from ..benchrun import (ANSWERS, SPILL_ABOVE_BATCHES, STAGES, BenchResult, default_batch_size,
-                        gib, plan_resources, run_bench)
-from ..errors import InvalidInputError, StoreIOError
-from ..workload import CrawlStream
-from . import COUNT, SIZE, Count, fail, main, threads_option
+from seenstore.bench.run import (ANSWERS, SPILL_ABOVE_BATCHES, STAGES, BenchResult, default_batch_size, gib, plan_resources, run_bench)
+from seenstore.errors import InvalidInputError, StoreIOError
+from seenstore.bench.workload import CrawlStream
+from seenstore.cli import COUNT, SIZE, Count, fail, main, threads_option
 
 
 
@@ -350,7 +349,7 @@ def _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_jso
         counts = [int(x) for x in shards.replace("/", ",").split(",") if x.strip()]
     except ValueError:
         raise InvalidInputError(f"--shards takes N or N,N,...: {shards!r}") from None
-    from ..cluster.bench import format_text, run_cluster_bench
+    from seenstore.bench.cluster import format_text, run_cluster_bench
 
     own_dir = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="seenstore-bench-") if own_dir else work_dir

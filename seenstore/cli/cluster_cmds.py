@@ -7,7 +7,7 @@ import json
 
 import click
 
-from . import main
+from seenstore.cli import main
 
 ray_address_option = click.option(
     "--ray-address", default=None,
@@ -25,7 +25,7 @@ def cluster() -> None:
 @ray_address_option
 def create(root, shards, ray_address):
     """Create a sharded store at ROOT (its CLUSTER file and shard directories)."""
-    from ..cluster import ShardedStore
+    from seenstore.cluster import ShardedStore
 
     with ShardedStore.open(root, shards=shards, create=True, ray_address=ray_address) as st:
         click.echo(f"created {root}: {len(st.actors)} shards")
@@ -37,7 +37,7 @@ def create(root, shards, ray_address):
 @ray_address_option
 def stats(root, as_json, ray_address):
     """Keys per shard and in total, where each shard lives."""
-    from ..cluster import ShardedStore
+    from seenstore.cluster import ShardedStore
 
     with ShardedStore.open(root, ray_address=ray_address) as st:
         s = st.stats()
@@ -55,7 +55,7 @@ def stats(root, as_json, ray_address):
 @ray_address_option
 def verify(root, ray_address):
     """Full check of every shard (exit 4 on any fault)."""
-    from ..cluster import ShardedStore
+    from seenstore.cluster import ShardedStore
 
     with ShardedStore.open(root, ray_address=ray_address) as st:
         v = st.verify()
@@ -70,7 +70,7 @@ def split_cmd(root, ray_address):
 
     Crash-safe: the old shards are not modified, and CLUSTER is replaced atomically
     once every new shard is written and counted. No client may have it open."""
-    from ..cluster import split
+    from seenstore.cluster import split
 
     res = split(root, ray_address=ray_address)
     click.echo(f"split {root}: {res['shards_before']} -> {res['shards_after']} shards, "

@@ -18,7 +18,7 @@ import select
 import sys
 import time
 
-from ..errors import StoreIOError, UndeliveredError
+from seenstore.errors import StoreIOError, UndeliveredError
 
 _POLL_GONE = select.POLLERR | select.POLLHUP | getattr(select, "POLLNVAL", 0)
 

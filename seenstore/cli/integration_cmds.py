@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import click
 import numpy as np
 
-from ..errors import InvalidInputError
-from ..layout import Layout
-from . import default_store_dir, fail, main, store_option
+from seenstore.errors import InvalidInputError
+from seenstore.layout import Layout
+from seenstore.cli import default_store_dir, fail, main, store_option
 
 _KEY_CHUNK = 1 << 20  # keys per write when streaming keys out
 
@@ -45,7 +45,7 @@ def links_cmd(files, no_flag, follow_only, as_json):
     truncated and damaged records are counted, reading goes on, and the counts
     are printed on stderr.
     """
-    from ..integrations.warc import WarcReport, iter_links
+    from seenstore.integrations.warc import WarcReport, iter_links
 
     report = WarcReport()
     out = sys.stdout
@@ -83,7 +83,7 @@ def input_batches(sources, *, warc: bool, parquet: bool, column: str, base_colum
     """FastBatches of the links of WARC files (``warc``) or of a Parquet column
     (``parquet``; ``base`` for rows without a base column), for ``seenstore add``.
     Reports the WARC counts on stderr at the end."""
-    from ..fastpath import normalise_buffer
+    from seenstore.url.fastpath import normalise_buffer
 
     if warc and parquet:
         _fail_usage("--warc and --parquet do not go together")
@@ -94,12 +94,12 @@ def input_batches(sources, *, warc: bool, parquet: bool, column: str, base_colum
     if "-" in sources:
         _fail_usage("--warc/--parquet read files, not stdin ('-')")
     if warc:
-        from ..integrations.warc import WarcReport, iter_link_buffers
+        from seenstore.integrations.warc import WarcReport, iter_link_buffers
 
         report = WarcReport()
         buffers = iter_link_buffers(sources, report, chunk_urls=batch_lines)
     else:
-        from ..integrations.arrow import iter_parquet_buffers
+        from seenstore.integrations.arrow import iter_parquet_buffers
 
         report = None
         buffers = iter_parquet_buffers(sources[0], column, base_column, batch_rows=batch_lines,
@@ -135,7 +135,7 @@ def check_cmd(urls, store_dir, keys_file, base, policy_file, seen_only, as_json)
     <TAB>REASON' for a URL without a canonical form) and a count on stderr. Opens
     the store read-only, so it runs beside a writer. Exit code 0 either way.
     """
-    from ..store import SeenStore
+    from seenstore.store import SeenStore
 
     counts = {"seen": 0, "new": 0, "rejected": 0}
     if keys_file is not None:
@@ -184,11 +184,11 @@ def _emit_keys(keys, seen, counts, seen_only, as_json) -> None:
 
 
 def _check_urls(urls, store_dir, base, policy_file, counts, seen_only, as_json) -> None:
-    from ..fastpath import normalise_urls
-    from ..normalise import DEFAULT_MAX_LENGTH, check_base
-    from ..policy import load_policy
-    from ..store import SeenStore
-    from .url_cmds import _chunks, _inputs
+    from seenstore.url.fastpath import normalise_urls
+    from seenstore.url.normalise import DEFAULT_MAX_LENGTH, check_base
+    from seenstore.url.policy import load_policy
+    from seenstore.store import SeenStore
+    from seenstore.cli.url_cmds import _chunks, _inputs
 
     check_base(base)
     policy = load_policy(policy_file)
@@ -222,8 +222,8 @@ def _check_urls(urls, store_dir, base, policy_file, counts, seen_only, as_json) 
 def host_range(host: str, layout: Layout) -> tuple[int, int]:
     """[lo, hi) of the keys whose top ``layout.host_bits`` bits are ``host``'s hash
     (hosts whose hashes share those bits share the range)."""
-    from ..fingerprint import fingerprint
-    from ..normalise import normalise
+    from seenstore.url.fingerprint import fingerprint
+    from seenstore.url.normalise import normalise
 
     if layout.host_bits == 0:
         raise InvalidInputError("this store's layout has no host bits (H = 0): "
@@ -236,33 +236,6 @@ def host_range(host: str, layout: Layout) -> tuple[int, int]:
         raise InvalidInputError(f"--host {host!r} is not a host name")
     lo = fingerprint(canonical, layout) >> layout.url_bits << layout.url_bits
     return lo, lo + (1 << layout.url_bits)
-
-
-def iter_stored_keys(store, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarray]:
-    """The store's keys in [lo, hi), ascending, in chunks (views of the runs' maps)."""
-    from ..store.runs import first_last as _first_last
-    from ..store.runs import compressed, merged_chunks
-
-    runs = store._runs  # the live runs by shard (read-only maps); the store has no iterator yet
-    for shard in sorted(runs):
-        live = [r for r in runs[shard]
-                if r.count and _first_last(r)[1] >= lo and _first_last(r)[0] < hi]
-        if len(live) > 1 or (live and compressed(live[0])):
-            # tiered runs: the shard's union in order (k-way merge), which also
-            # decodes compressed runs block by block
-            for chunk in merged_chunks(live, out_keys=_KEY_CHUNK):
-                part = chunk[(chunk >= np.uint64(lo)) & (chunk <= np.uint64(hi - 1))]
-                if len(part):
-                    yield part.copy()
-            continue
-        if not live:
-            continue
-        keys = live[0].keys
-        a = int(np.searchsorted(keys, np.uint64(lo))) if lo else 0
-        b = int(np.searchsorted(keys, np.uint64(hi - 1), side="right")) if hi < 1 << 64 \
-            else len(keys)
-        for s in range(a, b, _KEY_CHUNK):
-            yield keys[s: min(b, s + _KEY_CHUNK)]
 
 
 @main.command("export")
@@ -280,14 +253,14 @@ def iter_stored_keys(store, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarr
 def export_cmd(store_dir, fmt, host, output, as_json):
     """Stream the stored keys, ascending (all, or one host's range), without
     loading them into memory. Opens the store read-only."""
-    from ..store import SeenStore
+    from seenstore.store import SeenStore
 
     if output == "-" and sys.stdout.isatty():
         _fail_usage("refusing to write binary keys to a terminal; use -o FILE or a pipe")
     n = 0
     with SeenStore.open(store_dir or default_store_dir(), readonly=True) as store:
         lo, hi = host_range(host, store.layout) if host else (0, 1 << 64)
-        chunks = iter_stored_keys(store, lo, hi)
+        chunks = store.iter_keys(lo, hi)
         if fmt == "raw":
             f = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
             try:
@@ -310,9 +283,9 @@ def export_cmd(store_dir, fmt, host, output, as_json):
 
 
 def _write_parquet(chunks, output: str) -> int:
-    from ..integrations.arrow import _pa
+    from seenstore.integrations.arrow import require_pyarrow
 
-    pa = _pa()
+    pa = require_pyarrow()
     import pyarrow.parquet as pq
 
     schema = pa.schema([pa.field("key", pa.uint64())])
@@ -339,9 +312,9 @@ def dump_run_cmd(file, n_keys, verify, as_json):
     digest, body checksum; for a compressed 2.x run also its codec, block size and
     blocks) and its first keys. The header is checked; a foreign or damaged file is
     refused (exit 4)."""
-    from ..errors import StoreNotFoundError
-    from ..runcodec import open_run
-    from .. import tiers
+    from seenstore.errors import StoreNotFoundError
+    from seenstore.store.runs.codec import open_run
+    from seenstore.store.runs import live as runs_live
 
     if not os.path.isfile(file):
         raise StoreNotFoundError(f"no such file: {file}")
@@ -351,7 +324,7 @@ def dump_run_cmd(file, n_keys, verify, as_json):
         if verify:
             reader.verify()
         first = [f"{k:016x}" for k in _first_keys(reader, n_keys).tolist()]
-        compressed = tiers.compressed(reader)
+        compressed = runs_live.compressed(reader)
     finally:
         reader.close()
     doc = {"file": file, "format": f"{h.major}.{h.minor}", "count": h.count,
@@ -375,12 +348,12 @@ def dump_run_cmd(file, n_keys, verify, as_json):
 def _first_keys(reader, n: int) -> np.ndarray:
     """The first ``n`` keys of a run: a view of a raw run's memory map, or the first
     decoded chunks of a compressed one (never the whole run inflated)."""
-    from .. import tiers
+    from seenstore.store.runs import live as runs_live
 
-    if not tiers.compressed(reader):
+    if not runs_live.compressed(reader):
         return np.asarray(reader.keys[:n])
     out = np.empty(min(n, reader.count), dtype=np.uint64)
-    buf = np.empty(tiers.min_buffer_keys(reader), dtype=np.uint64)
+    buf = np.empty(runs_live.min_buffer_keys(reader), dtype=np.uint64)
     at = 0
     if len(out):
         for got in reader.chunks(buf):
@@ -393,4 +366,4 @@ def _first_keys(reader, n: int) -> np.ndarray:
 
 
 __all__ = ["links_cmd", "check_cmd", "export_cmd", "dump_run_cmd", "input_batches",
-           "host_range", "iter_stored_keys"]
+           "host_range"]

@@ -10,11 +10,11 @@ import time
 
 import click
 
-from ..batch import read_batch_file
-from ..errors import InvalidInputError, SeenStoreError, StoreIOError, StoreNotFoundError
-from ..store import SeenStore
-from . import COUNT, SIZE, default_store_dir, json_to_stderr, main, store_option, threads_option
-from .deliver import Output
+from seenstore.keys.batch import read_batch_file
+from seenstore.errors import InvalidInputError, SeenStoreError, StoreIOError, StoreNotFoundError
+from seenstore.store import SeenStore
+from seenstore.cli import COUNT, SIZE, default_store_dir, json_to_stderr, main, store_option, threads_option
+from seenstore.cli.deliver import Output
 
 wait_option = click.option(
     "--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
@@ -356,7 +356,8 @@ def warmup(as_json):
     wait for the compiler. Inputs below SEENSTORE_JIT_MIN items (default 100,000)
     use numpy twins and need no compiling; larger ones compile on first use.
     The compiled kernels are cached (numba's cache, $NUMBA_CACHE_DIR if set)."""
-    from .. import dispatch
+    from seenstore.kernels import dispatch
+    from seenstore.warmup import warm_up
 
     dispatch.on_compile = None  # this command says what it does itself
 
@@ -367,7 +368,7 @@ def warmup(as_json):
     t0 = time.perf_counter()
     if not as_json:
         click.echo("compiling kernels (or loading them from the cache)...", err=True)
-    seconds = dispatch.warm_up(progress)
+    seconds = warm_up(progress=progress)
     if as_json:
         click.echo(json.dumps({"ok": True, "seconds": round(seconds, 3)}))
     else:

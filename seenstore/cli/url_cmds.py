@@ -18,16 +18,17 @@ from contextlib import nullcontext
 import click
 import numpy as np
 
-from .. import dispatch
-from ..fastpath import finish_buffer, line_cap, run_kernel, scalar_one
-from ..fingerprint import fingerprint_many
-from ..layout import DEFAULT_LAYOUT, Layout
-from ..normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base, normalise_many
-from ..parallel import check_threads, keep_freed_memory, ordered_map
-from ..policy import load_policy
-from ..urlbuffer import URLBuffer, iter_lines
-from . import default_store_dir, fail, main, store_option, threads_option
-from .deliver import Output
+from seenstore.kernels import dispatch
+from seenstore.url.fastpath import finish_buffer, line_cap, run_kernel, scalar_one
+from seenstore.url.fingerprint import fingerprint_many
+from seenstore.layout import DEFAULT_LAYOUT, Layout
+from seenstore.url.normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_base
+from seenstore.url.fastpath import normalise_many
+from seenstore.runtime.parallel import check_threads, keep_freed_memory, ordered_map
+from seenstore.url.policy import load_policy
+from seenstore.url.buffer import URLBuffer, iter_lines
+from seenstore.cli import default_store_dir, fail, main, store_option, threads_option
+from seenstore.cli.deliver import Output
 
 DEFAULT_BATCH_LINES = 1_000_000
 _CHUNK = 65536  # lines per output write for normalise/fingerprint (at least dispatch.SMALL)
@@ -350,8 +351,8 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     memory stays bounded. The store records the policy identity: opening it with
     another policy is refused.
     """
-    from ..store import SeenStore
-    from .integration_cmds import input_batches
+    from seenstore.store import SeenStore
+    from seenstore.cli.integration_cmds import input_batches
 
     if more and not warc:
         fail("more than one SOURCE needs --warc", 2)

@@ -7,18 +7,18 @@ Dataset to its new URLs. Ray is imported only when a cluster is opened.
 See docs/cluster.md.
 """
 
-from .sharded import ShardedStore
+from seenstore.cluster.sharded import ShardedStore
 
 __all__ = ["ShardedStore", "dedup", "dedup_stage", "split"]
 
 
 def __getattr__(name):  # the Ray Data entry point and the stage load on first use
     if name in ("dedup", "dedup_stage"):
-        from . import data
+        from seenstore.cluster import data
 
         return getattr(data, name)
     if name == "split":
-        from .grow import split
+        from seenstore.cluster.grow import split
 
         return split
     raise AttributeError(name)

@@ -21,17 +21,18 @@ import time
 import numpy as np
 import xxhash
 
-from .. import manifest, store as store_module
-from ..batch import prepare
-from ..errors import (CorruptionError, InvalidInputError, MismatchError, SeenStoreError,
+from seenstore.store import manifest
+from seenstore import store as store_module
+from seenstore.keys.batch import prepare
+from seenstore.errors import (CorruptionError, InvalidInputError, MismatchError, SeenStoreError,
                       StoreNotFoundError)
-from ..layout import Layout
-from ..store import MAX_SHARD_BITS, SeenStore
-from ..store.runcache import default_budget
-from ..store.runs import first_last, open_reader
-from .answers import AnswerLog
-from .files import RANGE_MAJOR, read_sealed, write_sealed
-from .ranges import equal_ranges, key_bounds
+from seenstore.layout import Layout
+from seenstore.store import MAX_SHARD_BITS, SeenStore
+from seenstore.store.runcache import default_budget
+from seenstore.store.runs.live import first_last, open_reader
+from seenstore.cluster.answers import AnswerLog
+from seenstore.cluster.files import RANGE_MAJOR, read_sealed, write_sealed
+from seenstore.cluster.ranges import equal_ranges, key_bounds
 
 SHARD_NAME = "SHARD"
 SHARD_FORMAT = "seenstore-shard"
@@ -256,7 +257,7 @@ class ShardActor:
         ascending order; this shard is not modified. Leftovers at ``children`` are
         replaced. Raises CorruptionError if the children's counts do not add up to this
         shard's, InvalidInputError if its range is one group (cannot be halved)."""
-        from .grow import iter_sorted_keys, split_range
+        from seenstore.cluster.grow import iter_sorted_keys, split_range
 
         with self._lock:
             st = self._need()
@@ -288,12 +289,12 @@ class ShardActor:
     def warm_up(self) -> float:
         """Load every kernel the store runs in this process (a throwaway store in this
         directory, removed after), as ``seenstore bench`` does before timing."""
-        from ..benchrun import warm_up
+        from seenstore.warmup import warm_up
 
         work = os.path.join(self.dir, "warm-up")
         os.makedirs(work, exist_ok=True)
         try:
-            return warm_up(work)
+            return warm_up(work, child=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -31,11 +31,11 @@ import threading
 
 import numpy as np
 
-from .. import manifest
-from ..errors import CorruptionError, SeenStoreError, StoreIOError
-from ..manifest import fsync_dir
-from ..store import SeenStore
-from .files import read_sealed, write_sealed
+from seenstore.store import manifest
+from seenstore.errors import CorruptionError, SeenStoreError, StoreIOError
+from seenstore.store.manifest import fsync_dir
+from seenstore.store import SeenStore
+from seenstore.cluster.files import read_sealed, write_sealed
 
 DIR_NAME = "answers"
 ENTRY_FORMAT = "seenstore-answer"

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidInputError, MismatchError
-from ..fastpath import normalise_urls
-from ..policy import DEFAULT_POLICY, Policy
-from ..stage import DEFAULT_BUDGET_BYTES, DEFAULT_CACHE_KEYS, DedupStage, replay_wal
-from ..wal import SYNC_ALWAYS
-from .sharded import ShardedStore
+from seenstore.errors import InvalidInputError, MismatchError
+from seenstore.url.fastpath import normalise_urls
+from seenstore.url.policy import DEFAULT_POLICY, Policy
+from seenstore.stage import DEFAULT_BUDGET_BYTES, DEFAULT_CACHE_KEYS, DedupStage, replay_wal
+from seenstore.store.wal import SYNC_ALWAYS
+from seenstore.cluster.sharded import ShardedStore
 
 
 def dedup_stage(store: ShardedStore, *, mode: str = "exact",

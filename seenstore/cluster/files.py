@@ -15,8 +15,8 @@ import json
 import os
 import xxhash
 
-from ..errors import CorruptionError, NotSupportedError, StoreIOError
-from ..manifest import fsync_dir
+from seenstore.errors import CorruptionError, NotSupportedError, StoreIOError
+from seenstore.store.manifest import fsync_dir
 
 MAJOR = 1  # answer-log entries
 MINOR = 0

@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 import shutil
 
-from .. import manifest
-from ..store.runs import merged_chunks, open_reader
-from ..errors import InvalidInputError
-from .sharded import (ShardedStore, cluster_bits, ensure_ray, read_cluster, shard_dir_name,
+from seenstore.store import manifest
+from seenstore.store.runs.live import merged_chunks, open_reader
+from seenstore.errors import InvalidInputError
+from seenstore.cluster.sharded import (ShardedStore, cluster_bits, ensure_ray, read_cluster, shard_dir_name,
                       write_cluster)
 
 DEFAULT_CHUNK_KEYS = 1 << 25  # 256 MiB of keys per child merge
@@ -96,7 +96,7 @@ def split(root: str, ray_address: str | None = None, chunk_keys: int = DEFAULT_C
 
 
 def _on_node(ray, fn, node_ip: str | None):
-    from .sharded import _node_id
+    from seenstore.cluster.sharded import _node_id
 
     node = _node_id(ray, node_ip) if node_ip else None
     if node is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CorruptionError
+from seenstore.errors import CorruptionError
 
 RANGE_BITS = 8  # the grain of a range (and so at most 256 shards)
 GROUPS = 1 << RANGE_BITS

@@ -20,18 +20,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..batch import as_keys
-from ..errors import (CorruptionError, InvalidInputError, MismatchError, NotAStoreError,
+from seenstore.keys.batch import as_keys
+from seenstore.errors import (CorruptionError, InvalidInputError, MismatchError, NotAStoreError,
                       SeenStoreError, StoreIOError, StoreNotFoundError)
-from ..kernels.batch import (count_top_bits, mark_first_new, mark_members,
+from seenstore.kernels.batch import (count_top_bits, mark_first_new, mark_members,
                              partition_top_bits, scatter_top_bits)
-from ..layout import DEFAULT_LAYOUT, Layout
-from ..sorting import default_threads
-from ..store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
-from ..store.runcache import check_budget
-from .actor import ShardActor
-from .files import RANGE_MAJOR, read_sealed, write_sealed
-from .ranges import (GROUPS, RANGE_BITS, balanced_ranges, check_ranges, equal_ranges,
+from seenstore.layout import DEFAULT_LAYOUT, Layout
+from seenstore.keys.sort import default_threads
+from seenstore.store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
+from seenstore.store.runcache import check_budget
+from seenstore.cluster.actor import ShardActor
+from seenstore.cluster.files import RANGE_MAJOR, read_sealed, write_sealed
+from seenstore.cluster.ranges import (GROUPS, RANGE_BITS, balanced_ranges, check_ranges, equal_ranges,
                      key_bounds, shard_of_group)
 
 CLUSTER_NAME = "CLUSTER"

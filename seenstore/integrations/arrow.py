@@ -18,13 +18,14 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..errors import InvalidInputError, StoreNotFoundError
-from ..urlbuffer import URLBuffer
+from seenstore.errors import InvalidInputError, StoreNotFoundError
+from seenstore.url.buffer import URLBuffer
 
 DEFAULT_BATCH_ROWS = 1_000_000
 
 
-def _pa():
+def require_pyarrow():
+    """pyarrow, or InvalidInputError naming the [arrow] extra when it is missing."""
     try:
         import pyarrow as pa
     except ImportError:
@@ -37,7 +38,7 @@ def _pa():
 def _as_strings(array, what: str):
     """``array`` (Array or ChunkedArray) as a (large_)string Array, zero-copy for
     string/binary (binary bytes go through as they are, as file lines do)."""
-    pa = _pa()
+    pa = require_pyarrow()
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     if not isinstance(array, pa.Array):
@@ -72,7 +73,7 @@ def buffer_from_arrow(urls, bases=None, base: str | None = None) -> URLBuffer:
 
 
 def _open_parquet(path: str, columns: list[str]):
-    pa = _pa()
+    pa = require_pyarrow()
     import pyarrow.parquet as pq
 
     path = os.fspath(path)
@@ -94,7 +95,7 @@ def iter_parquet_buffers(path: str, column: str = "url", base_column: str | None
                          ) -> Iterator[URLBuffer]:
     """URLBuffers of up to ``batch_rows`` rows of ``column`` (with per-row bases from
     ``base_column``, else ``base`` for all), read one Parquet batch at a time."""
-    pa = _pa()
+    pa = require_pyarrow()
     columns = [column] + ([base_column] if base_column else [])
     pf = _open_parquet(path, columns)
     schema = pf.schema_arrow
@@ -113,8 +114,8 @@ def admit_arrow(store, urls, bases=None, policy=None, max_length=None):
     """Normalise, fingerprint and admit the URLs of an Arrow array into ``store``
     (a writable SeenStore); return the FastBatch and the store's mask over its keys
     (True = new). ``fb.lines(mask)`` gives the new canonical URLs."""
-    from ..fastpath import normalise_buffer
-    from ..normalise import DEFAULT_MAX_LENGTH
+    from seenstore.url.fastpath import normalise_buffer
+    from seenstore.url.normalise import DEFAULT_MAX_LENGTH
 
     fb = normalise_buffer(buffer_from_arrow(urls, bases), policy, store.layout,
                           max_length or DEFAULT_MAX_LENGTH)

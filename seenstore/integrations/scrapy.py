@@ -25,9 +25,9 @@ import tempfile
 
 import numpy as np
 
-from ..normalise import Rejection, try_normalise
-from ..policy import load_policy
-from ..store import SeenStore
+from seenstore.url.normalise import Rejection, try_normalise
+from seenstore.url.policy import load_policy
+from seenstore.store import SeenStore
 
 DEFAULT_FLUSH_KEYS = 1000
 NONGET_SUFFIX = ".requests"  # the non-GET set: a sibling store "<SEENSTORE_DIR>.requests"
@@ -139,7 +139,7 @@ class SeenStoreDupeFilter:
         url = try_normalise(request.url, None, self.policy)
         if isinstance(url, Rejection):
             return None
-        from ..fingerprint import fingerprint
+        from seenstore.url.fingerprint import fingerprint
 
         return fingerprint(url, self.layout)
 

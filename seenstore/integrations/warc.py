@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..errors import InvalidInputError, StoreNotFoundError
-from ..urlbuffer import URLBuffer
+from seenstore.errors import InvalidInputError, StoreNotFoundError
+from seenstore.url.buffer import URLBuffer
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 LINK_SELECTOR = "a[href], area[href], link[href], iframe[src], base[href], meta[name]"

@@ -533,30 +533,3 @@ def classic_query(words, keys, k, group, out):
     for start in range(0, keys.shape[0], group):
         for g in range(classic_locate_group(words, keys, start, pos, False)):
             out[start + g] = all_bits_set(words, np.uint64(0), pos, g)
-
-
-# -- the previous insert and query, kept as bench/bench_bloom.py's baseline -----
-@njit(cache=True, nogil=True)
-def bloom_add_ref(words, keys, k, group):
-    """The same insert as ``bloom_add_query`` (same bits, same count) the way it was
-    done before SPECIAL_K: one generic field loop with a "next word?" branch per field,
-    stream word 1 made twice. Kept to measure against (bench/bench_bloom.py)."""
-    seeds = np.empty(group, np.uint64)
-    bases = np.empty(group, np.uint64)
-    fresh = 0
-    for start in range(0, keys.shape[0], group):
-        for g in range(seed_group(words, keys, start, seeds, bases, True, False)):
-            fresh += set_key_bits(words, bases[g], seeds[g], k)
-    return fresh
-
-
-@njit(cache=True, nogil=True)
-def bloom_query_ref(words, keys, k, group, out):
-    """``bloom_query`` as it was done before SPECIAL_K (early exit at the first clear
-    bit); the baseline of bench/bench_bloom.py."""
-    seeds = np.empty(group, np.uint64)
-    bases = np.empty(group, np.uint64)
-    for start in range(0, keys.shape[0], group):
-        count = seed_group(words, keys, start, seeds, bases, False, False)
-        for g in range(count):
-            out[start + g] = key_bits_set(words, bases[g], seeds[g], k)

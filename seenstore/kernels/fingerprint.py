@@ -1,7 +1,7 @@
 """numba fingerprint kernel: host || url keys of canonical URLs held in one buffer.
 
 ``fingerprint_batch(buf, offsets, host_bits)`` returns uint64 keys equal to
-``seenstore.fingerprint.fingerprint`` (the oracle) for each URL
+``seenstore.url.fingerprint.fingerprint`` (the oracle) for each URL
 ``buf[offsets[i]:offsets[i+1]]``: top ``host_bits`` bits from xxh3_64(host),
 the rest from xxh3_64(url). The host span is ``host_span_at``'s, on bytes.
 Depends on kernels/xxh3.py (frozen algorithm): after editing it, clear __pycache__.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .url import _ld
-from .xxh3 import xxh3_64
+from seenstore.kernels.url import _ld
+from seenstore.kernels.xxh3 import xxh3_64
 
 
 # bytes that end or split an authority: / ? # @ : ]

@@ -21,7 +21,7 @@ from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 # Raw byte access by address (no array refcounting in helper calls): kernels/url.py.
-from .url import _ld, _ld64, _st, _st64
+from seenstore.kernels.url import _ld, _ld64, _st, _st64
 
 NL, CR, TAB = 10, 13, 9
 # counts[]: how many entries of each output array are used (in and out)

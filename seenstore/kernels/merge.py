@@ -1,69 +1,18 @@
-"""Merge kernel: one sorted unique batch against one sorted unique run, streamed.
+"""Merge kernels: sorted unique batches checked against sorted unique runs, and
+runs merged, in one streamed pass each.
 
-``merge_step`` merges ``old[i:]`` (one chunk of the run) with ``batch[j:]`` into
-``out`` until ``out`` is full or the chunk is used up, marking batch keys that
-are not in the run. The caller loops: refill the chunk, flush ``out``. Memory is
-the batch plus the fixed ``old`` and ``out`` buffers. Twin: tests/naive.py.
+``sweep_step`` / ``sweep_sorted`` mark the batch keys a run chunk holds (the first
+checks the chunk's order on the way); ``kway_step`` merges k sorted disjoint runs'
+buffers (compaction, export); ``sparse_member`` looks needles up through a run's
+sparse index; ``is_strictly_increasing`` checks order. Requires: every run and
+batch sorted ascending without repeats (checked where the docstring says so).
+Twins: kernels/twins/merge.py.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-
-@njit(cache=True, nogil=True)
-def merge_step(old, i, n_old, last_chunk, batch, j, is_new, out, prev, have_prev):
-    """Merge ``old[i:n_old]`` with ``batch[j:]`` into ``out`` from position 0.
-
-    Requires: ``old[:n_old]`` and ``batch`` sorted ascending and unique (uint64);
-    ``is_new`` is a bool array as long as ``batch``, False where not yet decided.
-    ``last_chunk``: True when ``old`` holds the final chunk of the run, so batch
-    keys above its last key are emitted too; otherwise they wait for the next
-    chunk. ``prev``/``have_prev``: the last key written before this call.
-
-    Returns ``(i, j, n_out, prev, have_prev, ok)``: positions reached, number of
-    keys written to ``out``, the last key written, and ``ok`` False when the
-    output would not be strictly increasing (the run is unsorted or duplicated:
-    corruption) — the caller must then abandon the merge.
-    """
-    n_batch = batch.shape[0]
-    cap = out.shape[0]
-    n = 0
-    ok = True
-    while n < cap:
-        if i < n_old:
-            a = old[i]
-            if j < n_batch:
-                b = batch[j]
-                if a < b:
-                    key = a
-                    i += 1
-                elif b < a:
-                    key = b
-                    is_new[j] = True
-                    j += 1
-                else:
-                    key = a
-                    i += 1
-                    j += 1
-            else:
-                key = a
-                i += 1
-        elif last_chunk and j < n_batch:
-            key = batch[j]
-            is_new[j] = True
-            j += 1
-        else:
-            break
-        if have_prev and key <= prev:
-            ok = False
-            break
-        out[n] = key
-        n += 1
-        prev = key
-        have_prev = True
-    return i, j, n, prev, have_prev, ok
 
 
 @njit(cache=True, nogil=True)
@@ -380,35 +329,6 @@ def kway_step(bufs, pos, fill, last, out, prev, have_prev):
             heads[best] = top
             if not last[best]:
                 return n, best, prev, have_prev
-    return n, KWAY_FULL, prev, have_prev
-
-
-@njit(cache=True, nogil=True)
-def kway_step_ref(bufs, pos, fill, last, out, prev, have_prev):
-    """``kway_step`` as it was before 2026-12-02 (a scan of the rows per output key,
-    one branch per row): same contract and results. Kept as bench/bench_kway.py's
-    baseline."""
-    k = bufs.shape[0]
-    cap = out.shape[0]
-    n = 0
-    while n < cap:
-        best = -1
-        for r in range(k):
-            if pos[r] < fill[r]:
-                if best < 0 or bufs[r, pos[r]] < bufs[best, pos[best]]:
-                    best = r
-            elif not last[r]:
-                return n, r, prev, have_prev
-        if best < 0:
-            return n, KWAY_DONE, prev, have_prev
-        key = bufs[best, pos[best]]
-        if have_prev and key <= prev:
-            return n, KWAY_BAD, prev, have_prev
-        out[n] = key
-        n += 1
-        pos[best] += 1
-        prev = key
-        have_prev = True
     return n, KWAY_FULL, prev, have_prev
 
 

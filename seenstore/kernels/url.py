@@ -1,7 +1,7 @@
 """numba fast-path URL normaliser over a URL buffer (the common case only).
 
 ``normalise_batch`` writes, for each URL it can handle with certainty, exactly
-what the scalar ``seenstore.normalise.try_normalise`` returns (without policy):
+what the scalar ``seenstore.url.normalise.try_normalise`` returns (without policy):
 WHATWG parse/resolve of absolute http(s) URLs and relative references against
 a base, fragment dropped, RFC 3986 escape normalisation. Everything else gets
 status ROUTE (the scalar path decides); opaque non-special schemes get SCHEME.
@@ -14,9 +14,9 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .xxh3 import xxh3_64  # frozen algorithm; after editing xxh3.py clear __pycache__
+from seenstore.kernels.xxh3 import xxh3_64  # frozen algorithm; after editing xxh3.py clear __pycache__
 
-from .status import OK, ROUTE, SCHEME  # noqa: E402
+from seenstore.kernels.status import OK, ROUTE, SCHEME  # noqa: E402
 
 # Byte classes (bit flags), one entry per byte value.
 C_ROUTE = 1  # never handled here: controls, DEL, backslash

@@ -20,11 +20,11 @@ seenstore/spill.py. Everything a caller imported from the former store.py is
 importable from here.
 """
 
-from ..bloom.keeper import DEFAULT_BLOOM_FPR, MIN_BLOOM_CAPACITY
-from .commit import MAX_SHARD_BITS
-from .compaction import COMPACT_CREDIT
-from .facade import DEFAULT_POLICY_ID, DEFAULT_SHARD_BITS, MODES, SeenStore
-from .files import BLOOM_NAME, run_name
+from seenstore.bloom.keeper import DEFAULT_BLOOM_FPR, MIN_BLOOM_CAPACITY
+from seenstore.store.commit import MAX_SHARD_BITS
+from seenstore.store.compaction import COMPACT_CREDIT
+from seenstore.store.facade import DEFAULT_POLICY_ID, DEFAULT_SHARD_BITS, MODES, SeenStore
+from seenstore.store.files import BLOOM_NAME, run_name
 
 __all__ = ["BLOOM_NAME", "COMPACT_CREDIT", "DEFAULT_BLOOM_FPR", "DEFAULT_POLICY_ID",
            "DEFAULT_SHARD_BITS", "MAX_SHARD_BITS", "MIN_BLOOM_CAPACITY", "MODES",

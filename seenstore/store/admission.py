@@ -22,15 +22,15 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .. import dispatch as _dispatch
-from .. import spill
-from ..bloom.deferred import DeferredInsert, Gate, settle
-from ..batch import as_keys, first_new_mask, first_new_mask_of_distinct, prepare
-from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
-from ..errors import InvalidInputError
-from ..runformat import policy_digest
-from .files import fault, io_error
-from .scheduling import Target, write_shards
+from seenstore.kernels import dispatch as _dispatch
+from seenstore.store import spill
+from seenstore.bloom.deferred import DeferredInsert, Gate, settle
+from seenstore.keys.batch import as_keys, first_new_mask, first_new_mask_of_distinct, prepare
+from seenstore.kernels.dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
+from seenstore.errors import InvalidInputError
+from seenstore.store.runs.format import policy_digest
+from seenstore.store.files import fault, io_error
+from seenstore.store.scheduling import Target, write_shards
 
 compact_inplace = _kernels.compact_inplace
 

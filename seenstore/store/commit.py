@@ -16,12 +16,12 @@ import os
 import threading
 import time
 
-from .. import manifest
-from ..errors import InvalidInputError, SeenStoreError
-from ..layout import Layout
-from . import runs as runsmod
-from .files import fault, io_error, run_name
-from .runcache import RunCache
+from seenstore.store import manifest
+from seenstore.errors import InvalidInputError, SeenStoreError
+from seenstore.layout import Layout
+from seenstore.store.runs import live as runsmod
+from seenstore.store.files import fault, io_error, run_name
+from seenstore.store.runcache import RunCache
 
 MAX_SHARD_BITS = 12
 SNAPSHOT_RETRIES = 20  # a reader's attempts at opening the runs of one committed generation

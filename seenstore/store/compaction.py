@@ -18,12 +18,12 @@ import threading
 import time
 import warnings
 
-from ..layout import Layout
-from ..runformat import policy_digest
-from . import runs as runsmod
-from .commit import Live
-from .files import fault, io_error, run_name
-from .scheduling import Syncer
+from seenstore.layout import Layout
+from seenstore.store.runs.format import policy_digest
+from seenstore.store.runs import live as runsmod
+from seenstore.store.commit import Live
+from seenstore.store.files import fault, io_error, run_name
+from seenstore.store.scheduling import Syncer
 
 FANOUT = 4  # size-tiered: FANOUT runs of one tier merge into one run of the next
 MIN_TIER_KEYS = 1 << 16  # runs below this size share tier 0

@@ -14,28 +14,30 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 
-from .. import manifest, wal as walmod
-from ..batch import as_keys, prepare
-from ..bloom import Binding, LayeredBloom
-from ..bloom.deferred import settle
-from ..bloom.keeper import DEFAULT_BLOOM_FPR, BloomKeeper
-from ..bloom.sizing import prefault
-from ..dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
-from ..errors import (ClosedError, InvalidInputError, MismatchError, NotAStoreError,
+from seenstore.store import manifest, wal as walmod
+from seenstore.keys.batch import as_keys, prepare
+from seenstore.bloom import Binding, LayeredBloom
+from seenstore.bloom.deferred import settle
+from seenstore.bloom.keeper import DEFAULT_BLOOM_FPR, BloomKeeper
+from seenstore.bloom.sizing import prefault
+from seenstore.kernels.dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
+from seenstore.errors import (ClosedError, InvalidInputError, MismatchError, NotAStoreError,
                       SeenStoreError, StoreNotFoundError)
-from ..layout import DEFAULT_LAYOUT, Layout
-from ..lock import WriterLock
-from ..merge import DEFAULT_CHUNK_KEYS
-from ..sorting import default_threads
-from . import commit as commitmod, compaction as compactionmod, report, runs as runsmod
-from .admission import Admission
-from .compaction import Compactor, plan
-from .files import BLOOM_NAME, io_error, remove_leftovers, stray_files
-from .runcache import check_budget, default_budget
-from .scheduling import BatchArena, BufferPool, ShardSorter
+from seenstore.layout import DEFAULT_LAYOUT, Layout
+from seenstore.store.lock import WriterLock
+from seenstore.store.runs.buffers import DEFAULT_CHUNK_KEYS
+from seenstore.keys.sort import default_threads
+from seenstore.store import commit as commitmod, compaction as compactionmod, report
+from seenstore.store.runs import live as runsmod
+from seenstore.store.admission import Admission
+from seenstore.store.compaction import Compactor, plan
+from seenstore.store.files import BLOOM_NAME, io_error, remove_leftovers, stray_files
+from seenstore.store.runcache import check_budget, default_budget
+from seenstore.store.scheduling import BatchArena, BufferPool, ShardSorter
 
 PREFAULT_MIN_BYTES = 4 << 20  # smaller new filters fault in within the first insert
 
@@ -300,6 +302,36 @@ class SeenStore(Admission):
     @bloom.setter
     def bloom(self, bf: LayeredBloom | None) -> None:
         self._keeper.bf = bf
+
+    @property
+    def bloom_state(self) -> str:
+        """How the Bloom filter came to be (loaded, rebuilt, new, off), or why it was
+        dropped (a failed insert: the next open rebuilds it)."""
+        return self._keeper.state
+
+    @property
+    def spill_phase(self) -> str | None:
+        """The phase of the ``add_new_file`` batch under way ("spill", "check",
+        "commit"); None between batches. For a memory sampler on another thread."""
+        return self._spill_phase
+
+    def settle_bloom(self) -> tuple[float, float, float]:
+        """Wait for the last batch's deferred Bloom insert, if one runs; return (seconds
+        waited, the insert's elapsed seconds, its thread's CPU seconds). An insert's
+        own figures are returned once (zeros after), for whoever books them."""
+        behind = self._bloom_behind
+        waited = settle(self)
+        elapsed, cpu = behind.book() if behind is not None else (0.0, 0.0)
+        return waited, elapsed, cpu
+
+    def iter_keys(self, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarray]:
+        """Every stored key in [lo, hi), ascending, in chunks of at most 2^20 keys (of a
+        read-only store: its newest committed generation, when the iteration starts).
+        Use each chunk before asking for the next. Raises CorruptionError when a run
+        fails its checks on the way."""
+        self._check_open()
+        self._refresh()
+        return runsmod.iter_range(self._live.runs, lo, hi)
 
     def __len__(self) -> int:
         self._check_open()

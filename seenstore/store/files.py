@@ -11,11 +11,12 @@ error of a failed write (nothing committed). ``fault`` is the crash-test seam:
 from __future__ import annotations
 
 import errno
+import shutil
 import os
 import re
 
-from ..errors import DiskFullError, SeenStoreError, StoreIOError
-from ..lock import NAME as LOCK_NAME
+from seenstore.errors import DiskFullError, SeenStoreError, StoreIOError
+from seenstore.store.lock import NAME as LOCK_NAME
 
 BLOOM_NAME = "BLOOM"
 RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
@@ -55,23 +56,37 @@ def size(path: str, missing=0):
 
 def stray_files(path: str) -> list:
     """Names in directory ``path`` that no store (nor an interrupted creation) holds."""
-    from .. import spill  # spill.py imports the store's run helpers: import it late
-
     names = os.listdir(path) if os.path.isdir(path) else []
     return [n for n in names if not (RUN_RE.match(n) or TMP_RE.match(n) or n == LOCK_NAME
-                                     or spill.SPILL_RE.match(n))]
+                                     or SPILL_RE.match(n))]
 
 
 def remove_leftovers(path: str, live: set) -> None:
     """Delete files of an interrupted merge, compaction or upgrade: runs not in
     ``live`` (the manifest's), temporary manifests and Bloom files, the spill
     folders of a batch bigger than memory (``add_new_file``)."""
-    from .. import spill
-
-    spill.remove_leftovers(path)
+    _remove_spill_dirs(path)
     for name in os.listdir(path):
         if (RUN_RE.match(name) and name not in live) or TMP_RE.match(name):
             try:
                 os.unlink(os.path.join(path, name))
             except OSError as e:
                 raise io_error(e, f"{name}: cannot remove leftover") from e
+
+
+SPILL_RE = re.compile(r"^spill\.tmp\.\d+(\.new)?$")  # a folder; .new: merge --memory's new keys
+
+
+def spill_dir(store_path: str) -> str:
+    return os.path.join(store_path, f"spill.tmp.{os.getpid()}")
+
+
+def _remove_spill_dirs(store_path: str) -> None:
+    """Delete spill folders an interrupted batch left (called by a writer's open)."""
+    for name in os.listdir(store_path):
+        if SPILL_RE.match(name):
+            p = os.path.join(store_path, name)
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)

@@ -8,15 +8,15 @@ import os
 
 import numpy as np
 
-from .. import manifest, wal as walmod
-from ..errors import CorruptionError, StoreIOError
-from ..layout import Layout
-from ..runformat import MAJOR as RUN_MAJOR, MINOR as RUN_MINOR
-from ..sorting import describe as sort_description
-from . import runs as runsmod
-from .compaction import pending
-from .runs import merged_chunks
-from .files import BLOOM_RE, size
+from seenstore.store import manifest, wal as walmod
+from seenstore.errors import CorruptionError, StoreIOError
+from seenstore.layout import Layout
+from seenstore.store.runs.format import MAJOR as RUN_MAJOR, MINOR as RUN_MINOR
+from seenstore.keys.sort import describe as sort_description
+from seenstore.store.runs import live as runsmod
+from seenstore.store.compaction import pending
+from seenstore.store.runs.live import merged_chunks
+from seenstore.store.files import BLOOM_RE, size
 
 
 def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:

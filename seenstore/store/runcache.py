@@ -23,8 +23,8 @@ import threading
 
 import numpy as np
 
-from ..dispatch import merge as _merge
-from ..errors import InvalidInputError
+from seenstore.kernels.dispatch import merge as _merge
+from seenstore.errors import InvalidInputError
 
 BLOCK_KEYS = 1 << 17  # 1 MiB blocks: small runs waste little, sweeps stay long
 BLOCK_BYTES = 8 * BLOCK_KEYS

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..dispatch import batch as _batch_kernels  # numpy twins below dispatch.SMALL keys
-from ..merge import MergeBuffers
-from .. import sorting as _sorting
-from . import runs as runsmod
-from .files import run_name
+from seenstore.kernels.dispatch import batch as _batch_kernels  # numpy twins below dispatch.SMALL keys
+from seenstore.store.runs.buffers import MergeBuffers
+from seenstore.keys import sort as _sorting
+from seenstore.store.runs import live as runsmod
+from seenstore.store.files import run_name
 
 partition_top_bits = _batch_kernels.partition_top_bits
 compact_inplace = _batch_kernels.compact_inplace
@@ -60,7 +60,7 @@ def partition(keys: np.ndarray, bits: int, threads: int,
     if t <= 1:
         partition_top_bits(keys, bits, out, bounds)
         return out, bounds
-    from ..kernels.batch import count_top_bits, scatter_top_bits  # JIT: a large batch
+    from seenstore.kernels.batch import count_top_bits, scatter_top_bits  # JIT: a large batch
 
     cuts = [n * j // t for j in range(t + 1)]
     counts = np.zeros((t, 1 << bits), dtype=np.int64)

@@ -1,0 +1,477 @@
+"""A shard's live runs: opening and writing either run format, checking a batch
+against them, streaming their union (docs/architecture.md, "Tiered runs").
+
+A shard holds any number of live runs, pairwise disjoint (a batch writes only the
+keys that none of them holds). ``check_runs`` marks the batch keys some run already
+holds: one sequential, checksum-checked sweep per run (the batch sorted alongside),
+or, when the batch is small against a run, point lookups through the run's sparse
+index. ``merged_chunks`` streams the union of several runs in order (k-way merge,
+checking order, disjointness and checksums): compaction writes it to one new run,
+``verify`` only reads it. ``readers_for`` opens the runs a manifest names, each
+checked against it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+
+from seenstore.kernels.dispatch import merge as _kernels  # numpy twins below dispatch.SMALL items
+from seenstore.errors import CorruptionError
+from seenstore.kernels.status import KWAY_BAD, KWAY_DONE
+from seenstore.layout import Layout
+from seenstore.store.runs.format import (HEADER_SIZE, MAGIC, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, SPARSE_STRIDE, policy_digest)
+from seenstore.runtime.aligned import ALIGN, aligned_empty, whole_blocks
+from seenstore.store.runs.reader import RunReader
+from seenstore.store.runs.writer import BUF_KEYS, RunWriter
+from seenstore.store.runcache import Entry, RunCache, run_key
+
+RUN_FORMATS = (1, 2)  # 1: raw keys (runformat.py), 2: compressed (runcodec.py)
+DEFAULT_RUN_FORMAT = 1  # 2 once measured not slower (docs/architecture.md)
+# A raw run of fewer keys than this is written through the page cache, not O_DIRECT:
+# O_DIRECT pays a device round trip per write (the header's placeholder, the body, the
+# header) where buffered writes pay one at the fsync. Large runs stay O_DIRECT: no
+# dirty pages for the fsync to write back, no page cache filled (docs/architecture.md).
+DIRECT_MIN_KEYS = 1 << 17  # 1 MiB
+
+
+def direct_for(keys: int | None) -> bool:
+    """Whether a raw run of ``keys`` keys (None: not known) is written O_DIRECT."""
+    return keys is None or keys >= DIRECT_MIN_KEYS
+
+
+# -- the two run formats behind one contract (docs/format.md) ---------------------
+def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: bytes,
+               run_format: int, buf: np.ndarray | None = None, cache: RunCache | None = None,
+               keys: int | None = None):
+    """A writer of a new run in ``run_format`` (1 raw, 2 compressed); ``buf``: the
+    raw writer's block buffer (the compressed one keeps its own). ``cache``: the
+    keys written are also kept there (filed when ``finish`` succeeds, dropped when
+    the writer is aborted), so the next batch checks them from memory. ``keys``: how
+    many keys the run will hold, when known: a raw run below ``DIRECT_MIN_KEYS`` is
+    written through the page cache (``direct_for``)."""
+    if run_format == 1:
+        if buf is None and keys is not None and keys < BUF_KEYS:
+            buf = aligned_empty(max(whole_blocks(8 * keys), ALIGN) // 8)  # not 8 MiB faulted in
+        w = RunWriter(path, host_bits, shard_bits, shard, pdigest, direct=direct_for(keys),
+                      buf=buf)
+    else:
+        from seenstore.store.runs.codec import CompressedRunWriter  # imports numba: only for compressed runs
+
+        w = CompressedRunWriter(path, host_bits, shard_bits, shard, pdigest)
+    if cache is not None and cache.budget:
+        return _CachingWriter(w, cache, os.path.basename(path))
+    return w
+
+
+class _CachingWriter:
+    """A run writer whose keys also go to a run cache entry (``new_writer``)."""
+
+    def __init__(self, writer, cache: RunCache, name: str) -> None:
+        self.writer, self.cache, self.name = writer, cache, name
+        self.builder = cache.builder()
+
+    def write(self, keys: np.ndarray) -> None:
+        self.writer.write(keys)
+        self.builder.add(keys)
+
+    def abort(self) -> None:
+        self.builder.abandon()
+        self.cache.forget([self.name])  # filed by finish, but the batch did not commit
+        self.writer.abort()
+
+    def __getattr__(self, name):
+        return getattr(self.writer, name)
+
+
+def finish(writer, sync: bool):
+    """(header, sparse index or None, file bytes) of a finished writer."""
+    if isinstance(writer, _CachingWriter):
+        out = finish(writer.writer, sync)
+        writer.builder.seal((writer.name, out[0].count, out[0].body_checksum))
+        return out
+    h = writer.finish(sync=sync)
+    if not isinstance(writer, RunWriter):
+        return h, None, h.file_size
+    return h, writer.sparse_index(), HEADER_SIZE + 8 * h.count
+
+
+def open_reader(path: str, sparse: np.ndarray | None = None):
+    """A reader of either format (a raw run given its writer's sparse index). The
+    codec (and numba with it) is imported only when a compressed run is there, so a
+    store of raw runs opens without the JIT (dispatch.py)."""
+    if sparse is None:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(10)
+        except OSError:
+            head = b""  # RunReader reports the missing or unreadable file
+        if head[:8] == MAGIC and head[8:10] == (2).to_bytes(2, "little"):
+            from seenstore.store.runs.codec import open_run
+
+            return open_run(path)
+    return RunReader(path, sparse)
+
+
+def compressed(reader) -> bool:
+    return not isinstance(reader, RunReader)
+
+
+def run_bytes(reader) -> int:
+    """Bytes of the run's file (what a sweep reads)."""
+    return reader.header.file_size if compressed(reader) else HEADER_SIZE + 8 * reader.count
+
+
+def min_buffer_keys(reader) -> int:
+    """The smallest buffer ``reader.chunks`` takes (a compressed run: one block)."""
+    return reader.header.block_keys if compressed(reader) else 1
+
+
+def sample_keys(reader, m: int) -> np.ndarray:
+    """Up to ``m`` stored keys spread over the run (first, last and evenly between):
+    of a compressed run the first keys of its blocks (no block decoded)."""
+    keys = reader._first if compressed(reader) else reader.keys
+    n = len(keys)
+    if not n:
+        return np.empty(0, np.uint64)
+    return np.ascontiguousarray(keys[np.linspace(0, n - 1, min(n, m)).astype(np.int64)],
+                                dtype=np.uint64)
+
+kway_step, sparse_member, sweep_step = (_kernels.kway_step, _kernels.sparse_member,
+                                        _kernels.sweep_step)
+
+# A run is swept when the keys to check are at least 1/PROBE_RATIO of its keys; fewer
+# are looked up one by one (sparse index, then one 4 KiB page each). A lookup reads a
+# page for one key where the sweep reads it for 512, but a random read costs several
+# sequential ones: the value kept from the rewrite design's probe rule (not re-measured).
+PROBE_RATIO = 64
+MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows together
+
+
+def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
+    """Set ``found`` where sorted unique ``needles`` are in the run (point lookups):
+    a compressed run decodes only the blocks the needles fall in; a raw run goes
+    through its sparse index and one page each when it has one (runs this process
+    wrote), else by a binary search in its memory map (log2 N page touches per key,
+    the top levels cached) rather than reading the whole run to build the index."""
+    if not (reader.count and len(needles)):
+        return
+    if compressed(reader):
+        found |= reader.lookup(needles)
+    elif reader.has_sparse:
+        sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
+    else:
+        keys = reader.keys
+        pos = np.minimum(np.searchsorted(keys, needles), reader.count - 1)
+        found |= np.asarray(keys[pos]) == needles
+
+
+def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray,
+          builder=None) -> int:
+    """Set ``found`` where sorted unique ``batch`` keys are in the run, reading it once
+    sequentially through ``buf`` (checksum and order checked). Returns bytes read.
+    ``builder``: a run cache Builder the keys read are copied to (a raw run; filed
+    once the whole run passed its checks)."""
+    if compressed(reader):  # decoded and compared block by block (runcodec.py)
+        reader.sweep(batch, found)
+        return run_bytes(reader)
+    if len(buf) < min_buffer_keys(reader):
+        buf = aligned_empty(min_buffer_keys(reader))
+    j, prev, have = 0, np.uint64(0), False
+    for n in reader.chunks(buf):
+        j, prev, have, ok = _kernels.sweep_step(buf, n, batch, j, found, prev, have)
+        prev = np.uint64(prev)  # numba hands uint64 back as a Python int
+        if not ok:
+            raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
+        if builder is not None:
+            builder.add(buf[:n])
+    if builder is not None:
+        builder.seal(run_key(reader))
+    return run_bytes(reader)
+
+
+def sweep_cached(entry: Entry, batch: np.ndarray, found: np.ndarray) -> None:
+    """``sweep`` from a run cache entry: no I/O, and no order check (the cache
+    checked the keys' order once, as they entered it: runcache.Builder)."""
+    j = 0
+    for block, n in entry.chunks():
+        if j >= len(batch):
+            break
+        j = _kernels.sweep_sorted(block, n, batch, j, found)
+
+
+def lookup_cached(entry: Entry, needles: np.ndarray, found: np.ndarray) -> None:
+    """``lookup`` from a run cache entry: a binary search in each block the sorted
+    ``needles`` fall in."""
+    lo = 0
+    for block, n in entry.chunks():
+        if lo >= len(needles):
+            break
+        keys = block[:n]
+        hi = lo + int(np.searchsorted(needles[lo:], keys[-1], side="right"))
+        if hi > lo:
+            pos = np.minimum(np.searchsorted(keys, needles[lo:hi]), n - 1)
+            found[lo:hi] |= keys[pos] == needles[lo:hi]
+        lo = hi
+
+
+def check_runs(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.ndarray,
+               probe_ratio: int = PROBE_RATIO, cache: RunCache | None = None,
+               tally: dict | None = None) -> int:
+    """Mark in ``found`` the keys of sorted unique ``batch`` held by any of ``readers``
+    (one shard's live runs). Each run is swept, or probed key by key when the keys
+    still unanswered are fewer than 1/``probe_ratio`` of it. Returns bytes read from
+    disk. ``cache``: runs it holds are checked from memory (``tally["cached"]``
+    grows by their bytes), and raw runs swept from disk join it while it has room."""
+    read = 0
+    left = len(batch) - int(np.count_nonzero(found))
+    for reader in readers:
+        if reader.count == 0:
+            continue
+        if left == 0:
+            break
+        few = left * probe_ratio < reader.count
+        entry = cache.acquire(reader) if cache is not None and cache.budget else None
+        if entry is not None:
+            try:
+                if few:
+                    todo = np.flatnonzero(~found)
+                    sub = np.zeros(len(todo), dtype=np.bool_)
+                    lookup_cached(entry, batch[todo], sub)
+                    found[todo[sub]] = True
+                else:
+                    sweep_cached(entry, batch, found)
+            finally:
+                cache.release(entry)
+            if tally is not None:
+                tally["cached"] = tally.get("cached", 0) + 8 * reader.count
+        elif few:
+            todo = np.flatnonzero(~found)  # the few keys left: looked up one by one
+            sub = np.zeros(len(todo), dtype=np.bool_)
+            lookup(reader, batch[todo], sub)
+            found[todo[sub]] = True
+        else:  # a count, not a list of the keys left: a sweep reads every key anyway
+            builder = (cache.builder() if cache is not None and cache.budget
+                       and not compressed(reader) else None)
+            try:
+                read += sweep(reader, batch, found, buf, builder)
+            finally:
+                if builder is not None:
+                    builder.abandon()  # a no-op once sealed
+        left = len(batch) - int(np.count_nonzero(found))
+    return read
+
+
+def _cached_chunks(entry: Entry, buf: np.ndarray, cache: RunCache) -> Iterator[int]:
+    """``RunReader.chunks`` from a pinned run cache entry (released at the end)."""
+    try:
+        filled = 0
+        for block, n in entry.chunks():
+            i = 0
+            while i < n:
+                m = min(n - i, len(buf) - filled)
+                buf[filled:filled + m] = block[i:i + m]
+                filled += m
+                i += m
+                if filled == len(buf):
+                    yield filled
+                    filled = 0
+        if filled:
+            yield filled
+    finally:
+        cache.release(entry)
+
+
+def merged_chunks(readers: list, out_keys: int = 1 << 20,
+                  buffer_bytes: int = MERGE_BUFFER_BYTES,
+                  cache: RunCache | None = None,
+                  tally: dict | None = None) -> Iterator[np.ndarray]:
+    """The union of ``readers`` (disjoint sorted runs of one shard), ascending, as
+    successive views of one output buffer (use each before asking for the next).
+
+    Reads each run sequentially (O_DIRECT where allowed) through its row of one
+    ``buffer_bytes`` block; raises CorruptionError when a run fails its checksum, is
+    out of order, or two runs share a key. ``cache``: runs it holds are read from
+    memory (compaction's inputs: no disk read; ``tally["cached"]`` grows by their
+    bytes)."""
+    k = len(readers)
+    if k == 0:
+        return
+    # a row holds at most its share of buffer_bytes, and no more than the largest run:
+    # fresh memory is faulted in (with transparent huge pages, 2 MiB zeroed per row
+    # touched), so a merge of small runs asks for small rows (see _kway_lots' out)
+    share = (buffer_bytes // 8 // k) // (ALIGN // 8) * (ALIGN // 8)
+    most = whole_blocks(8 * max(r.count for r in readers)) // 8
+    row = max(ALIGN // 8, min(share, most), max((min_buffer_keys(r) for r in readers), default=0))
+    bufs = aligned_empty(k * row).reshape(k, row)
+    out_keys = max(1, min(out_keys, sum(r.count for r in readers)))
+    pos = np.zeros(k, np.int64)
+    fill = np.zeros(k, np.int64)
+    last = np.zeros(k, np.bool_)
+    entries = [cache.acquire(r) if cache is not None and cache.budget else None
+               for r in readers]
+    if tally is not None:
+        tally["cached"] = tally.get("cached", 0) + sum(
+            8 * r.count for r, e in zip(readers, entries) if e is not None)
+    gens = [r.chunks(bufs[i]) if e is None else _cached_chunks(e, bufs[i], cache)
+            for i, (r, e) in enumerate(zip(readers, entries))]
+    seen = [0] * k
+
+    def refill(r: int) -> None:
+        if seen[r] < readers[r].count:
+            n = next(gens[r])
+            seen[r] += n
+            pos[r], fill[r] = 0, n
+        if seen[r] == readers[r].count:
+            last[r] = True
+            for _ in gens[r]:  # runs the generator to its end: the body checksum
+                pass
+
+    try:
+        yield from _kway_lots(_kernels.kway_step, bufs, pos, fill, last, refill, out_keys)
+    except _KwayBad:
+        names = ", ".join(r.name for r in readers)
+        raise CorruptionError(f"{names}: keys out of order or held by two runs") from None
+
+
+class _KwayBad(Exception):
+    """The k-way merge kernel found a key out of order or in two runs."""
+
+
+def _kway_lots(kernel, bufs, pos, fill, last, refill, out_keys: int) -> Iterator[np.ndarray]:
+    """Drive the k-way merge ``kernel`` over the rows ``bufs`` (``refill(r)`` loads row
+    r's next chunk and sets its ``pos``, ``fill``, ``last``): every row is loaded
+    first; yields each lot of merged keys, a view of one buffer of ``out_keys`` (use
+    it before asking for the next); raises _KwayBad on the kernel's KWAY_BAD."""
+    for r in range(len(bufs)):
+        refill(r)
+    out = np.empty(out_keys, np.uint64)
+    prev, have = np.uint64(0), False
+    while True:
+        n, status, prev, have = kernel(bufs, pos, fill, last, out, prev, have)
+        prev = np.uint64(prev)
+        if n:
+            yield out[:n]
+        if status >= 0:
+            refill(status)
+        elif status == KWAY_DONE:
+            return
+        elif status == KWAY_BAD:
+            raise _KwayBad
+
+
+def kway_arrays(runs: list, row: int, out_keys: int = 1 << 20, kernel=None):
+    """The union of sorted disjoint uint64 arrays ``runs`` by the k-way merge kernel,
+    driven as ``merged_chunks`` drives it (rows of ``row`` keys refilled as they run
+    empty, output lots of ``out_keys``); None when the kernel reports a key out of
+    order or in two runs. ``kernel``: ``kway_step`` (default) or a twin with its
+    contract (the tests' and bench/bench_kway.py's)."""
+    k = len(runs)
+    bufs = np.zeros((k, row), np.uint64)
+    pos, fill = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    last = np.zeros(k, np.bool_)
+    at = [0] * k
+
+    def refill(r: int) -> None:
+        part = runs[r][at[r]:at[r] + row]
+        bufs[r, :len(part)] = part
+        at[r] += len(part)
+        pos[r], fill[r] = 0, len(part)
+        last[r] = at[r] == len(runs[r])
+
+    try:
+        lots = [lot.copy() for lot in _kway_lots(kernel or _kernels.kway_step, bufs, pos,
+                                                 fill, last, refill, out_keys)]
+    except _KwayBad:
+        return None
+    return np.concatenate(lots) if lots else np.empty(0, np.uint64)
+
+
+def readers_for(path: str, doc: dict, have: dict | None = None) -> dict:
+    """Readers of the live runs manifest ``doc`` names (in store directory ``path``),
+    by shard, oldest first, each checked against it (CorruptionError otherwise);
+    ``have``: readers already open by file name (kept: their sparse index is built)."""
+    runs: dict[int, list] = {}
+    pd = policy_digest(doc["policy_id"])
+    host_bits = Layout.from_dict(doc["layout"]).host_bits
+    for r in doc["runs"]:
+        reader = (have or {}).get(r["file"])
+        if reader is None:
+            reader = open_reader(os.path.join(path, r["file"]))
+        h = reader.header
+        if (h.count != r["count"] or f"{h.body_checksum:016x}" != r["checksum"]
+                or h.shard != r["shard"] or h.policy_digest != pd
+                or h.host_bits != host_bits or h.shard_bits != doc["shard_bits"]):
+            raise CorruptionError(f"{r['file']}: header does not match the manifest")
+        runs.setdefault(r["shard"], []).append(reader)
+    return runs
+
+
+def all_readers(runs: dict) -> list:
+    """Every run of ``runs`` (by shard), shard by shard, oldest first."""
+    return [r for shard in sorted(runs) for r in runs[shard]]
+
+
+def first_last(reader) -> tuple[int, int]:
+    """The first and last key of a non-empty run (of a compressed run: its last
+    block decoded, through its checked lookup path)."""
+    if not compressed(reader):
+        return int(reader.keys[0]), int(reader.keys[-1])
+    return int(reader._first[0]), int(reader.last_key())
+
+
+def count_formats(readers: list) -> dict:
+    """``{"major.minor": runs}`` of ``readers``."""
+    out: dict = {}
+    for r in readers:
+        v = f"{r.header.major}.{r.header.minor}" if compressed(r) else f"{RUN_MAJOR}.{RUN_MINOR}"
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def spread_samples(readers: list, m: int) -> Iterator[np.ndarray]:
+    """About ``m`` stored keys in all, spread over every non-empty run in proportion
+    to its size (at least 2 per run: its first and last), one array per run."""
+    total = max(sum(r.count for r in readers), 1)
+    for reader in readers:
+        if reader.count:
+            yield sample_keys(reader, max(2, m * reader.count // total))
+
+
+def iter_keys(readers: list, max_chunk_keys: int) -> Iterator[np.ndarray]:
+    """Every key of ``readers``, run by run, as views of one reused buffer of at most
+    ``max_chunk_keys`` (or a compressed run's block) keys: use each before the next."""
+    total = max(1, sum(r.count for r in readers))
+    buf = aligned_empty(max([min(max_chunk_keys, whole_blocks(8 * total) // 8)]
+                            + [min_buffer_keys(r) for r in readers]))
+    for reader in readers:
+        for n in reader.chunks(buf):
+            yield buf[:n]
+
+
+def iter_range(runs: dict, lo: int = 0, hi: int = 1 << 64,
+               chunk_keys: int = 1 << 20) -> Iterator[np.ndarray]:
+    """The keys of the live runs ``runs`` (by shard) in [lo, hi), ascending, in chunks
+    of at most ``chunk_keys``: views of a raw run's map, or copies. Use a chunk before
+    asking for the next."""
+    for shard in sorted(runs):
+        live = [r for r in runs[shard]
+                if r.count and first_last(r)[1] >= lo and first_last(r)[0] < hi]
+        if len(live) > 1 or (live and compressed(live[0])):
+            # tiered runs: the shard's union in order (k-way merge), which also
+            # decodes compressed runs block by block
+            for chunk in merged_chunks(live, out_keys=chunk_keys):
+                part = chunk[(chunk >= np.uint64(lo)) & (chunk <= np.uint64(hi - 1))]
+                if len(part):
+                    yield part.copy()
+            continue
+        if not live:
+            continue
+        keys = live[0].keys
+        a = int(np.searchsorted(keys, np.uint64(lo))) if lo else 0
+        b = int(np.searchsorted(keys, np.uint64(hi - 1), side="right")) if hi < 1 << 64 \
+            else len(keys)
+        for s in range(a, b, chunk_keys):
+            yield keys[s: min(b, s + chunk_keys)]

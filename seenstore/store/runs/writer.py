@@ -1,0 +1,144 @@
+"""Writes one run file sequentially: header placeholder, body chunks, header, fsync.
+
+The writer never renames: it writes to the final path chosen by the store (a
+fresh name no manifest references yet), so an interrupted write leaves only an
+unreferenced file that the next writer's open removes.
+
+Body bytes go through one page-aligned buffer of ``BUF_KEYS`` keys and are
+written with ``O_DIRECT`` where the file system allows it: no copy into the page
+cache, no dirty pages for the kernel to write back later, so the commit's fsync
+has little left to do. The last block is padded and the file truncated to its
+exact length. Where ``O_DIRECT`` is refused (tmpfs, some network file systems)
+the same buffer is written through the page cache.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+import xxhash
+
+from seenstore.store.runs.format import HEADER_SIZE, KEY_DTYPE, SPARSE_STRIDE, RunHeader
+from seenstore.runtime.aligned import ALIGN, aligned_empty, direct_ready, set_direct, whole_blocks
+
+BUF_KEYS = 1 << 20  # 8 MiB writes
+
+
+class RunWriter:
+    """Append sorted keys, then ``finish()``. Requires: keys given in ascending order
+    across all ``write`` calls (the merge kernel guarantees it). ``direct``: try
+    O_DIRECT (falls back silently where refused); ``self.direct`` tells which.
+    ``buf``: a page-aligned uint64 block buffer to use (default: a new BUF_KEYS one)."""
+
+    def __init__(self, path: str, host_bits: int, shard_bits: int, shard: int,
+                 policy_digest: bytes, direct: bool = True, buf: np.ndarray | None = None):
+        self.path = path
+        self._meta = (host_bits, shard_bits, shard, policy_digest)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        self._fd = os.open(path, flags, 0o644)
+        self.direct = direct and set_direct(self._fd, True)  # else buffered writes
+        if buf is None or not direct_ready(buf):
+            buf = aligned_empty(BUF_KEYS)
+        self._buf = buf  # page-aligned, whole blocks; the caller may lend one to reuse
+        self._fill = 0
+        self._hash = xxhash.xxh3_64()
+        self.count = 0
+        self._sparse: list = []  # every SPARSE_STRIDE-th key, taken as the keys go by
+        self._write_all(memoryview(aligned_empty(HEADER_SIZE // 8)).cast("B"), zero=True)
+
+    def _write_all(self, view: memoryview, zero: bool = False) -> None:
+        if zero:
+            view[:] = b"\0" * len(view)
+        while view:  # writes may be short
+            try:
+                done = os.write(self._fd, view)
+            except OSError as e:
+                if e.errno != errno.EINVAL or not self.direct:
+                    raise
+                self._drop_direct()  # refused at write time (odd alignment rules): buffered
+                continue
+            if done % ALIGN and self.direct and done < len(view):
+                self._drop_direct()  # a short write left the offset unaligned
+            view = view[done:]
+
+    def _drop_direct(self) -> None:
+        self.direct = set_direct(self._fd, False)
+
+    def write(self, keys: np.ndarray) -> None:
+        if keys.dtype != np.dtype(KEY_DTYPE):
+            keys = keys.astype(KEY_DTYPE)
+        self._hash.update(memoryview(np.ascontiguousarray(keys)).cast("B"))
+        first = -self.count % SPARSE_STRIDE
+        if first < len(keys):
+            self._sparse.append(np.array(keys[first::SPARSE_STRIDE], dtype=np.uint64))
+        self.count += len(keys)
+        at = 0
+        while at < len(keys):
+            take = min(len(keys) - at, len(self._buf) - self._fill)
+            self._buf[self._fill: self._fill + take] = keys[at: at + take]
+            self._fill += take
+            at += take
+            if self._fill == len(self._buf):
+                self._write_all(memoryview(self._buf).cast("B"))
+                self._fill = 0
+
+    def finish(self, sync: bool = True) -> RunHeader:
+        """Write the last block and the header, fsync, close. Returns the header written."""
+        host_bits, shard_bits, shard, pdigest = self._meta
+        if self._fill:
+            nbytes = 8 * self._fill
+            if self.direct:  # whole blocks only: pad, then cut the file to its length
+                padded = whole_blocks(nbytes)
+                tail = memoryview(self._buf).cast("B")[:padded]
+                tail[nbytes:] = b"\0" * (padded - nbytes)
+                self._write_all(tail)
+            else:
+                self._write_all(memoryview(self._buf).cast("B")[:nbytes])
+            self._fill = 0
+        size = HEADER_SIZE + 8 * self.count
+        if os.fstat(self._fd).st_size != size:
+            os.ftruncate(self._fd, size)
+        header = RunHeader(self.count, host_bits, shard_bits, shard, pdigest,
+                           self._hash.intdigest())
+        head = aligned_empty(HEADER_SIZE // 8)
+        memoryview(head).cast("B")[:] = header.pack()
+        close_with_header(self._fd, memoryview(head).cast("B"), sync)
+        self._fd = -1
+        return header
+
+    def sparse_index(self) -> np.ndarray:
+        """The run's sparse index (every SPARSE_STRIDE-th key written), for its reader."""
+        if not self._sparse:
+            return np.empty(0, dtype=np.uint64)
+        return np.concatenate(self._sparse)
+
+    def abort(self) -> None:
+        """Close and delete the partial file; never raises."""
+        remove_partial(self._fd, self.path)
+        self._fd = -1
+
+
+def close_with_header(fd: int, head, sync: bool) -> None:
+    """Write the header block ``head`` at offset 0 (last, so a file with a valid
+    header is whole), fsync if asked, close ``fd``. Shared with runcodec.py."""
+    done = os.pwrite(fd, head, 0)
+    if done != HEADER_SIZE:
+        raise OSError(errno.EIO, f"short header write ({done} of {HEADER_SIZE} bytes)")
+    if sync:
+        os.fsync(fd)
+    os.close(fd)
+
+
+def remove_partial(fd: int, path: str) -> None:
+    """Close ``fd`` (when >= 0) and delete ``path``; never raises."""
+    try:
+        if fd >= 0:
+            os.close(fd)
+    except OSError:
+        pass
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

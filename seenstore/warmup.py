@@ -1,0 +1,181 @@
+"""Warm-up: every numba kernel compiled (or loaded from numba's cache) before it is
+timed or needed, so no later call waits for the compiler.
+
+Owns ``warm_up`` (what ``seenstore warmup`` and the benchmarks run) and
+``warm_store`` (a throwaway store driven through the large-batch paths). It sits
+above the store and the URL path and calls them with the numpy twins turned off
+(``dispatch.kernels_only``), so the kernels themselves compile; nothing below it
+imports it. Each call works in a new temporary folder, removed after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from seenstore.kernels import dispatch
+
+_U = np.uint64
+
+
+def warm_up(directory: str | None = None, *,
+            progress: Callable[[str, int, int], None] | None = None, run_format: int | None = None, child: bool = False) -> float:
+    """Compile (or load) every kernel the store and the URL fast path run; returns the
+    seconds it took. ``progress(name, i, n)`` after each step. The throwaway stores go
+    in a new temporary folder (inside ``directory`` if given), removed after;
+    ``run_format``: also drive a store of that run format when it is not the default.
+
+    ``child``: with a cold numba cache (``dispatch.cold``), a child process compiles
+    first and this one then loads the cache, because compiling leaves ~700 MB of
+    LLVM's memory resident in the process that did it, which a benchmark's peak RSS
+    would report as its own. If the child fails, this process compiles."""
+    t0 = time.perf_counter()
+    if child and dispatch.cold():
+        _warm_up_in_child(directory, run_format)
+    _warm_here(directory, progress, run_format)
+    return time.perf_counter() - t0
+
+
+def _warm_here(directory: str | None, progress, run_format: int | None) -> None:
+    """``warm_up``'s work in this process."""
+    from seenstore.store.runs import live as runsmod
+
+    steps = warm_steps(tempfile.mkdtemp(prefix="seenstore-warmup-", dir=directory))
+    for i, (name, step) in enumerate(steps, 1):
+        step()
+        if progress is not None:
+            progress(name, i, len(steps))
+    if run_format is not None and run_format != runsmod.DEFAULT_RUN_FORMAT:
+        work = tempfile.mkdtemp(prefix="seenstore-warmup-", dir=directory)
+        try:
+            with dispatch.kernels_only():
+                warm_store(work, run_format)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _warm_up_in_child(directory: str | None, run_format: int | None) -> bool:
+    """``warm_up`` in a fresh Python process sharing this one's numba cache and
+    importing this very seenstore (``python -c`` would put its working folder first
+    on the path); True if it succeeded."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.path.insert(0, sys.argv[3]); from seenstore.warmup import warm_up; "
+            "warm_up(sys.argv[1] or None, run_format=int(sys.argv[2]) or None)")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, directory or "", str(run_format or 0),
+                               root], stdin=subprocess.DEVNULL, capture_output=True)
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def warm_store(directory: str, run_format: int | None = None) -> None:
+    """A throwaway store in ``directory`` through a few batches of 2 ``REGION_MIN_KEYS``
+    keys (half of each batch offered before) with a 2e6-key Bloom filter, so the
+    large-batch paths run too (region inserts, the deferred insert); both ``add``
+    and ``add_new``, a lookup and a compaction. Run it inside
+    ``dispatch.kernels_only`` to compile the kernels rather than use the twins."""
+    from seenstore.bloom import REGION_MIN_KEYS
+    from seenstore.keys import sort as sorting
+    from seenstore.store import SeenStore
+    from seenstore.store.runs import live as runsmod
+
+    path = os.path.join(directory, "warmup-store")
+    sorting.warm_up()
+    rng = np.random.default_rng(99)
+    size = 2 * REGION_MIN_KEYS
+    keys = rng.integers(0, 2**64, size, dtype=_U, endpoint=False)
+    try:
+        with SeenStore.open(path, create=True, bloom_capacity=2_000_000,
+                            run_format=run_format or runsmod.DEFAULT_RUN_FORMAT) as st:
+            for i in range(4):
+                fresh = rng.integers(0, 2**64, size // 2, dtype=_U, endpoint=False)
+                keys = np.concatenate([keys[: size // 2], fresh])
+                st.add(keys) if i % 2 else st.add_new(keys)
+            st.contains(keys)
+            st.compact()  # the k-way merge of compaction
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
+    """The warm-up's steps as (name, step): the kernel modules imported, the store's
+    kernels, the URL kernels. The store's step works in ``directory`` and removes it."""
+
+    def store_path():
+        try:
+            with dispatch.kernels_only():
+                warm_store(directory)
+                from seenstore.store import SeenStore
+
+                with SeenStore.open(os.path.join(directory, "readers"), create=True,
+                                    sync=False) as st:  # contains, verify: readers' kernels
+                    keys = np.arange(1, 1001, dtype=_U)
+                    st.add(keys)
+                    st.add(keys + _U(1000))  # the sweep of the first run (tiered runs)
+                    st.contains(keys[::3])  # point lookups: the sparse index
+                    st.verify()  # two runs in a shard: the k-way merge
+                    st.compact()
+                    st.verify()  # one run: its order check
+                    st.stats()  # the Bloom fill histogram
+                with SeenStore.open(os.path.join(directory, "uncached"), create=True, sync=False,
+                                    cache_bytes=0) as st:  # a writer whose run cache is off or full
+                    st.add(keys)
+                    st.add(keys + _U(1000))
+                    st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
+                dispatch.batch.unique_sorted(keys)  # the stage's
+                dispatch.batch.first_unique(keys, np.empty(len(keys), _U), np.empty(len(keys), np.int64),
+                                   64, 32)  # a batch's repeats
+                # add's mask on two threads (batches of 2^20 keys and more)
+                from seenstore.keys.batch import PARALLEL_JOIN_KEYS, first_new_mask
+
+                many = np.arange(PARALLEL_JOIN_KEYS, dtype=_U)
+                first_new_mask(many, many[::2].copy(), 2)
+                # a batch's partition on two threads (batches of 2^20 keys and more)
+                from seenstore.store.scheduling import PARALLEL_PARTITION_KEYS, partition
+
+                partition(np.arange(2 * PARALLEL_PARTITION_KEYS, dtype=_U), 4, 2)
+                # a spilled bucket too big for one slice, split by key ranges (spill._split)
+                dispatch.batch.partition_by_cuts(keys, keys[::100].copy(),
+                                                 np.empty(len(keys), np.int32),
+                                                 np.empty(len(keys), _U), np.empty(12, np.int64))
+                from seenstore.bloom import GROUP
+
+                # region inserts (large batches into large filters)
+                words = np.zeros(8 * 64, dtype=_U)
+                dispatch.bloom.kernel("bloom_add_regions")(words, keys, 7, GROUP, 2,
+                                                           np.empty(256, _U))
+                # a sweep from disk (runs the run cache does not hold): order checked
+                dispatch.merge.kernel("sweep_step")(keys, len(keys), keys, 0,
+                                                    np.zeros(len(keys), np.bool_), _U(0), False)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def url_path():
+        from seenstore.url.fastpath import normalise_buffer
+        from seenstore.url.buffer import URLBuffer
+
+        with dispatch.kernels_only():
+            URLBuffer.from_bytes(b"\xef\xbb\xbfhttp://a.example/\tx\r\n\n", pairs=True)
+            fb = normalise_buffer(URLBuffer.from_strs(
+                ["http://a.example/x", "HTTP://b.example:80/./y#f", "mailto:x", "http://[::1",
+                 "http://\u00e9.example/routed"]))
+            fb.lines(np.ones(len(fb.keys), dtype=bool))
+
+    def contains_path():
+        for family in dispatch.FAMILIES.values():
+            for name in family.names():
+                family.kernel(name)  # import: numba itself and every kernel module
+
+    return [("numba and the kernel modules", contains_path),
+            ("store kernels: sort, merge, Bloom filter", store_path),
+            ("URL kernels: normalise, fingerprint", url_path)]
+
+

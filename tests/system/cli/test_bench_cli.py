@@ -1,0 +1,287 @@
+"""``seenstore bench``: a tiny end-to-end run, its JSON, and its refusal paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from seenstore.bench.run import STAGES
+from seenstore.cli import main
+from seenstore.store import SeenStore
+
+
+def _bench(args, tmp_path):
+    return CliRunner().invoke(
+        main, ["bench", "--json", "--quiet", "--probe-bytes", "8e6", "--dir", str(tmp_path)]
+        + args)
+
+
+def test_tiny_run_subprocess_exit_code_and_json_fields(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "-c", "from seenstore.cli import main; main()", "bench",
+         "--keys", "2e5", "--batch", "5e4", "--json", "--quiet", "--probe-bytes", "8e6",
+         "--dir", str(tmp_path)], capture_output=True, text=True,
+        timeout=900)  # on a bare clone this is the suite's first compile (2-6 min under load)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["verified"] is True and r["bad_batches"] == []
+    assert r["offered"] == 200_000 and len(r["batches"]) == 4
+    # 10% in-batch repeats; first batch all fresh, then half of the distinct slots re-offered
+    assert r["expected_new"] == 45_000 + 3 * 22_500 == r["new"] == r["store_keys"]
+    for s in STAGES + ("store_total", "other"):
+        assert s in r["ns_per_key"]
+    assert r["ns_per_key"]["store_total"] > 0 and r["keys_per_s"] > 0
+    assert r["bytes_written"] >= 8 * r["store_keys"]
+    assert r["disk_bytes"] >= 8 * r["store_keys"] and r["disk_bytes_per_key"] >= 8.0
+    assert r["peak_rss_bytes"] > 0
+    assert len(r["disk_probe"]) == 2 and all(d["write_bps"] > 0 for d in r["disk_probe"])
+    probe = r["cpu_probe_ns_per_key"]  # the host's speed at the start and at the end
+    assert len(probe) == 2 and all(0 < x < 1000 for x in probe)
+    assert r["floor"]["total_s"] > 0 and r["floor"]["ratio_store_to_floor"] > 0
+    assert not os.path.exists(tmp_path / "bench-store")  # removed without --keep
+    res = r["resources"]  # what bench found and needed, decided before it started
+    assert res["batch"] == 50_000 and res["disk_free"] > res["disk_needed"] > 8 * r["new"]
+    assert res["memory_available"] > 0 and res["peak_rss"] == r["peak_rss_bytes"]
+    assert res["disk_used"] == r["disk_bytes"]
+    # the floor's sort is the faster of the two, both timed in the run
+    fl = r["floor"]
+    assert fl["sort_s"] == min(fl["sort_numpy_s"], fl["sort_radix_s"]) > 0
+    assert fl["sort_by"] == ("numpy" if fl["sort_numpy_s"] <= fl["sort_radix_s"] else "radix")
+    assert r["sort"]["sort"] in ("radix", "numpy") and r["params"]["threads"] >= 1
+    assert r["machine"]["cpu"] and set(r["machine"]["numpy_simd"]) == {"baseline", "found",
+                                                                      "not_found"}
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--no-bloom"], "needs about .* of free disk .* only .* is free"),
+    ([], "Bloom filter for .* keys needs .* use --no-bloom"),
+])
+def test_a_run_too_big_for_this_machine_stops_before_it_starts(tmp_path, extra, match):
+    """1e13 keys: more disk (and Bloom memory) than any test machine has: one line, exit 6,
+    nothing written."""
+    p = subprocess.run(
+        [sys.executable, "-m", "seenstore.cli", "bench", "--keys", "1e13", "--quiet",
+         "--dir", str(tmp_path)] + extra, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 6, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("seenstore: error: ")
+    assert re.search(match, lines[0]), lines[0]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("sort", ["radix", "numpy"])
+def test_threads_option_and_sort_override_in_text_output(tmp_path, monkeypatch, sort):
+    monkeypatch.setenv("SEENSTORE_SORT", sort)
+    r = CliRunner().invoke(main, ["bench", "--keys", "1e5", "--batch", "5e4", "--quiet",
+                                  "--probe-bytes", "8e6", "--dir", str(tmp_path),
+                                  "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    assert f"sort             {sort} (SEENSTORE_SORT={sort}); threads 1" in r.output
+    assert "machine          " in r.output and "numpy" in r.output
+    bad = CliRunner().invoke(main, ["bench", "--keys", "1e5", "--threads", "0"])
+    assert bad.exit_code == 2
+
+
+def _flip_last(mask):
+    mask[-1] = not mask[-1]
+    return mask
+
+
+def _swap_one(new):  # same count, one new key replaced by a key that is not new
+    out = new.copy()
+    out[-1] = out[-1] + np.uint64(1) if out[-1] != np.uint64(2**64 - 1) else np.uint64(0)
+    return np.sort(out)
+
+
+@pytest.mark.parametrize("answer,method,lie", [
+    ("mask", "add", _flip_last),
+    ("new", "add_new", lambda new: new[:-1]),
+    ("new", "add_new", _swap_one),
+])
+def test_wrong_answers_give_exit_1(tmp_path, monkeypatch, answer, method, lie):
+    real = getattr(SeenStore, method)
+
+    def lying(self, keys):
+        return lie(real(self, keys))
+
+    monkeypatch.setattr(SeenStore, method, lying)
+    r = _bench(["--keys", "3e4", "--batch", "1e4", "--answer", answer], tmp_path)
+    assert r.exit_code == 1
+    assert "differ from the expectation" in r.output
+
+
+def test_keep_leaves_a_store_that_holds_the_expected_keys(tmp_path):
+    saved = tmp_path / "run.json"
+    r = _bench(["--keys", "2e4", "--batch", "1e4", "--keep", "--reoffer", "0",
+                "--save", str(saved)], tmp_path)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert json.loads(saved.read_text()) == out
+    with SeenStore.open(out["params"]["kept_store"]) as st:
+        assert len(st) == out["expected_new"] == 18_000
+        assert st.contains(np.array([], dtype=np.uint64)).shape == (0,)
+
+
+def test_bad_numbers_and_existing_store_are_one_line_errors(tmp_path):
+    # malformed or too small: the same usage error (issue 11.3: '0' exited 3, 'abc' 2)
+    for bad in (["--keys", "abc"], ["--keys", "1.5"], ["--keys", "-3"], ["--batch", "1e-3"],
+                ["--keys", "0"], ["--batch", "0"]):
+        r = _bench(bad, tmp_path)
+        assert r.exit_code == 2 and "Traceback" not in r.output, (bad, r.output)
+    assert "at least 1" in _bench(["--keys", "0"], tmp_path).output
+    os.makedirs(tmp_path / "bench-store")
+    r = _bench(["--keys", "1e3"], tmp_path)
+    assert r.exit_code == 3 and "already exists" in r.output
+    assert os.path.isdir(tmp_path / "bench-store")  # not ours: left alone
+
+
+def test_no_bloom_run_verifies_and_spends_nothing_on_the_filter(tmp_path):
+    r = _bench(["--keys", "4e4", "--batch", "1e4", "--no-bloom", "--keep"], tmp_path)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["verified"] and out["params"]["bloom"] is False
+    assert out["ns_per_key"]["bloom"] == 0 and out["ns_per_key"]["bloom_background"] == 0
+    with SeenStore.open(out["params"]["kept_store"], bloom=False) as st:
+        assert len(st) == out["expected_new"]
+        assert not os.path.exists(os.path.join(st.path, "BLOOM"))
+    assert out["bloom_end"] is None
+
+
+def test_spilled_batches_verify_and_report_their_budget(tmp_path):
+    """--memory: every batch generated straight into SeenStore.add_new_file (spilled by
+    shard, never whole in memory), counts checked against the stream's expectation."""
+    r = _bench(["--keys", "2e5", "--batch", "5e4", "--memory", "16M", "--run-format", "2"],
+               tmp_path)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["verified"] and d["new"] == d["expected_new"] == 45_000 + 3 * 22_500
+    assert d["params"]["spill_memory"] == 16 << 20 and d["params"]["run_format"] == 2
+    res = d["resources"]  # the busiest shard's bucket counted twice (split when too big)
+    assert res["shard_bits"] == 8
+    assert res["disk"]["spill_buckets"] == int(8 * 50_000 * (1 + res["busiest_shard_share"]))
+    assert d["ns_per_key"]["spill"] > 0 and all(b["ok"] for b in d["batches"])
+    stages = d["spill_stages_ns_per_key"]  # admit_file's own clock, per offered key
+    assert {"spill", "read", "sort", "check", "write", "write_behind"} <= set(stages)
+    assert all(v["wall"] >= 0 and v["cpu"] >= 0 for v in stages.values())
+    assert stages["sort"]["wall"] > 0 and stages["write_behind"]["wall"] > 0
+    end = d["bloom_end"]  # the last batch's deferred insert settled: every new key in
+    assert end["state"] == "kept" and 0.99 * d["new"] <= end["keys"] <= d["new"]
+
+
+def test_a_dropped_bloom_filter_is_reported_at_the_end(tmp_path, monkeypatch):
+    """A spilled batch's failed Bloom insert drops the filter (a warning on stderr);
+    the report says so too, in its text and its JSON."""
+    from seenstore.store import spill
+
+    def broken(self, keys):
+        raise OSError("injected")
+    monkeypatch.setattr(spill.DeferredInsert, "_insert", broken)
+    args = ["--keys", "1e5", "--batch", "5e4", "--memory", "16M", "--dir", str(tmp_path)]
+    r = CliRunner().invoke(main, ["bench", "--quiet", "--probe-bytes", "8e6", "--save",
+                                  str(tmp_path / "r.json")] + args)
+    assert r.exit_code == 0, r.output
+    assert "bloom at end     dropped (insert failed" in r.output
+    assert json.loads((tmp_path / "r.json").read_text())["bloom_end"]["state"] == "dropped"
+
+
+def test_bench_with_a_wrong_spilled_count_exits_1(tmp_path, monkeypatch):
+    from seenstore.store import spill
+
+    real = spill.admit_file
+
+    def lie(*a, **k):
+        f = real(*a, **k)
+        f["new"] -= 1
+        return f
+    monkeypatch.setattr(spill, "admit_file", lie)
+    r = _bench(["--keys", "1e5", "--batch", "5e4", "--memory", "16M"], tmp_path)
+    assert r.exit_code == 1 and not json.loads(r.output.splitlines()[0])["verified"]
+
+
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize("free_gb,fmt", [(70, 2), (300, 1), (40, None)])
+def test_the_1e10_plan_spills_within_12_gib_and_fits_the_disk(monkeypatch, tmp_path, free_gb, fmt):
+    """This machine (24 GiB, 70 GB free): 1e10 keys are spilled batches under the RSS cap,
+    runs compressed because raw ones would not leave room; with the disk short it stops
+    with what it needed (exit 6)."""
+    from collections import namedtuple
+
+    from seenstore.bench import run as benchrun
+    from seenstore.errors import DiskFullError
+    from seenstore.bench.workload import CrawlStream
+
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(benchrun.shutil, "disk_usage", lambda p: Usage(0, 0, free_gb * 10**9))
+    monkeypatch.setattr(benchrun, "_available_memory", lambda: 22 * GiB)
+    monkeypatch.setattr(benchrun.os, "sysconf", lambda n: {"SC_PAGE_SIZE": 4096,
+                                                            "SC_PHYS_PAGES": 24 * GiB // 4096}[n])
+    distinct = CrawlStream(10**10, 10**9).expected_total_new
+    args = (10**10, distinct, None, str(tmp_path), distinct, GiB, None, None, None, (20, None, 0))
+    if fmt is None:
+        with pytest.raises(DiskFullError, match="needs about .* spill buckets.* only 37.3 GiB is free"):
+            benchrun.plan_resources(*args)
+        return
+    p = benchrun.plan_resources(*args)
+    assert p.spill_memory and p.run_format == fmt and p.shard_bits == benchrun.SPILL_SHARD_BITS
+    assert p.memory_estimate["total"] <= 12 * GiB - benchrun.RSS_MARGIN  # spill_peak
+    assert 5 * 10**8 <= p.batch <= benchrun.SPILL_MAX_BATCH  # ~20 sweeps at most, not 100
+    assert p.disk_needed == sum(p.disk.values()) <= free_gb * 10**9
+    assert p.disk["spill_buckets"] == int(8 * p.batch * (1 + p.busiest_shard_share))
+
+
+def test_a_cold_numba_cache_is_compiled_in_a_child_before_the_benchmark_loads_it(
+        tmp_path, monkeypatch):
+    """warmup.warm_up(child=True): compiling leaves LLVM's memory resident (~700 MB) in
+    the process that compiled, so with a cold cache a child compiles and the benchmark's
+    process only loads the cache; with a warm one no child (it would cost a second)."""
+    from seenstore import warmup
+    from seenstore.kernels import dispatch
+
+    events = []
+    monkeypatch.setattr(warmup, "_warm_up_in_child",
+                        lambda d, fmt: events.append(("child", fmt)) or True)
+    monkeypatch.setattr(warmup, "_warm_here", lambda d, progress, fmt: events.append(("here",)))
+    monkeypatch.setattr(dispatch, "cold", lambda: True)
+    warmup.warm_up(str(tmp_path), child=True)
+    assert events == [("child", None), ("here",)]
+    events.clear()
+    monkeypatch.setattr(dispatch, "cold", lambda: False)
+    warmup.warm_up(str(tmp_path), child=True)
+    assert events == [("here",)]
+
+
+def test_dispatch_cold_reads_numba_cache_index(tmp_path):
+    """dispatch.cold: False where the kernels are cached (this suite warms them up),
+    True in a process whose numba cache is empty (and nothing compiled)."""
+    from seenstore.kernels import dispatch
+    from seenstore.warmup import warm_up
+
+    warm_up(str(tmp_path))  # loads (or, run alone on a new clone, compiles)
+    assert dispatch.cold() is False
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "empty")}
+    p = subprocess.run([sys.executable, "-c",
+                        "from seenstore.kernels import dispatch; print(dispatch.cold())"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "True", p.stderr
+
+
+def test_warm_up_in_a_child_process_runs_and_reports_success(tmp_path, monkeypatch):
+    """The child imports this very seenstore, even run from a folder holding another
+    (a benchmark of a snapshot, started from the checkout, warmed the checkout's)."""
+    from seenstore import warmup
+
+    other = tmp_path / "elsewhere"
+    (other / "seenstore").mkdir(parents=True)
+    (other / "seenstore" / "__init__.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.chdir(other)
+    assert warmup._warm_up_in_child(str(tmp_path), None) is True
+    assert warmup._warm_up_in_child(str(tmp_path / "missing" / "dir"), None) is False
