@@ -22,7 +22,8 @@ from typing import Self
 
 import numpy as np
 
-from seenstore.store import spill as spillmod
+from seenstore.store import buckets
+from seenstore.store.files import spill_dir
 from seenstore.store import wal as walmod
 from seenstore.keys.batch import as_keys, unique_first
 from seenstore.bloom import BloomFilter
@@ -546,15 +547,15 @@ class DedupStage:
         beside the buffer's own keys, not a few copies of them. The new keys come back
         sorted in a file of the store's spill folder, read in chunks to resolve the
         held keys and count anomalies; the result is the in-memory merge's."""
-        memory = max(spillmod.MIN_MEMORY, self.budget_bytes)
-        new_path = spillmod.spill_dir(self.store.path) + ".new"
+        memory = max(buckets.MIN_MEMORY, self.budget_bytes)
+        new_path = spill_dir(self.store.path) + ".new"
         sort_keys(certain, self.store.threads)
         hu, first = unique_first(held) if len(held) else (_EMPTY, None)
         in_new_c = np.zeros(len(certain), dtype=np.bool_)
         in_new_h = np.zeros(len(hu), dtype=np.bool_)
         try:
             fig = self.store.add_new_file([certain, held], memory=memory, new_out=new_path)
-            for chunk in spillmod.source_chunks(new_path, max(1 << 16, memory // 32)):
+            for chunk in buckets.source_chunks(new_path, max(1 << 16, memory // 32)):
                 _mark_sorted(certain, chunk, in_new_c)
                 _mark_sorted(hu, chunk, in_new_h)
         finally:

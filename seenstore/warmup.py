@@ -142,7 +142,7 @@ def warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                 from seenstore.store.scheduling import PARALLEL_PARTITION_KEYS, partition
 
                 partition(np.arange(2 * PARALLEL_PARTITION_KEYS, dtype=_U), 4, 2)
-                # a spilled bucket too big for one slice, split by key ranges (spill._split)
+                # a spilled bucket too big for one slice, split by key ranges (store/buckets.py)
                 dispatch.batch.partition_by_cuts(keys, keys[::100].copy(),
                                                  np.empty(len(keys), np.int32),
                                                  np.empty(len(keys), _U), np.empty(12, np.int64))

@@ -12,9 +12,10 @@ in the benchmarks, generating the next batch).
 
 Two sources of keys: an in-memory batch hands its new keys (a copy the insert owns:
 ``keys``); a spilled batch (spill.py) feeds its new runs one by one as its check
-finishes them (``feed``, read back in lots of DEFERRED_CHUNK_KEYS).
+finishes them (``feed``, read back in lots of DEFERRED_CHUNK_KEYS). The keeper
+(keeper.py) starts them and holds the one running.
 
-Who waits (``settle``): everything that reads or writes the filter — the next
+Who waits (``BloomKeeper.settle``): everything that reads or writes the filter — the next
 insert (on its own thread: ``prev``), ``SeenStore.bloom``, ``contains``, the stage,
 approximate mode, ``checkpoint``/``close``. Crash safety is the filter's own: a
 crash before the insert ends leaves a BLOOM file of an older generation (a
@@ -255,17 +256,3 @@ class DeferredInsert:
             return 0.0, 0.0
         self.booked = True
         return (self.elapsed_s + self.carried_elapsed_s, self.cpu_s + self.carried_cpu_s)
-
-
-def settle(store) -> float:
-    """Wait for ``store``'s deferred Bloom insert (``store._bloom_behind``), if one is
-    running; return the seconds waited. Called before anything reads or writes the
-    filter (facade.py: ``bloom``, ``_bloom_ready``, ``checkpoint``)."""
-    behind = store._bloom_behind
-    if behind is None:
-        return 0.0
-    t = time.perf_counter()
-    behind.wait()  # another thread may wait too: it returns once the insert is done
-    if store._bloom_behind is behind:
-        store._bloom_behind = None
-    return time.perf_counter() - t

@@ -1,6 +1,9 @@
 """The store's Bloom filter over its life: loaded or rebuilt at open, made room for
 and fed per batch, dropped when an insert fails, saved at checkpoint (docs/bloom.md,
-"The store's filter"; docs/architecture.md step 1b).
+"The store's filter"; docs/architecture.md step 1b). It owns the two threads that
+run beside the batches: the last batch's insert deferred past its return
+(``behind``, bloom/deferred.py) and a new filter's prefault; ``settle`` and
+``ready`` wait for them before anything reads or writes the filter.
 
 The filter is derived data: every answer it cannot give is asked of the runs, so
 any failure here drops it (with a warning) rather than failing a committed batch,
@@ -10,14 +13,19 @@ hands it the stored keys as chunks (rebuild) and samples (is a file theirs?).
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
+from types import SimpleNamespace
 from typing import Callable, Iterable
 
 import numpy as np
 
 from seenstore.errors import SeenStoreError, StoreNotFoundError
+from seenstore.bloom.deferred import DeferredInsert
 from seenstore.bloom.file import Binding
 from seenstore.bloom.layers import LayeredBloom
+from seenstore.bloom.sizing import prefault
 
 DEFAULT_BLOOM_FPR = 1e-3
 MIN_BLOOM_CAPACITY = 1 << 20
@@ -41,6 +49,94 @@ class BloomKeeper:
         self.dirty = False
         self.state = "off"
         self._last_batch = 0  # keys of the last batch that set a bit: the next one's guess
+        self.behind: DeferredInsert | None = None  # the last batch's insert, past its return
+        self._prefault: threading.Thread | None = None  # a new filter's pages faulting in
+
+    # ------------------------------------------------- the threads beside the batches
+    def start_prefault(self, min_bytes: int) -> None:
+        """A new, empty filter of ``min_bytes`` or more has its pages made resident on a
+        thread (writing zeros over zeros, ``sizing.prefault``) while the caller prepares
+        its first batch, instead of batch 0's inserts taking the page faults. Every
+        insert waits for it first (``ready``, and a DeferredInsert's ``after``); reads
+        meanwhile see the zeros they would anyway."""
+        bf = self.bf
+        if bf is None or bf.n_added or len(bf.layers) != 1 or bf.nbytes < min_bytes:
+            return
+        self._prefault = threading.Thread(target=prefault, args=(bf.layers[0].words,),
+                                          name="seenstore-bloom-prefault", daemon=True)
+        self._prefault.start()
+
+    @property
+    def prefaulting(self) -> bool:
+        """True while a new filter's prefault has not been waited for or handed on."""
+        return self._prefault is not None
+
+    def settle(self) -> float:
+        """Wait for the deferred insert (``behind``), if one runs; return the seconds
+        waited. Called before anything reads or writes the filter."""
+        behind = self.behind
+        if behind is None:
+            return 0.0
+        t = time.perf_counter()
+        behind.wait()  # another thread may wait too: it returns once the insert is done
+        if self.behind is behind:
+            self.behind = None
+        return time.perf_counter() - t
+
+    def ready(self) -> float:
+        """``settle``, and wait for the prefault, if any: before the filter is written on
+        the calling thread. Returns the seconds the deferred insert was waited for."""
+        waited = self.settle()
+        if self._prefault is not None:
+            self._prefault.join()
+            self._prefault = None
+        return waited
+
+    def book_finished(self) -> tuple[float, float] | None:
+        """If the deferred insert has finished, settle it (a failure drops the filter
+        now) and return its ``(elapsed_s, cpu_s)`` for the caller's figures; None when
+        none ran or it still runs."""
+        behind = self.behind
+        if behind is None or behind.thread.is_alive():
+            return None
+        self.settle()
+        return behind.book()
+
+    def defer(self, buffer: Callable[[], np.ndarray], parts: list, gate, report: dict) -> None:
+        """Insert a committed batch's new keys past the call's return: copied from
+        ``parts`` (the caller's scratch) into ``buffer()`` (an array the insert owns, as
+        long as ``parts`` in all) on the insert's thread, after the previous insert, the
+        prefault and ``gate``. An insert that cannot start (no memory for its buffer, no
+        thread) drops the filter with a warning: the batch is committed, and the next
+        open rebuilds the filter from the runs."""
+        try:
+            own = buffer()
+            self.behind = DeferredInsert(self, keys=own, parts=parts, prev=self.behind,
+                                         after=(self._prefault, gate), report=report)
+            self._prefault = None
+        except Exception as e:  # e.g. MemoryError, no thread
+            warnings.warn(f"Bloom filter insert could not start ({e!r}); filter dropped, "
+                          "the next open rebuilds it from the runs")
+            self.drop(SimpleNamespace(dropped=False))
+
+    def start_fed(self, chunks_of) -> DeferredInsert | None:
+        """An insert fed a batch's new runs as they are finished (``feed``), running
+        beside the batch after the prefault and the previous insert; None without a
+        filter. The caller hands it over once the batch commits (``adopt``) or
+        ``abandon``s it (which drops the filter: it holds uncommitted keys)."""
+        if self.bf is None:
+            return None
+        behind = self.behind
+        prefaulting, self._prefault = self._prefault, None
+        return DeferredInsert(self, chunks_of=chunks_of,
+                              after=(prefaulting, behind.thread if behind is not None else None))
+
+    def adopt(self, early: DeferredInsert | None) -> None:
+        """After the commit: ``early`` (``start_fed``) closed and made the deferred
+        insert the next reader settles."""
+        if early is not None:
+            early.close()
+            self.behind = early
 
     def open(self, path: str, generation: int, binding: Binding, n_keys: int, fpr: float,
              capacity: int | None, samples: Callable[[int], Iterable[np.ndarray]],

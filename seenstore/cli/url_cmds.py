@@ -26,7 +26,8 @@ from seenstore.url.normalise import DEFAULT_MAX_LENGTH, NormalisedBatch, check_b
 from seenstore.url.fastpath import normalise_many
 from seenstore.runtime.parallel import check_threads, keep_freed_memory, ordered_map
 from seenstore.url.policy import load_policy
-from seenstore.url.buffer import URLBuffer, iter_lines
+from seenstore.url.buffer import URLBuffer
+from seenstore.url.reading import iter_lines
 from seenstore.cli import default_store_dir, fail, main, store_option, threads_option
 from seenstore.cli.deliver import Output
 

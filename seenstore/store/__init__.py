@@ -23,7 +23,8 @@ importable from here.
 from seenstore.bloom.keeper import DEFAULT_BLOOM_FPR, MIN_BLOOM_CAPACITY
 from seenstore.store.commit import MAX_SHARD_BITS
 from seenstore.store.compaction import COMPACT_CREDIT
-from seenstore.store.facade import DEFAULT_POLICY_ID, DEFAULT_SHARD_BITS, MODES, SeenStore
+from seenstore.store.facade import SeenStore
+from seenstore.store.opening import DEFAULT_POLICY_ID, DEFAULT_SHARD_BITS, MODES
 from seenstore.store.files import BLOOM_NAME, run_name
 
 __all__ = ["BLOOM_NAME", "COMPACT_CREDIT", "DEFAULT_BLOOM_FPR", "DEFAULT_POLICY_ID",

@@ -8,23 +8,19 @@ once for all shards (commit.py); then the compaction the batch paid for starts
 thread that runs on past the return (bloom/deferred.py), waited for by the next
 insert and by every reader of the filter.
 
-``Admission`` is a part of ``SeenStore`` (facade.py), kept apart so each file
-reads as one concern. Requires of the class it is mixed into: ``_live``,
-``_keeper``, ``_compactor``, ``_buffers``, ``_mutex`` and the properties of the
-facade.
+``SeenStore`` (facade.py) holds one ``Admission`` and hands it its batch calls;
+the facade keeps opening, reading, the commit seam and the lifecycle.
 """
 
 from __future__ import annotations
 
 import time
-import warnings
-from types import SimpleNamespace
 
 import numpy as np
 
 from seenstore.kernels import dispatch as _dispatch
 from seenstore.store import spill
-from seenstore.bloom.deferred import DeferredInsert, Gate, settle
+from seenstore.bloom.deferred import Gate
 from seenstore.keys.batch import as_keys, first_new_mask, first_new_mask_of_distinct, prepare
 from seenstore.kernels.dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
 from seenstore.errors import InvalidInputError
@@ -43,19 +39,16 @@ REPEATS_PROBE_KEYS = 1 << 14
 
 
 class Admission:
-    """The admitting half of SeenStore (see the module docstring)."""
+    """The write path of one store (see the module docstring): the batch calls of
+    ``SeenStore``, which owns it and whose parts it drives (its committed runs, the
+    Bloom keeper, the compactor, the batch scratch and settings)."""
 
-    _distinct: tuple | None = None  # the last batch's distinct keys (_drop_repeats)
+    def __init__(self, store) -> None:
+        self._store = store
+        self._distinct: tuple | None = None  # the last batch's distinct keys (_drop_repeats)
 
     def add(self, keys, progress=None) -> np.ndarray:
-        """Admit ``keys``; return a mask aligned with them: True exactly where the
-        key was never admitted before this call and this is its first occurrence
-        in the call. Durable on return (fsynced, committed). ``progress``: called
-        as ``progress(shards_done, shards_total)`` as shard merges finish.
-
-        The mask costs one more pass over the keys than ``add_new`` (a hash join of
-        the keys with the new ones, on the store's ``threads``; of the distinct keys
-        alone when the batch dropped its repeats first, ``_drop_repeats``)."""
+        """The body of ``SeenStore.add`` (its docstring)."""
         keys = as_keys(keys)
         gate = Gate()  # the batch's Bloom insert waits for the mask: its two threads
         try:           # get both cores (the insert then runs past the return)
@@ -64,60 +57,32 @@ class Admission:
             if self._distinct is not None:  # the batch's repeats were dropped: mask those
                 mask = first_new_mask_of_distinct(len(keys), *self._distinct, new)
             else:
-                mask = first_new_mask(keys, new, self.threads)
+                mask = first_new_mask(keys, new, self._store.threads)
         finally:
             gate.open()
-        self.last_timings["align_s"] = time.perf_counter() - t1
+        self._store.last_timings["align_s"] = time.perf_counter() - t1
         return mask
 
     def add_new(self, keys, progress=None) -> np.ndarray:
-        """Admit ``keys`` as ``add`` does; return the keys never admitted before
-        this call, sorted ascending, each once (no per-occurrence mask, so no
-        alignment pass: the cheaper call when the caller needs only the new keys).
-
-        In exact mode the answer is a view of a buffer of its own, at most 4x as
-        long, which the store reuses for a later answer once the caller has dropped
-        every view of it (scheduling.BatchArena.answer); in approximate mode it lives
-        in the call's own sorted copy of the batch when the new keys fill at least a
-        quarter of it, else it is copied out, so the caller does not keep a
-        batch-sized array alive for a few keys."""
+        """The body of ``SeenStore.add_new`` (its docstring)."""
         keys = as_keys(keys)
         new = self._admit(keys, progress)
-        if self.mode == "approximate" and 4 * len(new) < len(keys):
+        if self._store.mode == "approximate" and 4 * len(new) < len(keys):
             return new.copy()
         return new
 
     def add_new_file(self, path: str, memory: int, new_out: str | None = None) -> dict:
-        """Admit the keys of batch file ``path`` (raw little-endian uint64, any order,
-        repeats allowed, any size the disk holds) using about ``memory`` bytes at most,
-        as one atomic batch (DRUM-style, spill.py): the keys are spilled by shard to
-        bucket files in a ``spill.tmp.<pid>`` folder of the store, then each shard's
-        bucket is sorted slice by slice, checked against that shard's live runs and its
-        new keys written as its one new run; one manifest commit covers all shards.
-        The disk needs about the batch's size for the buckets, plus the new runs.
-
-        ``new_out``: a file path that gets the new keys (raw uint64), sorted within
-        each shard, shards in order (so: sorted ascending); written before the
-        commit in the spill folder and moved there after it. Returns figures:
-        offered, unique, new, slices, bytes_spilled, bytes_read, bytes_written, and
-        seconds by stage. The Bloom filter, when the store keeps one, is fed the new
-        keys after the commit, on a thread that runs on past the return (reads of
-        the filter wait for it: spill.DeferredInsert); its own memory is not part of
-        ``memory``: open with ``bloom=False`` to stay within it (the saved filter is
-        then rebuilt by a later open). Nor is the run cache's, which this call turns
-        off (``cache_bytes`` = 0: the spilled check reads the runs from disk anyway,
-        and the compactions after it would fill the cache beyond ``memory``); set
-        ``cache_bytes`` again afterwards to spend memory on it."""
-        self._check_writable()
-        with self._mutex:
+        """The body of ``SeenStore.add_new_file`` (its docstring)."""
+        self._store._check_writable()
+        with self._store._mutex:
             # neither the last batch's deferred insert nor a new filter's prefault is
             # waited for: the spill and check never touch the filter, and the next
             # deferred insert waits for both on its own thread (spill._start_insert)
-            self.cache_bytes = 0
+            self._store.cache_bytes = 0
             # the compaction between batches runs on while the batch is spilled (that
             # reads no run): admit_file joins it before the check and the commit
-            figures = spill.admit_file(self, path, memory, fault, new_out,
-                                       join=self._join_compactor)
+            figures = spill.admit_file(self._store, path, memory, fault, new_out,
+                                       join=self._store._join_compactor)
             timings = self._new_timings(figures["offered"])
             timings.update({k: v for k, v in figures.items() if k in timings or k.endswith("_s")})
             timings["spill_stages"] = figures.get("stages", {})
@@ -129,24 +94,16 @@ class Admission:
             return figures
 
     def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0) -> np.ndarray:
-        """Admit sorted unique keys; return the mask of those that were new.
-
-        Requires: ``uniq`` sorted ascending, unique, uint64 (InvalidInputError
-        otherwise). All shards the batch touches are committed together, or none.
-        ``approx_answered``: keys a caller (the streaming stage) answered as seen
-        from a Bloom positive alone; added to the durable counter with this commit.
-        Every key is looked for in the runs, Bloom negatives too: the filter never
-        decides what is written, so a damaged one cannot put a key in two runs, and
-        the stage learns of a handed-out key that was stored (its anomaly check)."""
-        self._check_writable()
+        """The body of ``SeenStore.add_sorted`` (its docstring)."""
+        self._store._check_writable()
         if not (isinstance(uniq, np.ndarray) and uniq.dtype == np.uint64 and uniq.ndim == 1):
             raise InvalidInputError("add_sorted needs a 1-D uint64 array (use add for any keys)")
         if len(uniq) > 1 and not bool(np.all(uniq[1:] > uniq[:-1])):
             raise InvalidInputError(
                 "add_sorted needs keys sorted ascending and unique (use add for any keys)")
-        with self._mutex:
-            waited = self._join_compactor(stop=True)
-            self._bloom_ready()
+        with self._store._mutex:
+            waited = self._store._join_compactor(stop=True)
+            self._store._keeper.ready()
             is_new = self._add_sorted(uniq, progress, approx_answered)
             self._record_compaction(waited)
             return is_new
@@ -169,31 +126,31 @@ class Admission:
         stored key, so only new keys change it, and exact answers never ask it), so
         the call's two cores go to the sort and check. Approximate mode sorts the
         whole batch first: the Bloom answers decide what is written at all."""
-        self._check_writable()
-        with self._mutex:
-            waited = self._join_compactor(stop=True)
-            defer = self.mode == "exact" and self._keeper.bf is not None
+        self._store._check_writable()
+        with self._store._mutex:
+            waited = self._store._join_compactor(stop=True)
+            defer = self._store.mode == "exact" and self._store._keeper.bf is not None
             if not defer:
-                self._bloom_ready()  # approximate mode asks the filter
-            behind = self._bloom_behind
+                self._store._keeper.ready()  # approximate mode asks the filter
+            behind = self._store._keeper.behind
             if behind is not None:  # its keys are still read from the scratch: wait
                 behind.wait_copied()
             t0 = time.perf_counter()
             work = self._drop_repeats(keys)
-            if self.mode == "exact":
-                part, bounds, fine = self._sorter.partition(  # by finer groups: see there
-                    work, self.shard_bits, self.threads,
-                    out=self._arena.get("part", len(work), np.uint64))
+            if self._store.mode == "exact":
+                part, bounds, fine = self._store._sorter.partition(  # by finer groups: see there
+                    work, self._store.shard_bits, self._store.threads,
+                    out=self._store._arena.get("part", len(work), np.uint64))
                 t_sort = time.perf_counter() - t0
                 new = self._add_partitioned(part, bounds, fine, progress, defer,
                                             scratch_answer, gate)
             else:
-                uniq = prepare(work, self.threads)
+                uniq = prepare(work, self._store.threads)
                 t_sort = time.perf_counter() - t0
                 is_new = self._add_sorted(uniq, progress)
                 new = uniq[:compact_inplace(uniq, is_new)]
-        self.last_timings["sort_s"] = t_sort
-        self.last_timings["offered"] = len(keys)
+        self._store.last_timings["sort_s"] = t_sort
+        self._store.last_timings["offered"] = len(keys)
         self._record_compaction(waited)
         return new
 
@@ -215,8 +172,8 @@ class Admission:
         if len(keys) < max(REPEATS_MIN_KEYS, _dispatch.SMALL) or not keys.flags.c_contiguous:
             return keys  # small: its twin would run; strided: one more specialisation
         room = len(keys) // 2  # more distinct keys than that: the pass gives up
-        out = self._arena.get("distinct", room, np.uint64)
-        pos = self._arena.get("distinct_pos", room, np.int64)
+        out = self._store._arena.get("distinct", room, np.uint64)
+        pos = self._store._arena.get("distinct_pos", room, np.int64)
         m = _kernels.first_unique(keys, out, pos, REPEATS_PROBE_KEYS, REPEATS_PROBE_KEYS // 2)
         if m < 0:
             return keys
@@ -237,44 +194,32 @@ class Admission:
         booked in this batch's timings (``bloom_background_s``, ``bloom_cpu_s``);
         else the new one carries them."""
         t1 = time.perf_counter()
-        prev = self._bloom_behind
-        if prev is not None and not prev.thread.is_alive():
-            settle(self)  # reports a failed insert (the filter dropped) now
-            timings["bloom_background_s"], timings["bloom_cpu_s"] = prev.book()
-            prev = self._bloom_behind  # None
-        if self._keeper.bf is None or not n_new:
-            timings["bloom_s"] = time.perf_counter() - t1
-            return
-        try:
-            own = self._arena.answer(n_new, pool="bloom")  # not touched here: no faults
-            self._bloom_behind = DeferredInsert(self._keeper, keys=own, parts=parts,
-                                                prev=prev, after=(self._prefault, gate),
-                                                report=timings)
-            self._prefault = None
-        except Exception as e:  # e.g. MemoryError, no thread: the batch is committed
-            warnings.warn(f"Bloom filter insert could not start ({e!r}); filter dropped, "
-                          "the next open rebuilds it from the runs")
-            self._keeper.drop(SimpleNamespace(dropped=False))
+        booked = self._store._keeper.book_finished()  # a failed insert drops the filter now
+        if booked is not None:
+            timings["bloom_background_s"], timings["bloom_cpu_s"] = booked
+        if self._store._keeper.bf is not None and n_new:
+            self._store._keeper.defer(lambda: self._store._arena.answer(n_new, pool="bloom"),  # untouched here
+                               parts, gate, timings)
         timings["bloom_s"] = time.perf_counter() - t1
 
     def _record_compaction(self, waited: float) -> None:
         """Book the compaction this call waited for in ``last_timings``: seconds, and
         the bytes it read and wrote (between batches, paid for by earlier ones)."""
-        c = self.joined_compaction
-        self.last_timings["compact_wait_s"] = waited
-        self.last_timings["compact_bytes_read"] = c.get("bytes_read", 0)
-        self.last_timings["compact_bytes_written"] = c.get("bytes_written", 0)
+        c = self._store.joined_compaction
+        self._store.last_timings["compact_wait_s"] = waited
+        self._store.last_timings["compact_bytes_read"] = c.get("bytes_read", 0)
+        self._store.last_timings["compact_bytes_written"] = c.get("bytes_written", 0)
 
     def _new_timings(self, n: int) -> dict:
         """The figures of one call (``last_timings``), zeroed; ``n`` keys offered."""
-        self.last_timings = {
+        self._store.last_timings = {
             "sort_s": 0.0, "align_s": 0.0, "answer_s": 0.0, "bloom_s": 0.0,
             "bloom_rebuild_s": 0.0, "bloom_background_s": 0.0, "merge_s": 0.0,
             "shard_sort_s": 0.0, "commit_s": 0.0,
             "compact_wait_s": 0.0,
             "bytes_read": 0, "bytes_cached": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
             "bloom_negative": 0, "approx_answered": 0}
-        return self.last_timings
+        return self._store.last_timings
 
     def _add_partitioned(self, part: np.ndarray, bounds: np.ndarray, fine, progress,
                          defer: bool, scratch_answer: bool = False,
@@ -291,8 +236,8 @@ class Admission:
         t1 = time.perf_counter()
         timings["unique"] = sum(m for _, m, _, _ in segs)
         n_new = sum(k for _, _, _, k in segs)
-        new = (self._arena.get("answer", n_new, np.uint64) if scratch_answer
-               else self._arena.answer(n_new))
+        new = (self._store._arena.get("answer", n_new, np.uint64) if scratch_answer
+               else self._store._arena.answer(n_new))
         n = 0
         for lo, _, _, k in segs:  # each shard's new keys are at the front of its slice
             new[n:n + k] = part[lo:lo + k]
@@ -311,58 +256,58 @@ class Admission:
         is_new = np.zeros(len(uniq), dtype=np.bool_)
         if len(uniq) == 0:
             if approx_answered:
-                self._commit_counters(approx_answered, batches=0)
+                self._store._commit_counters(approx_answered, batches=0)
             return is_new
         t0 = time.perf_counter()
         maybe = None
-        if self.bloom is not None and self.mode == "exact":
+        if self._store.bloom is not None and self._store.mode == "exact":
             # Insert now, in the same pass as the query: every key of the batch is
             # in the store once it commits, and if it does not, extra bits only
             # make a positive that the disk check answers.
-            maybe = self._keeper.add_query(uniq)
-        elif self.bloom is not None:
-            maybe = self.bloom.query(uniq)
-        if self.bloom is not None:
+            maybe = self._store._keeper.add_query(uniq)
+        elif self._store.bloom is not None:
+            maybe = self._store.bloom.query(uniq)
+        if self._store.bloom is not None:
             timings["bloom_s"] = time.perf_counter() - t0
         cand, n_approx = uniq, 0
         if maybe is not None:
             timings["bloom_negative"] = int(len(uniq) - maybe.sum())
-            if self.mode == "approximate":  # a Bloom positive counts as seen
+            if self._store.mode == "approximate":  # a Bloom positive counts as seen
                 cand = uniq[~maybe]
                 n_approx = len(uniq) - len(cand)
         n_approx += approx_answered
         timings["approx_answered"] = n_approx
         cand_new = np.zeros(len(cand), dtype=np.bool_)
-        for lo, m, mask, _ in self._write_batch(cand, self._shard_bounds(cand), timings,
+        for lo, m, mask, _ in self._write_batch(cand, self._store._shard_bounds(cand), timings,
                                                 progress):
             cand_new[lo:lo + m] = mask
         if cand is uniq:
             is_new = cand_new
         else:
             is_new[~maybe] = cand_new
-        self._after_merge(timings, uniq[is_new] if self.mode == "approximate" else None)
+        self._after_merge(timings, uniq[is_new] if self._store.mode == "approximate" else None)
         return is_new
 
     def _after_merge(self, timings: dict, stored_new) -> None:
         """Bloom upkeep once a batch committed: insert ``stored_new`` (approximate mode:
         only what was stored; exact mode defers its insert, ``_defer_bloom``); then
         start the compaction this batch paid for."""
-        bf = self._keeper.bf  # not ``self.bloom``: that would wait for a deferred insert
+        bf = self._store._keeper.bf  # not ``self._store.bloom``: that would wait for a deferred insert
         if bf is not None and timings["new"] and stored_new is not None:
             t1 = time.perf_counter()
-            self._keeper.add(stored_new)
+            self._store._keeper.add(stored_new)
             timings["bloom_s"] += time.perf_counter() - t1
         if bf is not None:
             timings["bloom_layers"] = len(bf.layers)
-            if self._bloom_behind is None:  # else the deferred insert makes its own room
-                self._keeper.prepare_next()
+            if self._store._keeper.behind is None:  # else the deferred insert makes its own room
+                self._store._keeper.prepare_next()
         self._start_compaction()
 
     def _start_compaction(self) -> None:
         """After a committed batch: start the size-tiered jobs its credit pays for, on
         the background thread (when compacting between batches, and writable)."""
-        if self.compact_between_batches and self._lock is not None:
-            self._compactor.start()
+        if self._store.compact_between_batches and self._store._lock is not None:
+            self._store._compactor.start()
 
     def _write_batch(self, keys: np.ndarray, bounds: np.ndarray, timings: dict,
                      progress=None, sort_parts: bool = False, fine=None) -> list:
@@ -371,23 +316,23 @@ class Admission:
         ``bounds`` and ``sort_parts`` (the store's shard sorter) are read) and commit;
         return its ``(lo, m, mask, k)`` per shard that got keys (masks: views of the
         store's scratch, valid until the next batch)."""
-        jobs = [s for s in range(1 << self.shard_bits) if bounds[s] < bounds[s + 1]]
+        jobs = [s for s in range(1 << self._store.shard_bits) if bounds[s] < bounds[s + 1]]
         if not jobs:  # no key, or all answered by the Bloom filter alone (approximate)
             if timings["offered"]:
-                self._commit_counters(timings["approx_answered"])
+                self._store._commit_counters(timings["approx_answered"])
             return []
-        gen = self.generation + 1
-        target = Target(self.path, gen, self.layout.host_bits, self.shard_bits,
-                        policy_digest(self.policy_id), self.run_format, self.sync)
+        gen = self._store.generation + 1
+        target = Target(self._store.path, gen, self._store.layout.host_bits, self._store.shard_bits,
+                        policy_digest(self._store.policy_id), self._store.run_format, self._store.sync)
         try:
-            out = write_shards(keys, bounds, jobs, self._runs, target, self._buffers,
-                               self.chunk_keys, threads=self.threads,
-                               merge_threads=self.merge_threads, progress=progress,
-                               sorter=self._sorter if sort_parts else None, fine=fine,
-                               masks=self._arena.get("masks", len(keys), np.bool_),
-                               cache=self._live.cache)
+            out = write_shards(keys, bounds, jobs, self._store._runs, target, self._store._buffers,
+                               self._store.chunk_keys, threads=self._store.threads,
+                               merge_threads=self._store.merge_threads, progress=progress,
+                               sorter=self._store._sorter if sort_parts else None, fine=fine,
+                               masks=self._store._arena.get("masks", len(keys), np.bool_),
+                               cache=self._store._live.cache)
         except OSError as e:
-            raise io_error(e, f"{self.path}: writing runs") from e
+            raise io_error(e, f"{self._store.path}: writing runs") from e
         t1 = time.perf_counter()
         timings.update(merge_s=out.merge_s, shard_sort_s=out.shard_sort_s,
                        bytes_read=out.bytes_read, bytes_written=out.bytes_written,
@@ -395,13 +340,7 @@ class Admission:
         timings["merge_parts"] = out.parts
         n_new = out.n_new
         try:
-            if out.added:
-                c = {"batches": 1, "new": n_new, "bytes_written": out.bytes_written,
-                     "approx_answered": timings["approx_answered"]}
-                self._commit(gen, out.added, [], c)
-                self._compactor.earn(out.bytes_written)
-            else:  # nothing new: no run changes, but the batch and its counts are recorded
-                self._commit_counters(timings["approx_answered"])
+            self._store._publish(gen, out.added, n_new, out.bytes_written, timings["approx_answered"])
         except BaseException:
             out.abort()
             raise

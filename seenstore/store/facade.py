@@ -19,36 +19,28 @@ from collections.abc import Iterator
 import numpy as np
 
 from seenstore.store import manifest, wal as walmod
-from seenstore.keys.batch import as_keys, prepare
+from seenstore.keys.batch import as_keys
 from seenstore.bloom import Binding, LayeredBloom
-from seenstore.bloom.deferred import settle
 from seenstore.bloom.keeper import DEFAULT_BLOOM_FPR, BloomKeeper
-from seenstore.bloom.sizing import prefault
-from seenstore.kernels.dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
-from seenstore.errors import (ClosedError, InvalidInputError, MismatchError, NotAStoreError,
-                      SeenStoreError, StoreNotFoundError)
-from seenstore.layout import DEFAULT_LAYOUT, Layout
+from seenstore.errors import (ClosedError, InvalidInputError, MismatchError, SeenStoreError)
+from seenstore.layout import Layout
 from seenstore.store.lock import WriterLock
 from seenstore.store.runs.buffers import DEFAULT_CHUNK_KEYS
 from seenstore.keys.sort import default_threads
 from seenstore.store import commit as commitmod, compaction as compactionmod, report
 from seenstore.store.runs import live as runsmod
+from seenstore.store import check, opening
 from seenstore.store.admission import Admission
+from seenstore.store.opening import MODES
 from seenstore.store.compaction import Compactor, plan
-from seenstore.store.files import BLOOM_NAME, io_error, remove_leftovers, stray_files
-from seenstore.store.runcache import check_budget, default_budget
+from seenstore.store.files import BLOOM_NAME
 from seenstore.store.scheduling import BatchArena, BufferPool, ShardSorter
 
-PREFAULT_MIN_BYTES = 4 << 20  # smaller new filters fault in within the first insert
-
-mark_members = _kernels.mark_members
-
-DEFAULT_POLICY_ID = "safe-v1"
-MODES = ("exact", "approximate")
-DEFAULT_SHARD_BITS = 4
 
 
-class SeenStore(Admission):
+
+
+class SeenStore:
     """Open with ``SeenStore.open``. Not for use by two threads at once for writes
     (an internal lock serialises ``add``); ``contains`` may run beside ``add``."""
 
@@ -78,17 +70,14 @@ class SeenStore(Admission):
         self._buffers = BufferPool()
         self._arena = BatchArena()  # a batch's partition, masks and answer, reused
         self._sorter = ShardSorter()  # its threads keep their sort scratch across batches
-        self._prefault: threading.Thread | None = None  # a new filter's pages faulting in
-        # the last batch's Bloom insert still running past its return (a
-        # bloom/deferred.py DeferredInsert; ``settle`` waits for it), and (spilled
-        # batches, spill.py) the phase of the batch under way (spill, check, commit;
-        # None between batches), which the benchmark's memory sampler reads
-        self._bloom_behind = None
+        # the phase of a spilled batch under way (spill, check, commit; None between
+        # batches), which a memory sampler reads (``spill_phase``)
         self._spill_phase: str | None = None
         self.last_timings: dict = {}
         self._closed = False
         self._pending = walmod.PendingKeys(path)  # keys a stage logged, not merged yet
         self.wal_replay: dict | None = None  # what the writer's open replayed
+        self._admission = Admission(self)  # the write path: add, add_new, ...
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -126,80 +115,12 @@ class SeenStore(Admission):
         so a batch checks them without reading the disk (store/runcache.py; default
         a quarter of the memory available at open, 0 turns it off; the
         ``cache_bytes`` attribute changes it later); answers never depend on it."""
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
-        check_budget(cache_bytes)
-        path = os.path.abspath(path)
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise NotAStoreError(f"{path}: is a file, not a store directory")
-        if not os.path.exists(os.path.join(path, manifest.NAME)):
-            if not create:
-                if os.path.isdir(path):
-                    raise NotAStoreError(f"{path}: not a seenstore store (no {manifest.NAME})")
-                raise StoreNotFoundError(f"{path}: no store here (create one with create=True)")
-            if readonly:
-                raise StoreNotFoundError(f"{path}: no store here to open read-only")
-            stray = stray_files(path)
-            if stray:
-                raise NotAStoreError(
-                    f"{path}: directory is not empty and holds no store ({stray[0]!r} ...)")
-        if mode not in MODES:
-            raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
-        if readonly:
-            store = cls(path, manifest.read(path), None)
-            store._check_identity(layout, policy_id, None)
-            store._live.refresh(force=True)
-            store.threads = threads or store.threads
-            return store
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as e:
-            raise io_error(e, f"{path}: cannot create store directory") from e
-        lock = WriterLock(path, wait)
-        try:
-            if not os.path.exists(os.path.join(path, manifest.NAME)):
-                commitmod.create(path, layout or DEFAULT_LAYOUT, policy_id or DEFAULT_POLICY_ID,
-                                 DEFAULT_SHARD_BITS if shard_bits is None else shard_bits, sync)
-            store = cls(path, manifest.read(path), lock, mode, run_format)
-            store._live.sync = sync
-            store.threads = threads or store.threads
-            store.cache_bytes = default_budget() if cache_bytes is None else cache_bytes
-            store._check_identity(layout, policy_id, shard_bits)
-            remove_leftovers(path, {r["file"] for r in store._doc["runs"]})
-            store._live.open_runs()
-            if bloom or mode == "approximate":
-                readers = store._all_readers()
-                store._keeper.open(os.path.join(path, BLOOM_NAME), store.generation,
-                                   store._binding(), len(store), bloom_fpr, bloom_capacity,
-                                   lambda m: runsmod.spread_samples(readers, m),
-                                   lambda m: runsmod.iter_keys(readers, m))
-                store._prefault_bloom()
-            store.wal_replay = walmod.replay_wal(store)
-            return store
-        except BaseException:
-            lock.release()
-            raise
-
-    def _prefault_bloom(self) -> None:
-        """A new, empty filter of PREFAULT_MIN_BYTES or more has its pages made
-        resident on a thread (writing zeros over zeros, ``bloom.sizing.prefault``) while
-        the caller prepares its first batch; else batch 0's inserts took the page
-        faults (issue 14: 0.5-4 s per 300 MB on this VM). Every insert waits for it
-        first (``_bloom_ready``); reads meanwhile see the zeros they would anyway."""
-        bf = self.bloom
-        if bf is None or bf.n_added or len(bf.layers) != 1 or bf.nbytes < PREFAULT_MIN_BYTES:
-            return
-        self._prefault = threading.Thread(target=prefault, args=(bf.layers[0].words,),
-                                          name="seenstore-bloom-prefault", daemon=True)
-        self._prefault.start()
-
-    def _bloom_ready(self) -> None:
-        """Wait for a batch's deferred Bloom insert (bloom/deferred.py ``settle``) and
-        for ``_prefault_bloom``'s thread, if any (before the filter is written)."""
-        settle(self)
-        if self._prefault is not None:
-            self._prefault.join()
-            self._prefault = None
+        return opening.open_store(cls, path, create, readonly=readonly, layout=layout,
+                                  policy_id=policy_id, shard_bits=shard_bits, wait=wait,
+                                  mode=mode, bloom=bloom, bloom_fpr=bloom_fpr,
+                                  bloom_capacity=bloom_capacity, sync=sync,
+                                  run_format=run_format, threads=threads,
+                                  cache_bytes=cache_bytes)
 
     def _check_identity(self, layout, policy_id, shard_bits) -> None:
         d = self._doc
@@ -228,7 +149,7 @@ class SeenStore(Admission):
         self._check_open()
         with self._mutex:
             self._join_compactor()  # its commits change the generation and the runs digest
-            self._bloom_ready()  # a deferred insert's keys are in the generation saved
+            self._keeper.ready()  # a deferred insert's keys are in the generation saved
             if self._lock is not None:
                 self._keeper.checkpoint(os.path.join(self.path, BLOOM_NAME), self.generation,
                                         self._binding())
@@ -296,7 +217,7 @@ class SeenStore(Admission):
     def bloom(self) -> LayeredBloom | None:
         """The Bloom filter in memory (None: none kept, or dropped after a failure),
         holding every committed key (a spilled batch's deferred insert waited for)."""
-        settle(self)
+        self._keeper.settle()
         return self._keeper.bf
 
     @bloom.setter
@@ -319,8 +240,8 @@ class SeenStore(Admission):
         """Wait for the last batch's deferred Bloom insert, if one runs; return (seconds
         waited, the insert's elapsed seconds, its thread's CPU seconds). An insert's
         own figures are returned once (zeros after), for whoever books them."""
-        behind = self._bloom_behind
-        waited = settle(self)
+        behind = self._keeper.behind
+        waited = self._keeper.settle()
         elapsed, cpu = behind.book() if behind is not None else (0.0, 0.0)
         return waited, elapsed, cpu
 
@@ -376,53 +297,93 @@ class SeenStore(Admission):
         the job under way: Compactor.join)."""
         return self._compactor.join(stop)
 
+    # ------------------------------------------------------------------ writing
+    def add(self, keys, progress=None) -> np.ndarray:
+        """Admit ``keys``; return a mask aligned with them: True exactly where the
+        key was never admitted before this call and this is its first occurrence
+        in the call. Durable on return (fsynced, committed). ``progress``: called
+        as ``progress(shards_done, shards_total)`` as shard merges finish.
+
+        The mask costs one more pass over the keys than ``add_new`` (a hash join of
+        the keys with the new ones, on the store's ``threads``; of the distinct keys
+        alone when the batch dropped its repeats first, ``_drop_repeats``)."""
+        return self._admission.add(keys, progress)
+
+    def add_new(self, keys, progress=None) -> np.ndarray:
+        """Admit ``keys`` as ``add`` does; return the keys never admitted before
+        this call, sorted ascending, each once (no per-occurrence mask, so no
+        alignment pass: the cheaper call when the caller needs only the new keys).
+
+        In exact mode the answer is a view of a buffer of its own, at most 4x as
+        long, which the store reuses for a later answer once the caller has dropped
+        every view of it (scheduling.BatchArena.answer); in approximate mode it lives
+        in the call's own sorted copy of the batch when the new keys fill at least a
+        quarter of it, else it is copied out, so the caller does not keep a
+        batch-sized array alive for a few keys."""
+        return self._admission.add_new(keys, progress)
+
+    def add_new_file(self, path: str, memory: int, new_out: str | None = None) -> dict:
+        """Admit the keys of batch file ``path`` (raw little-endian uint64, any order,
+        repeats allowed, any size the disk holds) using about ``memory`` bytes at most,
+        as one atomic batch (DRUM-style, spill.py): the keys are spilled by shard to
+        bucket files in a ``spill.tmp.<pid>`` folder of the store, then each shard's
+        bucket is sorted slice by slice, checked against that shard's live runs and its
+        new keys written as its one new run; one manifest commit covers all shards.
+        The disk needs about the batch's size for the buckets, plus the new runs.
+
+        ``new_out``: a file path that gets the new keys (raw uint64), sorted within
+        each shard, shards in order (so: sorted ascending); written before the
+        commit in the spill folder and moved there after it. Returns figures:
+        offered, unique, new, slices, bytes_spilled, bytes_read, bytes_written, and
+        seconds by stage. The Bloom filter, when the store keeps one, is fed the new
+        keys after the commit, on a thread that runs on past the return (reads of
+        the filter wait for it: bloom/deferred.py); its own memory is not part of
+        ``memory``: open with ``bloom=False`` to stay within it (the saved filter is
+        then rebuilt by a later open). Nor is the run cache's, which this call turns
+        off (``cache_bytes`` = 0: the spilled check reads the runs from disk anyway,
+        and the compactions after it would fill the cache beyond ``memory``); set
+        ``cache_bytes`` again afterwards to spend memory on it."""
+        return self._admission.add_new_file(path, memory, new_out)
+
+    def add_sorted(self, uniq: np.ndarray, progress=None, *,
+                   approx_answered: int = 0) -> np.ndarray:
+        """Admit sorted unique keys; return the mask of those that were new.
+
+        Requires: ``uniq`` sorted ascending, unique, uint64 (InvalidInputError
+        otherwise). All shards the batch touches are committed together, or none.
+        ``approx_answered``: keys a caller (the streaming stage) answered as seen
+        from a Bloom positive alone; added to the durable counter with this commit.
+        Every key is looked for in the runs, Bloom negatives too: the filter never
+        decides what is written, so a damaged one cannot put a key in two runs, and
+        the stage learns of a handed-out key that was stored (its anomaly check)."""
+        return self._admission.add_sorted(uniq, progress, approx_answered=approx_answered)
+
+    def _publish(self, gen: int, added: list, n_new: int, bytes_written: int,
+                 approx_answered: int) -> None:
+        """The one commit of a batch, whichever path wrote it: generation ``gen`` names
+        the new runs ``added`` (written and durable already: ``(shard, header, sparse)``)
+        beside the live ones, with the batch's counts, and their bytes earn compaction
+        credit; a batch with no new run records its counts only. Raises what the
+        commit raises (the caller then removes the runs it wrote)."""
+        if added:
+            self._commit(gen, added, [], {"batches": 1, "new": n_new,
+                                          "bytes_written": bytes_written,
+                                          "approx_answered": approx_answered})
+            self._compactor.earn(bytes_written)
+        else:  # nothing new: no run changes, but the batch and its counts are recorded
+            self._commit_counters(approx_answered)
+
     # ----------------------------------------------------------------- queries
     def _shard_bounds(self, sorted_keys: np.ndarray) -> np.ndarray:
         """Start index in ``sorted_keys`` of every shard, plus the end."""
-        nshards = 1 << self.shard_bits
-        if self.shard_bits == 0:
-            return np.array([0, len(sorted_keys)], dtype=np.int64)
-        starts = np.arange(nshards, dtype=np.uint64) << np.uint64(64 - self.shard_bits)
-        return np.append(np.searchsorted(sorted_keys, starts), len(sorted_keys))
+        return check.shard_bounds(sorted_keys, self.shard_bits)
 
     def contains(self, keys) -> np.ndarray:
         """Mask over ``keys``: True where the key has been admitted, including keys a
         DedupStage handed out that sit in its write-ahead log, not merged yet.
         Reads only; a read-only store answers from the newest committed generation."""
         self._check_open()
-        keys = as_keys(keys)
-        # WAL keys first, then the runs: a segment is deleted only after its merge
-        # committed, so a key is in one or the other (wal.PendingKeys)
-        pending = self._pending.keys()
-        self._refresh()
-        _, runs = self._snapshot()
-        uniq = prepare(keys, self.threads)
-        bf = self.bloom  # once: a failed insert on the writer's thread may drop it
-        if bf is not None:
-            uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
-        found = np.zeros(len(uniq), dtype=np.bool_)
-        bounds = self._shard_bounds(uniq)
-        cache = self._live.cache
-        for shard, shard_runs in runs.items():  # one snapshot of the live runs
-            lo, hi = bounds[shard], bounds[shard + 1]
-            for reader in shard_runs:
-                todo = lo + np.flatnonzero(~found[lo:hi])
-                if len(todo) == 0:
-                    break
-                sub = np.zeros(len(todo), dtype=np.bool_)
-                entry = cache.acquire(reader) if cache.budget else None
-                if entry is None:
-                    runsmod.lookup(reader, uniq[todo], sub)  # sparse index, or the memory map
-                else:  # a writer's run cache holds it: no page of the run is read
-                    try:
-                        runsmod.lookup_cached(entry, uniq[todo], sub)
-                    finally:
-                        cache.release(entry)
-                found[todo[sub]] = True
-        mask = mark_members(keys, uniq[found])  # every occurrence, not just the first
-        if len(pending):
-            mask |= report.member(pending, keys)
-        return mask
+        return check.contains(self, as_keys(keys))
 
     # ------------------------------------------------------------- compaction
     def compact(self, full: bool = True) -> dict:
@@ -458,7 +419,7 @@ class SeenStore(Admission):
         files, layout, versions, WAL segments a stage left), all of one generation (a
         read-only store moves to the newest first)."""
         self._check_open()
-        settle(self)  # a deferred Bloom insert (bloom/deferred.py): its keys counted
+        self._keeper.settle()  # a deferred Bloom insert (bloom/deferred.py): its keys counted
         self._refresh()
         doc, runs = self._snapshot()
         keys = sum(r.count for rs in runs.values() for r in rs)
@@ -488,7 +449,7 @@ class SeenStore(Admission):
         Closing again does nothing; any other call afterwards raises ClosedError."""
         if self._closed:
             return
-        self._bloom_ready()
+        self._keeper.ready()
         # a round started by the last batch ends after its job under way (each job
         # is its own commit): what is left waits for the next writer's batches
         self._join_compactor(stop=True)

@@ -178,11 +178,11 @@ def test_spilled_batches_verify_and_report_their_budget(tmp_path):
 def test_a_dropped_bloom_filter_is_reported_at_the_end(tmp_path, monkeypatch):
     """A spilled batch's failed Bloom insert drops the filter (a warning on stderr);
     the report says so too, in its text and its JSON."""
-    from seenstore.store import spill
+    from seenstore.bloom import deferred
 
     def broken(self, keys):
         raise OSError("injected")
-    monkeypatch.setattr(spill.DeferredInsert, "_insert", broken)
+    monkeypatch.setattr(deferred.DeferredInsert, "_insert", broken)
     args = ["--keys", "1e5", "--batch", "5e4", "--memory", "16M", "--dir", str(tmp_path)]
     r = CliRunner().invoke(main, ["bench", "--quiet", "--probe-bytes", "8e6", "--save",
                                   str(tmp_path / "r.json")] + args)

@@ -161,7 +161,7 @@ def test_bom_is_skipped_and_a_huge_line_is_rejected_in_bounded_memory(tmp_path, 
 def test_line_reader_keeps_memory_bounded():
     import io
 
-    from seenstore.url.buffer import iter_lines
+    from seenstore.url.reading import iter_lines
 
     data = b"\xef\xbb\xbfa\n" + b"x" * 100_000 + b"\r\nb\r\n"
     lines = list(iter_lines(io.BytesIO(data), max_line=10, block_bytes=64))

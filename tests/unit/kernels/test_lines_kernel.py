@@ -135,13 +135,13 @@ def test_bad_reader_arguments_refused():
 
 
 def test_a_large_regular_file_takes_the_kernel_from_its_first_read(tmp_path, monkeypatch):
-    from seenstore.url import buffer as urlbuffer
+    from seenstore.url import reading
 
     p = tmp_path / "u.txt"
     p.write_bytes(b"http://a/\n" * 1000)
     with open(p, "rb") as f:
-        assert urlbuffer._size_hint(f) == 10_000
-    assert urlbuffer._size_hint(io.BytesIO(b"x")) == 0
+        assert reading._size_hint(f) == 10_000
+    assert reading._size_hint(io.BytesIO(b"x")) == 0
     monkeypatch.setattr(dispatch, "SMALL", 10_000 // dispatch.LINE_BYTES)  # the file is "large"
     used = []
     real = dispatch.split_lines_for
@@ -167,31 +167,31 @@ def test_a_large_regular_file_takes_the_kernel_from_its_first_read(tmp_path, mon
 def test_a_mapped_regular_file_gives_the_buffers_a_read_one_does(text, pairs, block, chunk_urls,
                                                                  max_line, head):
     """A regular file of at least MAP_MIN_BYTES is read through a mapping
-    (urlbuffer._mapped): the same buffers as reading it into the block buffer, from
+    (reading._mapped): the same buffers as reading it into the block buffer, from
     the stream's position on (``head`` read before), the naive twin's lines, and the
     stream left at its end."""
     import tempfile
 
-    from seenstore.url import buffer as urlbuffer
+    from seenstore.url import reading
 
     fd, path = tempfile.mkstemp()
     try:
         with os.fdopen(fd, "wb") as w:
             w.write(head + text)
         got = {}
-        saved = urlbuffer.MAP_MIN_BYTES
+        saved = reading.MAP_MIN_BYTES
         for name, limit in (("mapped", 1), ("read", 1 << 62)):
-            urlbuffer.MAP_MIN_BYTES = limit
+            reading.MAP_MIN_BYTES = limit
             try:
                 with open(path, "rb") as f:
                     f.read(len(head))
                     if name == "mapped" and text:
-                        assert urlbuffer._mapped(f, len(head) + len(text)) is not None
+                        assert reading._mapped(f, len(head) + len(text)) is not None
                     parts = list(URLBuffer.iter_file(f, pairs=pairs, block_bytes=block,
                                                      chunk_urls=chunk_urls, max_line=max_line))
                     assert f.tell() == len(head) + len(text)
             finally:
-                urlbuffer.MAP_MIN_BYTES = saved
+                reading.MAP_MIN_BYTES = saved
             got[name] = [listing(p) for p in parts]
         assert got["mapped"] == got["read"]
         flat = [x for p in got["mapped"] for x in p]
@@ -210,17 +210,17 @@ def test_lines_appended_while_a_mapped_file_is_read_are_read_as_reading_would(
     continue (an unfinished last line); the stream ends where reading it leaves it."""
     import tempfile
 
-    from seenstore.url import buffer as urlbuffer
+    from seenstore.url import reading
 
     fd, path = tempfile.mkstemp()
     os.close(fd)
     got, ends = {}, {}
-    saved = urlbuffer.MAP_MIN_BYTES
+    saved = reading.MAP_MIN_BYTES
     try:
         for name, limit in (("mapped", 1), ("read", 1 << 62)):
             with open(path, "wb") as w:
                 w.write(text)
-            urlbuffer.MAP_MIN_BYTES = limit
+            reading.MAP_MIN_BYTES = limit
             try:
                 with open(path, "rb") as f:
                     parts = URLBuffer.iter_file(f, pairs=pairs, block_bytes=block,
@@ -231,16 +231,16 @@ def test_lines_appended_while_a_mapped_file_is_read_are_read_as_reading_would(
                     got[name] = [listing(p) for p in ([first] if first else []) + list(parts)]
                     ends[name] = f.tell()
             finally:
-                urlbuffer.MAP_MIN_BYTES = saved
+                reading.MAP_MIN_BYTES = saved
         assert got["mapped"] == got["read"] and ends["mapped"] == ends["read"]
     finally:
         os.unlink(path)
 
 
 def test_a_mapped_file_appended_to_before_its_end_is_read_whole(tmp_path, monkeypatch):
-    from seenstore.url import buffer as urlbuffer
+    from seenstore.url import reading
 
-    monkeypatch.setattr(urlbuffer, "MAP_MIN_BYTES", 1)
+    monkeypatch.setattr(reading, "MAP_MIN_BYTES", 1)
     p = tmp_path / "u.txt"
     p.write_bytes(b"".join(b"http://a.example/%d\n" % i for i in range(100)) + b"http://b.exa")
     with open(p, "rb") as f:
@@ -268,9 +268,9 @@ def _rss_file() -> int:
 def test_a_mapped_read_keeps_only_a_window_of_the_file_in_memory(tmp_path, monkeypatch):
     """The pages of the lines already split are dropped from the process (they stay
     in the page cache): its RSS grows by about a window (block_bytes), not the file."""
-    from seenstore.url import buffer as urlbuffer
+    from seenstore.url import reading
 
-    monkeypatch.setattr(urlbuffer, "MAP_MIN_BYTES", 1)
+    monkeypatch.setattr(reading, "MAP_MIN_BYTES", 1)
     p = tmp_path / "u.txt"
     line = b"http://a.example/" + b"x" * 82 + b"\n"
     p.write_bytes(line * (32 * 2**20 // len(line)))
@@ -285,13 +285,13 @@ def test_a_mapped_read_keeps_only_a_window_of_the_file_in_memory(tmp_path, monke
 
 
 def test_streams_and_small_files_are_not_mapped(tmp_path):
-    from seenstore.url import buffer as urlbuffer
+    from seenstore.url import reading
 
     p = tmp_path / "u.txt"
     p.write_bytes(b"http://a/\n" * 10)
     with open(p, "rb") as f:
-        assert urlbuffer._mapped(f, urlbuffer._size_hint(f)) is None  # below MAP_MIN_BYTES
-    assert urlbuffer._mapped(io.BytesIO(b"x" * 100), 100) is None  # no file behind it
+        assert reading._mapped(f, reading._size_hint(f)) is None  # below MAP_MIN_BYTES
+    assert reading._mapped(io.BytesIO(b"x" * 100), 100) is None  # no file behind it
     r, w = os.pipe()
     with os.fdopen(r, "rb") as f, os.fdopen(w, "wb"):
-        assert urlbuffer._size_hint(f) == 0
+        assert reading._size_hint(f) == 0

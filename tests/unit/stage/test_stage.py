@@ -306,7 +306,7 @@ def test_a_backlog_larger_than_the_budget_merges_spilled(store_dir, monkeypatch)
     positives, with payloads): its merge goes through SeenStore.add_new_file with the
     stage's budget (spill.py), and hands out exactly what the in-memory merge would:
     every fresh key once, with its payload, never a stored one."""
-    from seenstore.store import spill
+    from seenstore.store import buckets, spill
     from seenstore import stage as stagemod
 
     stored = np.arange(1, 200_001, dtype=np.uint64) * np.uint64(7919)
@@ -326,7 +326,7 @@ def test_a_backlog_larger_than_the_budget_merges_spilled(store_dir, monkeypatch)
     first = stage.offer(offered, [f"p{k}" for k in offered.tolist()])
     later = stage.flush()
     st = stage.stats()
-    assert st["spilled_merges"] == 1 and calls == [spill.MIN_MEMORY]
+    assert st["spilled_merges"] == 1 and calls == [buckets.MIN_MEMORY]
     got = first.keys.tolist() + later.keys.tolist()
     assert sorted(got) == sorted(set(fresh.tolist()))  # each fresh key once, no stored one
     assert st["held"] > 0 and st["anomalies"] == 0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from seenstore.store import spill
+from seenstore.store import buckets, check, spill
 from seenstore.store.runs import live as runs_live
 from seenstore.errors import InvalidInputError
 from seenstore.store import SeenStore
@@ -21,7 +21,7 @@ key = st.one_of(st.sampled_from(EDGE), st.integers(0, 2**64 - 1),
                 st.integers(2**63 - 50, 2**63 + 50))  # dense: many keys in one slice
 
 
-class TinyBudget(spill.Budget):
+class TinyBudget(buckets.Budget):
     """A budget of a few keys: every shard's bucket splits again, recursively."""
 
     def __init__(self, memory):
@@ -31,7 +31,7 @@ class TinyBudget(spill.Budget):
 
 @pytest.fixture
 def tiny(monkeypatch):
-    monkeypatch.setattr(spill, "Budget", TinyBudget)
+    monkeypatch.setattr(buckets, "Budget", TinyBudget)
 
 
 def _write(path, keys):
@@ -102,7 +102,7 @@ def test_spilled_batches_start_compaction_between_batches(tmp_path):
         s.verify()
 
 
-class SmallBudget(spill.Budget):
+class SmallBudget(buckets.Budget):
     """Slices of 500 keys: a shard's bucket of a few thousand keys is split."""
 
     def __init__(self, memory):
@@ -115,10 +115,10 @@ def test_a_busy_hosts_bucket_splits_once_into_key_ranges(tmp_path, monkeypatch):
     1,000 others) bigger than a slice splits in ONE pass into key ranges that each
     fit a slice; a split by the next key bits copied it level by level (every level
     kept the host's keys in one sub-bucket) until it passed the host's bits."""
-    monkeypatch.setattr(spill, "Budget", SmallBudget)
+    monkeypatch.setattr(buckets, "Budget", SmallBudget)
     calls = []
-    split = spill._split
-    monkeypatch.setattr(spill, "_split", lambda *a: calls.append(1) or split(*a))
+    split = buckets.split
+    monkeypatch.setattr(buckets, "split", lambda *a: calls.append(1) or split(*a))
     rng = np.random.default_rng(5)
     host = (np.uint64(0x12345) << np.uint64(44)) | rng.integers(0, 2**44, 3000, dtype=np.uint64)
     b = np.concatenate([host, rng.integers(0, 2**62, 1000, dtype=np.uint64), host[:100]])
@@ -140,8 +140,8 @@ def test_compaction_runs_on_beside_the_spill_and_is_joined_before_the_check(tmp_
     (the spill reads no run) and before any run is read or the generation taken;
     the batch then commits on top of the compaction's commits."""
     events = []
-    append, check = spill._append, runs_live.check_runs
-    monkeypatch.setattr(spill, "_append", lambda *a: events.append("spill") or append(*a))
+    append, check = buckets.append, runs_live.check_runs
+    monkeypatch.setattr(buckets, "append", lambda *a: events.append("spill") or append(*a))
     monkeypatch.setattr(runs_live, "check_runs", lambda *a: events.append("check") or check(*a))
     rng = np.random.default_rng(4)
     seen = np.empty(0, dtype=np.uint64)
@@ -289,7 +289,7 @@ def test_spilled_checks_in_two_halves_equal_a_python_set(tmp_path_factory, tiny,
                                                         batches, shard_bits):
     """Every slice of two keys or more checked in two key halves on two threads
     (check_slice), against compressed runs: the same answers as a set."""
-    monkeypatch.setattr(spill, "HALVES_MIN_KEYS", 2)
+    monkeypatch.setattr(check, "HALVES_MIN_KEYS", 2)
     d = tmp_path_factory.mktemp("halves")
     seen = set()
     with SeenStore.open(str(d / "s"), create=True, sync=False, shard_bits=shard_bits,
@@ -322,9 +322,9 @@ def test_check_slice_halves_agree_with_one_thread(tmp_path):
                                           rng.integers(0, 2**64, 100_000, dtype=np.uint64)]))
         buf = np.empty(1 << 16, np.uint64)
         one = np.zeros(len(batch), bool)
-        spill.check_slice(readers, batch, one, buf, True, None)
+        check.check_slice(readers, batch, one, buf, True, None)
         with ThreadPoolExecutor(1) as ex:
             two = np.zeros(len(batch), bool)
-            assert spill.check_slice(readers, batch, two, buf, True, ex) > 0
+            assert check.check_slice(readers, batch, two, buf, True, ex) > 0
         np.testing.assert_array_equal(one, np.isin(batch, stored))
         np.testing.assert_array_equal(two, one)

@@ -1,4 +1,4 @@
-"""A spilled batch's Bloom insert, deferred past its commit (spill.DeferredInsert):
+"""A spilled batch's Bloom insert, deferred past its commit (deferred.DeferredInsert):
 answers stay exact while it runs, and a crash before it ends leaves a store whose
 next open answers every key (the filter rebuilt from the runs)."""
 
@@ -11,23 +11,22 @@ import threading
 import numpy as np
 import pytest
 
-from seenstore.store import spill
 from seenstore.bloom import deferred
 from seenstore.store import SeenStore
-from conftest import REPO
+from conftest import REPO, TESTS
 
 
 
 def _hold(monkeypatch, method: str) -> threading.Event:
     """DeferredInsert.``method`` waits (at most 30 s) for the returned event first."""
     go = threading.Event()
-    real = getattr(spill.DeferredInsert, method)
+    real = getattr(deferred.DeferredInsert, method)
 
     def held(self):
         go.wait(30)
         real(self)
 
-    monkeypatch.setattr(spill.DeferredInsert, method, held)
+    monkeypatch.setattr(deferred.DeferredInsert, method, held)
     return go
 
 
@@ -88,14 +87,14 @@ from seenstore.bloom import deferred
 from seenstore.store import SeenStore
 
 path, batch_dir, checkpoint = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-run, block = spill.DeferredInsert._run, threading.Event()
+run, block = deferred.DeferredInsert._run, threading.Event()
 
 def held(self):  # the second batch's insert starts only when let go
     if self.keeper.bf.n_added:
         block.wait(None if not checkpoint else 1.0)
     run(self)
 
-spill.DeferredInsert._run = held
+deferred.DeferredInsert._run = held
 s = SeenStore.open(path, create=True, shard_bits=2)
 for i in range(2):
     s.add_new_file(os.path.join(batch_dir, f"b{i}.bin"), 1 << 26)
@@ -112,7 +111,7 @@ def _child_setup(tmp_path, batches):
     for i, b in enumerate(batches):
         b.astype("<u8").tofile(str(tmp_path / f"b{i}.bin"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [REPO, os.environ.get("PYTHONPATH", "")]))
+        [REPO, TESTS, os.environ.get("PYTHONPATH", "")]))
     return str(tmp_path / "s"), env
 
 
@@ -137,20 +136,20 @@ def test_a_spilled_batch_does_not_wait_for_the_new_filters_prefault(tmp_path, mo
     """The first spilled batch runs beside the new filter's prefault (issue 15: joining
     it first cost batch 0 75.8 s at 1e10); its deferred insert waits for it, so the
     prefault's zeros never overwrite inserted keys, and answers stay exact."""
-    from seenstore.store import facade
+    from seenstore.bloom import keeper as keepermod
 
-    go, real = threading.Event(), facade.prefault
+    go, real = threading.Event(), keepermod.prefault
 
     def held(words):
         go.wait(30)
         real(words)
 
-    monkeypatch.setattr(facade, "prefault", held)
+    monkeypatch.setattr(keepermod, "prefault", held)
     batches, pool = _batches(4, 2)
     seen = set()
     with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, shard_bits=2,
                         bloom_capacity=8_000_000) as s:
-        faulting = s._prefault
+        faulting = s._keeper._prefault
         assert faulting is not None and faulting.is_alive()
         for i, b in enumerate(batches):
             b.astype("<u8").tofile(str(tmp_path / "b.bin"))
@@ -253,7 +252,7 @@ def test_a_spilled_batch_after_in_memory_ones_chains_their_inserts(tmp_path, mon
         for b in batches[:3]:
             assert s.add_new(b).tolist() == sorted(set(b.tolist()) - seen)
             seen |= set(b.tolist())
-        assert s._bloom_behind is not None and not gate.is_set()  # held
+        assert s._keeper.behind is not None and not gate.is_set()  # held
         threading.Timer(0.3, gate.set).start()
         batches[3].astype("<u8").tofile(str(tmp_path / "b.bin"))
         r = s.add_new_file(str(tmp_path / "b.bin"), 1 << 26)

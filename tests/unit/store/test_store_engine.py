@@ -63,30 +63,31 @@ def test_a_failing_bloom_insert_drops_the_filter_not_the_batch(tmp_path, rng):
 
 def test_a_new_filter_faults_in_beside_the_caller_and_inserts_wait_for_it(
         tmp_path, rng, monkeypatch):
-    from seenstore.store import facade
+    from seenstore.bloom import keeper as keepermod
+    from seenstore.store import opening
 
     events = []
 
     def slow_prefault(words):
         time.sleep(0.3)  # longer than the batch takes to reach its first insert
-        facade.__dict__["_real_prefault"](words)
+        keepermod.__dict__["_real_prefault"](words)
         events.append("prefaulted")
 
-    monkeypatch.setitem(facade.__dict__, "_real_prefault", facade.prefault)
-    monkeypatch.setattr(facade, "prefault", slow_prefault)
+    monkeypatch.setitem(keepermod.__dict__, "_real_prefault", keepermod.prefault)
+    monkeypatch.setattr(keepermod, "prefault", slow_prefault)
     path = tmp_path / "s"
     keys = rng.integers(0, 2**64, 5000, dtype=np.uint64)
     with SeenStore.open(path, create=True, bloom_capacity=4_000_000) as s:  # ~7 MiB
-        assert s._prefault is not None and s.bloom.nbytes >= facade.PREFAULT_MIN_BYTES
+        assert s._keeper.prefaulting and s.bloom.nbytes >= opening.PREFAULT_MIN_BYTES
         fed = _feed_recorder(s)
         start = s._keeper.start_insert
         s._keeper.start_insert = lambda k: (events.append("insert"), start(k))[1]
         assert s.add(keys).all()
         assert s.bloom is not None  # waits for the insert, which ran after the return
         assert events[0] == "prefaulted" and "insert" in events and fed
-        assert s._prefault is None and s.bloom.query(keys).all()
+        assert not s._keeper.prefaulting and s.bloom.query(keys).all()
     with SeenStore.open(path) as s:  # a loaded filter holds keys: never written over
-        assert s._prefault is None and s.bloom.query(keys).all()
+        assert not s._keeper.prefaulting and s.bloom.query(keys).all()
 
 
 @pytest.mark.parametrize("n, bits, threads", [(3 << 19, 4, 2), (5000, 8, 3), (5000, 0, 2),
@@ -141,12 +142,12 @@ def test_the_deferred_insert_owns_its_keys_and_readers_wait_for_it(
         for _ in range(4):
             keys = rng.integers(0, 2**64, 3000, dtype=np.uint64)
             new = s.add_new(keys)
-            assert s._bloom_behind is not None  # still running past the return
+            assert s._keeper.behind is not None  # still running past the return
             stored.append(new.copy())
             new[:] = 0  # the caller owns its answer
         everything = np.concatenate(stored)
         assert s.contains(everything).all()  # settles: every insert done
-        assert s._bloom_behind is None and held == [len(a) for a in stored]
+        assert s._keeper.behind is None and held == [len(a) for a in stored]
         assert s.bloom.query(everything).all()
         assert s.bloom.n_added == len(everything)
 

@@ -524,7 +524,7 @@ def test_a_batch_stops_compaction_after_the_job_under_way_unless_it_fell_behind(
         started = _slow_compaction(s, monkeypatch, 0.2)
         s._compactor.credit = 10 * sum(compaction.job_bytes(e) for _, e in jobs)
         s._compactor.credit_step = s._compactor.credit
-        s._start_compaction()
+        s._admission._start_compaction()
         assert started.wait(30)  # the round's first job is under way
         b = rng.integers(0, 2**64, 1000, dtype=np.uint64)
         assert np.array_equal(s.add_new(b), setdiff(b, everything))
@@ -536,7 +536,7 @@ def test_a_batch_stops_compaction_after_the_job_under_way_unless_it_fell_behind(
             assert joined["jobs"] == 1 and joined["stopped"]
         monkeypatch.undo()
         s._join_compactor()
-        s._start_compaction()  # the next round takes the jobs left
+        s._admission._start_compaction()  # the next round takes the jobs left
         s._join_compactor()
         assert max(Counter(r["shard"] for r in s._doc["runs"]).values()) <= 2
         assert np.array_equal(_stored(s), everything)

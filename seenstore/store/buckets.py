@@ -1,0 +1,204 @@
+"""The spill's bucket files: a batch bigger than memory, its keys appended by shard to
+one file each, then read back one sorted key range (a slice) at a time.
+
+Owns the memory plan of a spilled batch (``Budget``), the batch's input in chunks
+(a file or generated arrays), the appends, and the slicing: a bucket larger than a
+slice is split again into key ranges cut at the quantiles of a sample of its keys,
+recursively, so each slice fits the budget whatever the key distribution. Knows
+nothing of runs or commits (spill.py drives it).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from seenstore.errors import CorruptionError, InvalidInputError, StoreNotFoundError
+from seenstore.kernels.dispatch import batch as _kernels
+from seenstore.keys import sort as sorting
+
+MIN_MEMORY = 16 << 20  # below this the fixed buffers alone would not fit
+MAX_PARTS = 256  # a too-large bucket splits into at most this many key ranges per level
+
+
+class Budget:
+    """How a memory budget (bytes) is spent: read chunk keys, slice keys, I/O keys."""
+
+    def __init__(self, memory: int):
+        if memory < MIN_MEMORY:
+            raise InvalidInputError(
+                f"memory budget {memory} bytes is below the minimum {MIN_MEMORY >> 20} MiB")
+        self.memory = memory
+        self.io_keys = max(1 << 14, min(1 << 20, memory // 64 // 8))  # I/O buffers
+        self.chunk_keys = memory // 5 // 8  # the read chunk; its partition copy as much
+        # a slice: its keys (8 B) and found mask (1 B) per key, a bit over a quarter
+        # of the budget, like the spill phase's two arrays: half of it is slack for
+        # the interpreter's own allocations and the I/O buffers
+        self.slice_keys = max(1, memory // 32)
+
+
+def read_chunks(path: str, chunk_keys: int):
+    """Yield uint64 arrays of at most ``chunk_keys`` keys read from ``path`` (a
+    regular file or a stream); raises InvalidInputError on a trailing partial key."""
+    try:
+        f = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        raise StoreNotFoundError(f"{path}: no such batch file") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"{path}: is a directory, expected a batch file") from None
+    buf = np.empty(chunk_keys, dtype=np.uint64)
+    raw = memoryview(buf).cast("B")
+    with f:
+        while True:
+            got = 0
+            while got < len(raw):
+                r = f.readinto(raw[got:])
+                if not r:
+                    break
+                got += r
+            if got % 8:
+                raise InvalidInputError(
+                    f"{path}: length is not a multiple of 8 bytes (not a batch of uint64 keys)")
+            if got:
+                yield buf[: got // 8]
+            if got < len(raw):
+                return
+
+
+def source_chunks(source, chunk_keys: int):
+    """The keys of ``source`` as uint64 arrays of at most ``chunk_keys`` keys that the
+    caller may overwrite: a batch file's path (``read_chunks``), or an iterable of
+    uint64 arrays of any sizes (a generated batch streamed in; each array is taken in
+    ``chunk_keys`` pieces, copied into one reused buffer)."""
+    if isinstance(source, (str, bytes, os.PathLike)):
+        yield from read_chunks(source, chunk_keys)
+        return
+    buf = np.empty(chunk_keys, dtype=np.uint64)
+    for arr in source:
+        arr = np.asarray(arr)
+        if arr.dtype != np.uint64 or arr.ndim != 1:
+            raise InvalidInputError(
+                f"a streamed batch takes 1-d uint64 arrays, got {arr.dtype} with shape {arr.shape}")
+        for lo in range(0, len(arr), chunk_keys):
+            n = min(chunk_keys, len(arr) - lo)
+            buf[:n] = arr[lo:lo + n]
+            yield buf[:n]
+
+
+def append(path: str, keys: np.ndarray) -> None:
+    with open(path, "ab", buffering=0) as f:
+        f.write(memoryview(np.ascontiguousarray(keys)).cast("B"))
+
+
+def append_buckets(work: str, part: np.ndarray, bounds: np.ndarray, shards) -> None:
+    """Append each of ``shards``' keys of the partitioned chunk ``part`` (shard s:
+    ``part[bounds[s]:bounds[s + 1]]``) to its bucket file in ``work``."""
+    for s in shards.tolist():
+        append(os.path.join(work, f"s{s:04d}.bin"), part[bounds[s]:bounds[s + 1]])
+
+
+def sample(path: str, n: int, pieces: int = 64, piece: int = 1024) -> np.ndarray:
+    """About ``pieces * piece`` keys of the ``n``-key bucket ``path``, read in
+    ``pieces`` runs spread evenly over it (positional reads), sorted."""
+    take = min(piece, n)
+    at = np.unique(np.linspace(0, n - take, min(pieces, max(1, n // take))).astype(np.int64))
+    out = np.empty(len(at) * take, dtype=np.uint64)
+    raw = memoryview(out).cast("B")
+    with open(path, "rb", buffering=0) as f:
+        for i, a in enumerate(at.tolist()):
+            if os.preadv(f.fileno(), [raw[8 * i * take: 8 * (i + 1) * take]], 8 * a) != 8 * take:
+                raise CorruptionError(f"{path}: spill bucket ends early")
+    out.sort()
+    return out
+
+
+def splitters(sample: np.ndarray, parts: int, lo: int, hi: int) -> np.ndarray:
+    """Ascending keys cutting the key range [lo, hi] of a bucket whose sorted
+    ``sample`` is given into about ``parts`` ranges of equal share (range i: keys k
+    with splitters[i - 1] <= k < splitters[i]). A key that fills a range's share of
+    the sample alone (a hot key) gets a range of its own, [k, k + 1): the one key a
+    range of width one can hold, so even a bucket of one key repeated terminates."""
+    m = len(sample)
+    cuts = sample[(np.arange(1, parts) * m) // parts]
+    vals, counts = np.unique(sample, return_counts=True)
+    hot = vals[counts >= max(2, m // (2 * parts))]
+    cuts = np.concatenate([cuts, hot, hot[hot < np.uint64(2**64 - 1)] + np.uint64(1)])
+    cuts = np.unique(cuts)
+    return cuts[(cuts > np.uint64(lo)) & (cuts <= np.uint64(hi))]
+
+
+def split(src: str, dest_dir: str, cuts: np.ndarray, budget: Budget, fault) -> list:
+    """Split the keys of ``src`` into the key ranges ``cuts`` makes (``splitters``),
+    ``dest_dir/r<i>.bin``; returns ``(path, range lo, range hi)`` of each non-empty
+    range, lowest keys first (hi inclusive). Reads and partitions pieces of a
+    quarter slice (the piece, its ids, order and partitioned copy: less memory
+    than a slice's sort and its buffer)."""
+    os.makedirs(dest_dir, exist_ok=True)
+    piece = max(1, min(budget.chunk_keys, budget.slice_keys // 4))
+    seen = np.zeros(len(cuts) + 1, dtype=bool)
+    ids = np.empty(piece, dtype=np.int32)
+    part = np.empty(piece, dtype=np.uint64)
+    starts = np.empty(len(cuts) + 2, dtype=np.int64)
+    for chunk in read_chunks(src, piece):
+        _kernels.partition_by_cuts(chunk, cuts, ids, part, starts)
+        for i in np.flatnonzero(np.diff(starts)).tolist():
+            append(os.path.join(dest_dir, f"r{i:04d}.bin"), part[starts[i]:starts[i + 1]])
+            seen[i] = True
+        fault("spill-write")
+    os.unlink(src)
+    bounds = [0] + [int(c) for c in cuts] + [2**64]
+    return [(os.path.join(dest_dir, f"r{i:04d}.bin"), bounds[i], bounds[i + 1] - 1)
+            for i in np.flatnonzero(seen).tolist()]
+
+
+def slices(path: str, lo: int, hi: int, budget: Budget, slab: np.ndarray, fault,
+           threads: int, clock):
+    """Yield the sorted unique keys of bucket ``path`` (every key in [lo, hi]) one
+    key range at a time, lowest first, each a view of ``slab`` (``budget.slice_keys``
+    keys, reused: no allocation per slice, so the heap does not grow by fragments);
+    a bucket too large is split into key ranges of about half a slice each, cut at
+    the quantiles of a sample of its keys (``splitters``), recursively. A split by
+    key bits would not do: a busy host's keys share their top 20 bits (host-skewed
+    streams), so bit splits below the shard bits would copy its bucket level by
+    level without dividing it. ``clock``: the batch's stage clock (read, sort, split
+    are booked on it)."""
+    n = os.path.getsize(path) // 8
+    if n <= len(slab) or lo == hi:  # a range of one key value: that key, repeated
+        n = min(n, len(slab))
+        t = clock.start()
+        with open(path, "rb", buffering=0) as f:
+            got = f.readinto(memoryview(slab[:n]).cast("B"))
+        if got != 8 * n:
+            raise CorruptionError(f"{path}: spill bucket ends early")
+        os.unlink(path)
+        clock.stop("read", t)
+        keys = slab[:n]
+        t = clock.start()
+        # the store's sort (radix where it is faster: its buffer is one more slice,
+        # within the budget's slack, allocated per slice and freed)
+        m = sorting.sort_unique_keys(keys, threads)
+        clock.stop("sort", t)
+        yield keys[:m]
+        return
+    t = clock.start()
+    parts = min(MAX_PARTS, max(2, -(-2 * n // len(slab))))
+    subs = split(path, path + ".d", splitters(sample(path, n), parts, lo, hi), budget, fault)
+    clock.stop("split", t)
+    for sub, a, b in subs:
+        yield from slices(sub, max(a, lo), min(b, hi), budget, slab, fault, threads, clock)
+
+
+def read_ahead(path: str) -> None:
+    """Let the OS start reading the bucket ``path`` (the next shard's, read whole
+    once this shard is checked); a no-op without posix_fadvise."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
