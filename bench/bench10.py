@@ -95,6 +95,13 @@ def machine_line(runs: list) -> str | None:
     return "Machine: " + "; ".join(seen) + "." if seen else None
 
 
+def _path(params: dict) -> str:
+    """The run's path as the table names it: spilled with its budget, or in memory."""
+    if params.get("spill_memory"):
+        return f"spilled, {params['spill_memory'] / 2**30:.2f} GiB"
+    return "in memory"
+
+
 def render(logs: str) -> str:
     runs = load(logs)
     lines = ["| --keys | batches | path | run format | verified | store s | ns/key | "
@@ -110,7 +117,7 @@ def render(logs: str) -> str:
         base = ns if base is None and float(k) <= 1e8 else base
         lines.append(
             f"| {k} | {len(r['batches'])} x {p['batch']:,} | "
-            f"{'spilled, ' + format(p['spill_memory'] / 2**30, '.2f') + ' GiB' if p.get('spill_memory') else 'in memory'} | "
+            f"{_path(p)} | "
             f"{p.get('run_format')} | {r['verified']} | {r['store_s']:.0f} | {ns:.1f} | "
             f"{r['bytes_read'] / n:.1f} | {r['bytes_written'] / n:.1f} | "
             f"{r['disk_bytes_per_key'] or 0:.2f} | {r['peak_rss_bytes'] / 2**30:.2f} | "

@@ -35,7 +35,8 @@ byte with ``seenstore add --pairs --scalar`` over the first --check-lines lines 
 with --check-lines 0), and the routed URLs of the data are classified (userinfo, IDN /
 xn-- hosts, other) with their share of the scalar time.
 
-    python bench/bench_add.py [--data scratch/links.tsv] [--threads 1,2] [--check-lines 300000] [--reps 3]
+    python bench/bench_add.py [--data scratch/links.tsv] [--threads 1,2]
+        [--check-lines 300000] [--reps 3]
 """
 
 from __future__ import annotations
@@ -105,10 +106,10 @@ import numpy as np  # noqa: E402
 
 # dispatch.SMALL is left as a user has it (SEENSTORE_JIT_MIN unset: 100,000), here and
 # in the command's runs; only the start-up run takes every kernel (JIT_MIN=0)
-import seenstore.cli.url_cmds
+import seenstore.pipeline
 import seenstore.url.fastpath
 from seenstore.kernels import dispatch
-from seenstore.cli.url_cmds import add_fast
+from seenstore.pipeline import add_fast
 from seenstore.url.fastpath import run_kernel
 from seenstore.kernels.status import ROUTE
 from seenstore.url.normalise import DEFAULT_MAX_LENGTH
@@ -161,7 +162,7 @@ def cpu_split(data: str, tmp: str) -> tuple[int, dict]:
     class _CPUClock:
         perf_counter = staticmethod(time.thread_time)
 
-    mods = (seenstore.cli.url_cmds, seenstore.url.fastpath)
+    mods = (seenstore.pipeline, seenstore.url.fastpath)
     for m in mods:
         m.time = _CPUClock
     try:

@@ -1,4 +1,4 @@
-"""Bloom filter benchmark (issue 3): measured FPR against theory, and ns/key.
+"""Bloom filter benchmark: measured FPR against theory, and ns/key.
 
 Part 1, FPR at --fpr-keys (1e7) keys for targets 1%, 0.1%, 0.01%, on uniform keys
 and on host-skewed keys (top 20 bits: a Zipf(1) host over --hosts hosts, low 44
@@ -12,8 +12,8 @@ present keys, add_query, in ns/key (best of --reps, fresh keys and a fresh,
 pre-faulted filter each rep; thread CPU time, so time descheduled on a shared
 machine is not counted; JIT warm-up timed apart), for the blocked filter with
 GROUP keys located ahead; the same on words 8 bytes off a 64-byte boundary
-("unaligned": each block then straddles two cache lines, what numpy's own 16-byte
-alignment gave until the filter allocated its words aligned); without look-ahead
+("unaligned": each block then straddles two cache lines, as on numpy's own 16-byte
+alignment; the filter allocates its words 64-byte aligned); without look-ahead
 (group 1); and the classic filter.
 
 Part 3 (alone, --store-stream KEYS BATCH): the Bloom work of `seenstore bench --keys
@@ -134,7 +134,7 @@ def fpr_part(a: argparse.Namespace) -> None:
                   f"{measured / theory:6.3f} | {c_meas:9.3e} {c_theory:9.3e} "
                   f"{c_meas / c_theory:7.3f} | {nomix:7.3f}{top}")
             top = ""
-    print(f"worst |measured/theory - 1| = {worst:.1%} (issue 3 requires < 25%)")
+    print(f"worst |measured/theory - 1| = {worst:.1%} (the target: < 25%)")
 
 
 def timed(n: int, fn, *args) -> float:
@@ -229,7 +229,8 @@ def speed_part(a: argparse.Namespace) -> None:
         results = {v: speed_variant(v, n, fpr, rng, a.reps) for v in variants}
         base = results["blocked"]
         print(f"\ntarget {fpr:.2%}: filter {base['MB']:.0f} MB, blocked k={base['k']}, "
-              f"classic k={results['classic']['k'] if 'classic' in results else '-'} (same memory); ns/key "
+              f"classic k={results['classic']['k'] if 'classic' in results else '-'} "
+              "(same memory); ns/key "
               f"(x = over blocked)")
         cols = ("insert", "regions", "probe absent", "probe present", "add_query")
         print(f"{'variant':18} " + " ".join(f"{c:>20}" for c in cols))
@@ -317,7 +318,8 @@ def peers_part(a: argparse.Namespace) -> None:
     for plan in stream.plan():
         batch = stream.batch(*plan)
         new = np.sort(batch.keys[:batch.n_fresh])
-        p0, f0, cpu, fresh = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt, 0.0, 0
+        p0, cpu, fresh = time.process_time(), 0.0, 0
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         for part in np.array_split(new, a.lots):
             pending = kp.start_insert(part)
             fresh += kp.finish_insert(pending)

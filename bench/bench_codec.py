@@ -1,4 +1,4 @@
-"""Compressed runs (issue 15): codec speed against raw reads, bytes per key against the bound.
+"""Compressed runs: codec speed against raw reads, bytes per key against the bound.
 
 For each store density N (--densities, default 1e8, 1e9, 1e10 keys in the 64-bit
 space) it draws --keys sorted unique keys with the gaps of N uniform keys (a narrow
@@ -14,9 +14,10 @@ and reports:
   checksum check), in GB/s of keys (8 bytes a key) and ns/key;
 - from a file in --dir: ``np.fromfile`` of the raw keys and a streamed read of the
   compressed run (``CompressedRunReader.chunks``, 1 Mi-key buffer, checksums
-  checked), wall time (and the stream's CPU time), GB/s of keys delivered; page cache warm (best of --reps) and, when this process may
-  write /proc/sys/vm/drop_caches (root), cold: the caches are dropped before each
-  cold read (this affects everyone on the machine: --no-cold skips it).
+  checked), wall time (and the stream's CPU time), GB/s of keys delivered; page cache
+  warm (best of --reps) and, when this process may write /proc/sys/vm/drop_caches
+  (root), cold: the caches are dropped before each cold read (this affects everyone
+  on the machine: --no-cold skips it).
 
 JIT warm-up (first calls, compile or cache load) is timed apart and printed.
 
@@ -33,7 +34,8 @@ import time
 import numpy as np
 
 from seenstore.kernels import codec as K
-from seenstore.store.runs.codec import (BLOCK_KEYS, CompressedRunReader, CompressedRunWriter, block_ends, block_sums)
+from seenstore.store.runs.codec import (BLOCK_KEYS, CompressedRunReader, CompressedRunWriter,
+                                        block_ends, block_sums)
 from seenstore.store.runs.format import policy_digest
 
 MAX_SHARD_BITS = 8

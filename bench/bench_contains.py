@@ -27,9 +27,11 @@ import time
 import numpy as np
 
 from seenstore.keys.batch import prepare
-from seenstore.bench.run import parse_count
+from seenstore.bench.units import parse_count
 from seenstore.kernels.batch import mark_members
-from seenstore.store import SeenStore, _member
+from seenstore.store import SeenStore
+from seenstore.store.check import shard_bounds
+from seenstore.store.report import member
 
 
 def best(reps, fn, *args):
@@ -56,7 +58,8 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(1)
     stored = rng.integers(0, 2**64, a.stored, dtype=np.uint64, endpoint=False)
     n_in = int(a.asked * a.present)
-    asked = np.concatenate([rng.choice(stored, n_in), rng.integers(0, 2**64, a.asked - n_in, dtype=np.uint64)])
+    absent = rng.integers(0, 2**64, a.asked - n_in, dtype=np.uint64)
+    asked = np.concatenate([rng.choice(stored, n_in), absent])
     rng.shuffle(asked)
     try:
         with SeenStore.open(path, create=True, sync=False) as s:
@@ -65,7 +68,8 @@ def main(argv=None) -> None:
             s.add_new(stored[half:])
             t0 = time.perf_counter()
             s.contains(asked[:100_000])
-            print(f"JIT warm-up and first small call: {time.perf_counter() - t0:.2f} s (not counted)")
+            print(f"JIT warm-up and first small call: {time.perf_counter() - t0:.2f} s "
+                  "(not counted)")
             per = 1e9 / a.asked
             readers = [(shard, r) for shard, rs in sorted(s._runs.items()) for r in rs]
 
@@ -81,7 +85,7 @@ def main(argv=None) -> None:
             t_sort, uniq = best(a.reps, prepare, asked)
             t_bloom, maybe = best(a.reps, s.bloom.query, uniq)
             cand = uniq[maybe]
-            bounds = s._shard_bounds(cand)
+            bounds = shard_bounds(cand, s.shard_bits)
 
             def check():
                 drop_cache()
@@ -89,12 +93,12 @@ def main(argv=None) -> None:
                 for shard, r in readers:
                     lo, hi = bounds[shard], bounds[shard + 1]
                     if lo < hi:
-                        found[lo:hi] |= _member(r.keys, cand[lo:hi])  # every live run
+                        found[lo:hi] |= member(r.keys, cand[lo:hi])  # every live run
                 return found
 
             t_check, found = best(a.reps, check)
             t_back, mask = best(a.reps, mark_members, asked, cand[found])
-            t_back_search, mask2 = best(a.reps, _member, cand[found], asked)
+            t_back_search, mask2 = best(a.reps, member, cand[found], asked)
             assert np.array_equal(mask, mask2) and np.array_equal(mask, got)
             assert int(got.sum()) >= n_in
             print(f"store {a.stored:,} keys in {len(readers)} shards; asked {a.asked:,} "
@@ -107,7 +111,8 @@ def main(argv=None) -> None:
             print(f"  answers back (hash join)    {t_back * per:8.1f}   binary search per key: "
                   f"{t_back_search * per:6.1f}  (x{t_back_search / t_back:.2f})")
             old = t_sort + t_bloom + t_check + t_back_search
-            print(f"  with the binary search back {old * per:8.1f}   (x{old / t_all:.2f} the call now)")
+            print(f"  with the binary search back {old * per:8.1f}   "
+                  f"(x{old / t_all:.2f} the call now)")
     finally:  # the store always goes; a --dir given stays
         shutil.rmtree(path if a.dir else base, ignore_errors=True)
     sys.stdout.flush()

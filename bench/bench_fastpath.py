@@ -308,7 +308,8 @@ def main() -> None:
         sec = parts[key]
         print(f"    {name:44s} {sec:6.2f} s {sec / n * 1e9:6.0f} ns/URL {100 * sec / best:5.1f} %")
     rest = best - sum(parts.values())
-    print(f"    {'other (status scans, Python glue)':44s} {rest:6.2f} s {rest / n * 1e9:6.0f} ns/URL")
+    print(f"    {'other (status scans, Python glue)':44s} {rest:6.2f} s "
+          f"{rest / n * 1e9:6.0f} ns/URL")
     print(f"  on demand, not in the figure above: one contiguous canonical buffer per batch "
           f"(FastBatch.canonical) {canon_s:.2f} s, {canon_s / n * 1e9:.0f} ns/URL")
 

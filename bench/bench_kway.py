@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from seenstore.bench.run import parse_count
+from seenstore.bench.units import parse_count
 from seenstore.kernels.merge import kway_step
 from seenstore.keys.sort import machine_summary
 from seenstore.store.runs.live import MERGE_BUFFER_BYTES, kway_arrays
@@ -48,7 +48,8 @@ def main() -> None:
     keys = np.unique(rng.integers(0, 2**64 - 1, args.keys, dtype=np.uint64))
     warm = [keys[:1000:2], keys[1:1000:2]]
     merge(kway_step, warm, 64)  # JIT outside the timings
-    print(f"{len(keys):,} keys in k disjoint runs of equal size (thread CPU ns/key, best of {args.reps})")
+    print(f"{len(keys):,} keys in k disjoint runs of equal size "
+          f"(thread CPU ns/key, best of {args.reps})")
     print("| k | kway_step | np.sort of the concatenation | np.sort / kway_step |")
     print("|---:|---:|---:|---:|")
     for k in [int(x) for x in args.k.split(",")]:

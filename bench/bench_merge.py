@@ -1,4 +1,4 @@
-"""Scale benchmark of the core engine (issue 2).
+"""Scale benchmark of the core engine: sort, merge and commit against the disk.
 
 Merges --keys random keys into a fresh store in batches of --batch keys and
 prints, per batch and in total, ns/key for sort, merge and commit, and the disk
@@ -65,7 +65,8 @@ def main() -> None:
     stages = ("sort", "align", "bloom", "merge", "commit")
     sums = dict(sort=0.0, align=0.0, bloom=0.0, merge=0.0, commit=0.0, read=0, written=0, wall=0.0)
     print(f"shard_bits={a.shard_bits} threads={a.threads} bloom={'off' if a.no_bloom else 'on'}")
-    print(f"{'batch':>5} {'store keys':>12} {'sort':>7} {'align':>7} {'bloom':>7} {'merge':>7} {'commit':>7}"
+    print(f"{'batch':>5} {'store keys':>12} {'sort':>7} {'align':>7} {'bloom':>7} "
+          f"{'merge':>7} {'commit':>7}"
           f" {'ns/key':>8} {'merge GB/s':>10}   (ns per offered key)")
     done = 0
     while done < total:

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import seenstore.store.runs.live as runs
-from seenstore.bench.run import parse_count
+from seenstore.bench.units import parse_count
 from seenstore.warmup import warm_up
 from seenstore.keys.sort import machine_summary
 from seenstore.store import SeenStore

@@ -1,4 +1,4 @@
-"""Sort benchmark (issue 13): our radix sort (one and two threads) against np.sort.
+"""Sort benchmark: our radix sort (one and two threads) against np.sort.
 
 For each size (--sizes, default 1e6 1e7 1e8) and key shape, uniform, host-skewed (top
 20 bits a Zipf(1) host over 2^20 buckets, low 44 random: the store's keys) and crawl
@@ -91,7 +91,8 @@ def main() -> None:
     sorting.warm_up()
     w = np.arange(1000, dtype=np.uint64)[::-1].copy()
     lsd_sort(w, np.empty_like(w), 8)
-    print(f"JIT warm-up (compile or cache load, not in the figures): {time.perf_counter() - t0:.2f} s")
+    print("JIT warm-up (compile or cache load, not in the figures): "
+          f"{time.perf_counter() - t0:.2f} s")
     print(f"dispatcher's verdict: {sorting.describe()}")
     print(f"{'n':>11} {'keys':>8} {'sort':>22} {'ns/key':>8} {'cpu ns/key':>10} {'x np.sort':>9} "
           f"{'cpu x':>6}   (cpu of the 2-thread rows: both threads' seconds)")
@@ -105,10 +106,10 @@ def main() -> None:
                 ("np.sort", lambda x: x.sort()),
                 ("LSD 8-bit baseline", lambda x: lsd_sort(x, buf, 8)),
                 ("radix 1 thread", lambda x: radix_sort(x, buf, *kw)),
-                ("radix 2 threads", lambda x: sorting._sort(x, False, 2, "radix", buf)),
+                ("radix 2 threads", lambda x: sorting.sort_keys(x, 2, method="radix", buf=buf)),
                 ("sort_unique 1 thread", lambda x: sort_unique(x, buf, *kw)),
                 ("sort_unique 2 threads", lambda x: sorting._sort(x, True, 2, "radix", buf)),
-                ("2 threads new scratch", lambda x: sorting._sort(x, False, 2, "radix")),
+                ("2 threads new scratch", lambda x: sorting.sort_keys(x, 2, method="radix")),
                 ("16 shards", lambda x: shards(x, buf, False)),
                 ("16 shards fine part.", lambda x: shards(x, buf, True)),
                 ("16 shards fine np.sort", lambda x: shards(x, buf, True, "numpy")),

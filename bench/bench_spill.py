@@ -1,10 +1,10 @@
-"""The spilled path's cost per offered key by stage, as the store grows (issue 15).
+"""The spilled path's cost per offered key by stage, as the store grows.
 
 Offers a CrawlStream (the bench's stream: reoffer 0.5, dup 0.1, host-skewed) in
 batches of --batch keys through ``SeenStore.add_new_file`` (spilled, DRUM-style,
 compressed runs) and prints, per batch, the store size before it, stored keys per
 offered key (N/B: what every batch sweeps) and the wall and process-CPU ns per
-offered key of each stage (spill.Clock): spill (partition + bucket appends), read
+offered key of each stage (runtime/clock.py): spill (partition + bucket appends), read
 (buckets read back), split, sort, check (runs read, decoded and swept), write
 (encode + write of the new run), sync (its index, header, fsync), bloom (waiting
 for the inserts, which run on a thread of their own: their wall time is printed
@@ -19,8 +19,8 @@ the batches (the first one excluded: nothing stored), i.e. ``b`` ns per stored k
 swept per batch, and the prediction at the N/B of a 1e10 run.
 
 Per-shard sizes like those of ``bench --keys 1e10`` (8 shard bits) at 1/16 of the
-keys: --shard-bits 4 --batch 5.2e7 for its former 12 batches of 8.3e8, --batch 1.25e8
-for the 5 batches of 2e9 it plans since a busy shard's bucket may be split. Note the
+keys: --shard-bits 4 --batch 1.25e8 for batches of 2e9, --batch 5.2e7 for batches of
+8.3e8 (the plan's batch depends on the free disk: plan.plan_resources). Note the
 CPU columns are the whole process's (process_time): the Bloom inserts and the
 compaction, on their own threads, count in the stage they run beside.
 
@@ -89,7 +89,8 @@ def run(keys: int, batch: int, shard_bits: int, memory: int, bloom: bool, work: 
             print(f"{len(rows) - 1:3d} stored {n_stored:>13,} N/B {row['nb']:4.2f} "
                   f"wall {row['wall_ns']:6.1f} cpu {row['cpu_ns']:6.1f} | "
                   + " ".join(f"{s} {row[s + '_cpu_ns']:5.1f}" for s in STAGES)
-                  + f" other {row['other_cpu_ns']:5.1f} (compact wall {row['compact_wall_ns']:5.1f},"
+                  + f" other {row['other_cpu_ns']:5.1f}"
+                  f" (compact wall {row['compact_wall_ns']:5.1f},"
                   f" bloom thread wall {row['bloom_bg_wall_ns']:5.1f})"
                   f" gen {row['gen_cpu_ns']:5.1f}", flush=True)
     shutil.rmtree(path, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Throughput of the streaming dedup stage (issue 3): keys offered per second through
+"""Throughput of the streaming dedup stage: keys offered per second through
 ``DedupStage.offer`` on a crawl-like stream with 50% re-offers, and the share of
 offered keys answered without waiting for a merge.
 
@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from seenstore.bench.run import parse_count
+from seenstore.bench.units import parse_count
 from seenstore.stage import DedupStage
 from seenstore.store import SeenStore
 from seenstore.bench.workload import CrawlStream, keys_of_ids

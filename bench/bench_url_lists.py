@@ -29,6 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from seenstore.keys import sort as sorting  # noqa: E402
+from seenstore.runtime.parallel import default_threads  # noqa: E402
 from seenstore.url.fastpath import run_kernel  # noqa: E402
 from seenstore.url.fingerprint import fingerprint_many  # noqa: E402
 from seenstore.url.fastpath import normalise_many  # noqa: E402
@@ -64,7 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None, help="base<TAB>href lines (tools/gather_links.py)")
     ap.add_argument("--n", type=float, default=1e6, help="URLs (default 1e6)")
-    ap.add_argument("--threads", type=int, default=sorting.default_threads())
+    ap.add_argument("--threads", type=int, default=default_threads())
     ap.add_argument("--offer", type=int, default=10_000, help="URLs per offer call")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=None, help="folder for the stage's store (default: temp)")

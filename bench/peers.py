@@ -4,9 +4,9 @@ Each peer runs alone in its own subprocess (so its peak RSS is its own), one aft
 other, on the same deterministic ``CrawlStream``; only the peer's work is timed (not the
 generator, not the check). Each batch's new keys are checked against the stream's exact
 expectation. A peer over ``--time-limit`` is killed and reported with how far it got.
-Before each peer the host's speed is probed (``benchrun.cpu_probe``: np.sort of 2^20
-keys, thread CPU) and printed: this VM's speed moves, and a ratio between two peers
-that ran at different speeds says little.
+Before each peer the host's speed is probed (``seenstore.bench.probes.cpu_probe``:
+np.sort of 2^20 keys, thread CPU) and printed: a shared VM's speed moves, and a ratio
+between two peers that ran at different speeds says little.
 
     python bench/peers.py --keys 1e7 [--batch N] [--peers set,sqlite,...] [--plot F.png]
 """
@@ -25,7 +25,8 @@ import time
 
 import numpy as np
 
-from seenstore.bench.run import dir_bytes, parse_count, reset_peak_rss
+from seenstore.bench.probes import dir_bytes, reset_peak_rss
+from seenstore.bench.units import parse_count
 from seenstore.warmup import warm_up
 from seenstore.bench.workload import CrawlStream
 
@@ -41,7 +42,7 @@ INSTALL = {"rocksdb": "rocksdict", "duckdb": "duckdb", "lmdb": "lmdb", "rbloom":
 class SeenStorePeer:
     def __init__(self, path, stream):
         from seenstore.store import SeenStore
-        # Opened with defaults, as a user would (issue 14): the Bloom filter starts small
+        # Opened with defaults, as a user would: the Bloom filter starts small
         # and grows by layers as the stream fills it, not sized ahead for the stream.
         self.st = SeenStore.open(path, create=True)
 
@@ -408,7 +409,7 @@ def main() -> None:
           f"dup {args.dup}, seed {args.seed}; time limit {args.time_limit:.0f} s per peer.\n"
           f"Machine: {machine_summary()}; load average {os.getloadavg()[0]:.1f} at the start.\n",
           flush=True)
-    from seenstore.bench.run import cpu_probe
+    from seenstore.bench.probes import cpu_probe
     rows = []
     try:
         for name in names:

@@ -29,7 +29,8 @@ import time
 
 import numpy as np
 
-from seenstore.bench.run import (disk_bandwidth, parse_count, peak_rss_bytes, reset_peak_rss)
+from seenstore.bench.probes import disk_bandwidth, peak_rss_bytes, reset_peak_rss
+from seenstore.bench.units import parse_count
 from seenstore.warmup import warm_up
 from seenstore.store import SeenStore
 from seenstore.bench.workload import CrawlStream
@@ -82,13 +83,13 @@ def run(args) -> dict:
                 t0 = time.perf_counter()
                 np.sort(b.keys)
                 sort_floor = time.perf_counter() - t0
-                st._join_compactor()  # the growth's compaction is not the probe's
+                st.wait_for_compaction()  # the growth's compaction is not the probe's
                 before = st.stats()["counters"].get("bytes_compacted", 0)
                 t0 = time.perf_counter()
                 mask = st.add(b.keys)
                 add_s = time.perf_counter() - t0
                 # the compaction this batch paid for runs after it: timed apart
-                compact_after_s = st._join_compactor()
+                compact_after_s = st.wait_for_compaction()
                 compacted = st.stats()["counters"].get("bytes_compacted", 0) - before
                 ok = int(mask.sum()) == b.n_fresh and bool(mask[: b.n_fresh].all())
                 tm = dict(st.last_timings)
@@ -101,7 +102,7 @@ def run(args) -> dict:
                       f"{add_s / B * 1e9:7.1f} ns/key  merge {tm.get('merge_s', 0):6.2f} s  "
                       f"commit {tm.get('commit_s', 0):6.2f} s  {'ok' if ok else 'WRONG'}",
                       flush=True)
-            st._join_compactor()
+            st.wait_for_compaction()
             final = st.stats()
     finally:
         disk.append(disk_bandwidth(work, args.probe_bytes))

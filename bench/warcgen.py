@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 
 
 ROOTS = [os.path.expanduser("~/.rustup"), "/usr/share/doc",
@@ -55,7 +54,16 @@ def write_warc(out: str, max_bytes: int, roots=ROOTS) -> tuple[int, int]:
     return n, total
 
 
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", metavar="OUT.warc[.gz]", help="the WARC file to write")
+    ap.add_argument("max_mb", nargs="?", type=float, default=20.0,
+                    help="stop after about this many MB of HTML (default 20)")
+    args = ap.parse_args()
+    print(write_warc(args.out, int(args.max_mb * 1e6)))
+
+
 if __name__ == "__main__":
-    out = sys.argv[1]
-    mb = float(sys.argv[2]) if len(sys.argv) > 2 else 20
-    print(write_warc(out, int(mb * 1e6)))
+    main()

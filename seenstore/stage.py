@@ -5,7 +5,7 @@ exactly once in the store's life with its payload beside it. Check and claim are
 one synchronous step under one lock (no await): an exact cache of recent keys
 drops repeats, the store's Bloom filter admits negatives, positives are held
 until the next merge, which runs in a background thread while offers fill the
-other buffer. Admitted keys sit in a write-ahead log (wal.py) until merged.
+other buffer. Admitted keys sit in a write-ahead log (store/wal.py) until merged.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from seenstore.url.fastpath import normalise_many
 from seenstore.runtime.parallel import check_threads
 from seenstore.url.policy import DEFAULT_POLICY, Policy
 from seenstore.store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
-from seenstore.store.wal import replay_wal  # noqa: F401  (was defined here; SeenStore.open calls it now)
+from seenstore.store.wal import replay_wal  # noqa: F401  (public: cluster/data.py replays through it)
 
 unique_sorted = _kernels.unique_sorted  # numpy twin below dispatch.SMALL keys
 
@@ -47,7 +47,7 @@ DEFAULT_CACHE_KEYS = 1 << 22     # recent-key cache entries, 8 bytes each: 32 Mi
 CLAIM_FPR = 1e-3                 # a buffer's claim filter; a false positive only holds a key
 MAX_CAP_BITS = 24                # host buckets for caps: top min(H, 24) bits of the key
 FAST_PATH_MIN_URLS = 64          # smaller URL offers take the scalar normaliser
-SPILL_BUFFERS = 2                # a buffer past this many budgets merges spilled (spill.py)
+SPILL_BUFFERS = 2                # a buffer past this many budgets merges spilled (store/spill.py)
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: slot = (key * _MIX) >> (64 - bits)
 _EMPTY = np.empty(0, dtype=np.uint64)
 
@@ -310,7 +310,7 @@ class DedupStage:
 
     def _guard_locked(self, fn, *args):
         """``_guard`` for a caller that holds the lock (it is not re-entrant: taking
-        it again here hung the stage on a failed WAL write, issue 12 item 6)."""
+        it again here would hang the stage on a failed WAL write)."""
         try:
             return fn(*args)
         except BaseException as e:
@@ -543,7 +543,7 @@ class DedupStage:
     def _merge_spilled(self, certain: np.ndarray, held: np.ndarray, buf: _Buffer):
         """``_merge`` of a backlog larger than the stage's memory budget (one offer of
         many more keys than a buffer holds): through ``SeenStore.add_new_file`` with
-        the budget as its memory (DRUM-style, spill.py), so the merge needs the budget
+        the budget as its memory (DRUM-style, store/spill.py), so the merge needs the budget
         beside the buffer's own keys, not a few copies of them. The new keys come back
         sorted in a file of the store's spill folder, read in chunks to resolve the
         held keys and count anomalies; the result is the in-memory merge's."""

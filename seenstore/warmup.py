@@ -26,7 +26,8 @@ _U = np.uint64
 
 
 def warm_up(directory: str | None = None, *,
-            progress: Callable[[str, int, int], None] | None = None, run_format: int | None = None, child: bool = False) -> float:
+            progress: Callable[[str, int, int], None] | None = None,
+            run_format: int | None = None, child: bool = False) -> float:
     """Compile (or load) every kernel the store and the URL fast path run; returns the
     seconds it took. ``progress(name, i, n)`` after each step. The throwaway stores go
     in a new temporary folder (inside ``directory`` if given), removed after;
@@ -131,15 +132,16 @@ def warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                     st.add(keys + _U(1000))
                     st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
                 dispatch.batch.unique_sorted(keys)  # the stage's
-                dispatch.batch.first_unique(keys, np.empty(len(keys), _U), np.empty(len(keys), np.int64),
-                                   64, 32)  # a batch's repeats
+                dispatch.batch.first_unique(keys, np.empty(len(keys), _U),
+                                            np.empty(len(keys), np.int64),
+                                            64, 32)  # a batch's repeats
                 # add's mask on two threads (batches of 2^20 keys and more)
                 from seenstore.keys.batch import PARALLEL_JOIN_KEYS, first_new_mask
 
                 many = np.arange(PARALLEL_JOIN_KEYS, dtype=_U)
                 first_new_mask(many, many[::2].copy(), 2)
                 # a batch's partition on two threads (batches of 2^20 keys and more)
-                from seenstore.store.scheduling import PARALLEL_PARTITION_KEYS, partition
+                from seenstore.keys.partition import PARALLEL_PARTITION_KEYS, partition
 
                 partition(np.arange(2 * PARALLEL_PARTITION_KEYS, dtype=_U), 4, 2)
                 # a spilled bucket too big for one slice, split by key ranges (store/buckets.py)

@@ -11,7 +11,7 @@ to the sizing arithmetic that is not followed by this script fails the tests.
 
 from __future__ import annotations
 
-from seenstore.bench.run import SPILL_BLOOM_TARGETS
+from seenstore.bench.plan import SPILL_BLOOM_TARGETS
 from seenstore.bloom.keeper import DEFAULT_BLOOM_FPR
 from seenstore.bloom.layers import LayeredBloom
 from seenstore.bloom.sizing import compute_max_loads

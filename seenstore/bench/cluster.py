@@ -18,27 +18,27 @@ import os
 import shutil
 import time
 
-import numpy as np
-
-from seenstore.bench.run import _check
-from seenstore.warmup import warm_up
-from seenstore.store import SeenStore
+from seenstore.bench.result import verify_answer
 from seenstore.bench.workload import CrawlStream
-from seenstore.cluster.ranges import RANGE_BITS
-from seenstore.cluster.sharded import PARALLEL_MIN_KEYS, ShardedStore, cluster_bits, ensure_ray, partition
+from seenstore.cluster.sharded import ShardedStore, cluster_bits, ensure_ray
+from seenstore.store import SeenStore
+from seenstore.warmup import warm_up
 
 SAMPLE_STRIDE = 16  # every 16th key of the first batch cuts the ranges
 WARM_UP_MIN_KEYS = 1_000_000  # smaller streams (tests) time nothing worth a warm-up
 
 
 def _drive(store, stream: CrawlStream, per_batch=None) -> dict:
+    """Offer every batch of ``stream`` to ``store.add_new`` and check each answer; the
+    figures: seconds inside the calls, keys offered, new and expected, the verdict.
+    ``per_batch``: called after each batch's timed call."""
     res = {"store_s": 0.0, "offered": 0, "new": 0, "expected_new": 0, "bad_batches": []}
     for plan in stream.plan():
         batch = stream.batch(*plan)
         t0 = time.perf_counter()
         got = store.add_new(batch.keys)
         res["store_s"] += time.perf_counter() - t0
-        n_new, ok = _check(batch, got, "new")
+        n_new, ok = verify_answer(batch, got, "new")
         res["offered"] += len(batch.keys)
         res["new"] += n_new
         res["expected_new"] += batch.expected_new
@@ -86,13 +86,10 @@ def run_cluster_bench(stream: CrawlStream, work_dir: str, shard_counts: list[int
         try:
             with ShardedStore.open(root, shards=n, create=True, bloom_capacity=bloom_capacity,
                                    sample=sample) as st:
-                # each actor's process loads its kernels first, as this one did, and
-                # this one the client's partition kernels (a first call loads them)
+                # each actor's process loads its kernels first, as this one did above
+                # (the client's partition of a batch among them)
                 if warm:
                     st._call(range(n), lambda i: st.actors[i].warm_up.remote())
-                if n > 1 and warm:
-                    partition(np.arange(2 * PARALLEL_MIN_KEYS, dtype=np.uint64), RANGE_BITS,
-                              st._pool, st.threads)
                 shard_rows = [{"offered": 0, "idle_s": 0.0, "cpu_s": 0.0} for _ in range(n)]
                 busy0 = [(s["admit_s"], s["timings"]["log_s"]) for s in st.shard_stats()]
 
@@ -134,6 +131,7 @@ def run_cluster_bench(stream: CrawlStream, work_dir: str, shard_counts: list[int
 
 
 def format_text(res: dict) -> list[str]:
+    """The text report of ``run_cluster_bench``'s figures, one string per line."""
     p = res["params"]
     lines = [f"keys offered     {p['keys']:,} in batches of {p['batch']:,} (reoffer "
              f"{p['reoffer']}, dup {p['dup']}, seed {p['seed']}); answer: sorted new keys; "

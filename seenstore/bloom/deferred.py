@@ -33,6 +33,8 @@ import warnings
 
 import numpy as np
 
+from seenstore.runtime.worker import Worker
+
 DEFERRED_CHUNK_KEYS = 1 << 20  # keys per filter insert call when fed runs (8 MiB)
 
 
@@ -53,7 +55,8 @@ class Gate:
 
 
 class DeferredInsert:
-    """One batch's insert into ``keeper``'s filter, on its own thread.
+    """One batch's insert into ``keeper``'s filter, on a thread of its own (``thread``,
+    a Worker).
 
     ``keys``: the batch's new keys, an array this object owns (the in-memory path:
     inserted in one call, ``keeper.start_insert`` and its wait, the region insert
@@ -66,11 +69,12 @@ class DeferredInsert:
     gathered in lots of DEFERRED_CHUNK_KEYS: a filter call below dispatch.SMALL keys
     takes the numpy twin, ~25x slower (1,670 against 74 ns/key).
 
-    ``after``: threads to join before the first insert (a new filter's prefault:
-    an insert beside it would be zeroed by it); ``prev``: the previous batch's
-    DeferredInsert, waited for (and its failure reported) first: one insert at a
-    time. Figures: ``elapsed_s``/``cpu_s`` of this insert, plus ``carried_*`` of
-    the inserts it waited for that nobody booked (``book``)."""
+    ``after``: Workers (or anything with ``join()``: a Gate) to join before the
+    first insert (a new filter's prefault: an insert beside it would be zeroed by
+    it); one that failed fails this insert too (the filter is dropped). ``prev``:
+    the previous batch's DeferredInsert, waited for (and its failure reported)
+    first: one insert at a time. Figures: ``elapsed_s``/``cpu_s`` of this insert,
+    plus ``carried_*`` of the inserts it waited for that nobody booked (``book``)."""
 
     def __init__(self, keeper, after=(), *, keys: np.ndarray | None = None,
                  parts: list | None = None, prev=None, chunks_of=None,
@@ -102,9 +106,9 @@ class DeferredInsert:
         self._settled = False
         self.dropped = False  # set by keeper.drop
         keeper.dirty = True  # the saved file lacks these keys from now on
-        self.thread = threading.Thread(target=self._run, name="seenstore-bloom-deferred",
-                                       daemon=True)
-        self.thread.start()
+        # its own figures, not the Worker's: the waits before the insert are left out,
+        # a fed insert's idle time too, and the copy counted in
+        self.thread = Worker(self._run, "seenstore-bloom-deferred")
 
     def _run(self) -> None:
         t = time.perf_counter()
@@ -213,7 +217,7 @@ class DeferredInsert:
         lacks: approximate mode would call it seen); the next open rebuilds it."""
         self._abort = True
         self.close()
-        self.thread.join()
+        self._join()
         with self._done:
             self._settled = True
         if self.keeper.bf is not None and (self.inserted or self.error is not None):
@@ -234,12 +238,19 @@ class DeferredInsert:
     def wait(self) -> None:
         """Wait for the insert; if it failed, drop the filter (the next open rebuilds
         it from the runs) with a warning, so a committed batch never fails for it."""
-        self.thread.join()
+        self._join()
         with self._done:
             if self._settled:
                 return
             self._settled = True
             self._report()
+
+    def _join(self) -> None:
+        """Wait for the thread. An error outside the copy and the insert (waiting for
+        ``after`` or ``prev``) counts as the insert's: it may not have run."""
+        self.thread.join(raise_error=False)
+        if self.error is None:
+            self.error = self.thread.error
 
     def _report(self) -> None:
         if self.error is not None and self.keeper.bf is not None:

@@ -33,8 +33,8 @@ HEADER_LEN = 128
 MAX_HEADER_LEN = 65536
 # Filters this large are written with O_DIRECT behind a header padded to one ALIGN
 # block (header_len 4096, which every 1.x reader takes): through the page cache a
-# 185 MiB filter took 0.3-1.2 s to write and fsync on this VM (fresh page-cache
-# pages fault in slowly), with O_DIRECT 0.16-0.17 s.
+# large filter's fresh page-cache pages fault in slowly, and writing and fsyncing it
+# takes 2-7x as long as with O_DIRECT.
 DIRECT_MIN_BYTES = 4 << 20
 _WRITE_CHUNK = 64 << 20
 _PREFIX = struct.Struct("<8sHHI")  # magic, major, minor, header_len

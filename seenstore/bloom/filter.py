@@ -20,10 +20,11 @@ import numpy as np
 from seenstore.kernels import dispatch as _dispatch
 from seenstore.kernels.dispatch import bloom as _k  # numpy twins below dispatch.SMALL items
 from seenstore.errors import InvalidInputError
+from seenstore.runtime.worker import Worker
 from seenstore.bloom import file as _file
 from seenstore.bloom.file import Binding
-from seenstore.bloom.sizing import (BLOCK_BITS, MAX_BLOCKS, WORDS_PER_BLOCK, blocked_fpr, block_aligned,
-                     size_for)
+from seenstore.bloom.sizing import (BLOCK_BITS, MAX_BLOCKS, WORDS_PER_BLOCK, blocked_fpr,
+                                    block_aligned, size_for)
 
 GROUP = 32  # keys located (and prefetched) ahead in the kernels; see bench/bench_bloom.py
 # Region inserts: keys bucketed so each pass writes one ~REGION_BYTES slice of the
@@ -195,55 +196,50 @@ class _SharedInsert:
 
 
 class PendingAdd:
-    """An insert running on its own thread (``BloomFilter.add_in_background``).
+    """An insert running on its own thread (a Worker; ``BloomFilter.add_in_background``).
 
     ``wait()`` helps with what is left of a large (region) insert on the calling
-    thread, joins it (idempotent) and returns how many keys set a clear bit (keys
-    certainly new to the filter; repeats in the same call count once);
-    ``elapsed_s`` is the time from start to the end of the background thread;
-    ``cpu_s`` the CPU time the insert took, on its thread and on the waiter's while it
-    helped (wall time on a busy 2-core machine counts the other threads' turns too)."""
+    thread, joins it (idempotent), raises the insert's error if it failed, and
+    returns how many keys set a clear bit (keys certainly new to the filter; repeats
+    in the same call count once); ``elapsed_s`` is the time from start to the end of
+    the background thread; ``cpu_s`` the CPU time the insert took, on its thread and
+    on the waiter's while it helped (wall time on a busy 2-core machine counts the
+    other threads' turns too)."""
 
     def __init__(self, bf: BloomFilter, keys: np.ndarray) -> None:
         self._bf, self._keys = bf, keys
         self.fresh = 0
-        self.elapsed_s = 0.0
-        self._cpu_s = [0.0, 0.0]  # the insert's thread, the waiter helping
+        self._help_cpu_s = 0.0  # the waiter's, helping
         self.dropped = False  # set by an owner that gave up on the filter (keeper.py)
-        self._error: BaseException | None = None
         bits = bf._region_bits_for(len(keys))
         self._shared = _SharedInsert(bf, keys, bits) if bits else None
-        self._thread = threading.Thread(target=self._run, name="bloom-insert", daemon=True)
-        self._thread.start()
+        self._worker = Worker(self._run, "bloom-insert")
 
     def _run(self) -> None:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        try:
-            if self._shared is not None:
-                self._shared.run_owner()
-            else:
-                self.fresh = self._bf._add_counting(self._keys)
-        except BaseException as e:  # handed to the waiter, never lost in the thread
-            self._error = e
-        self.elapsed_s = time.perf_counter() - t0
-        self._cpu_s[0] = time.thread_time() - c0
+        if self._shared is not None:
+            self._shared.run_owner()
+        else:
+            self.fresh = self._bf._add_counting(self._keys)
+
+    @property
+    def elapsed_s(self) -> float:
+        return self._worker.elapsed_s
 
     @property
     def cpu_s(self) -> float:
-        return sum(self._cpu_s)
+        return self._worker.cpu_s + self._help_cpu_s
 
     def wait(self) -> int:
         if self._shared is not None:
             c0 = time.thread_time()
             self._shared.help()
-            self._cpu_s[1] += time.thread_time() - c0
-        self._thread.join()
+            self._help_cpu_s += time.thread_time() - c0
+        self._worker.join(raise_error=False)
         if self._shared is not None:
             self.fresh = self._bf._record_insert(self._shared.fresh)
             self._shared = None
         self._keys = None
-        if self._error is not None:
-            raise self._error
+        self._worker.join()  # the insert's error, if any, raised here
         return self.fresh
 
 

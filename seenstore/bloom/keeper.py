@@ -13,7 +13,7 @@ hands it the stored keys as chunks (rebuild) and samples (is a file theirs?).
 
 from __future__ import annotations
 
-import threading
+import functools
 import time
 import warnings
 from types import SimpleNamespace
@@ -26,6 +26,7 @@ from seenstore.bloom.deferred import DeferredInsert
 from seenstore.bloom.file import Binding
 from seenstore.bloom.layers import LayeredBloom
 from seenstore.bloom.sizing import prefault
+from seenstore.runtime.worker import Worker
 
 DEFAULT_BLOOM_FPR = 1e-3
 MIN_BLOOM_CAPACITY = 1 << 20
@@ -50,7 +51,7 @@ class BloomKeeper:
         self.state = "off"
         self._last_batch = 0  # keys of the last batch that set a bit: the next one's guess
         self.behind: DeferredInsert | None = None  # the last batch's insert, past its return
-        self._prefault: threading.Thread | None = None  # a new filter's pages faulting in
+        self._prefault: Worker | None = None  # a new filter's pages faulting in
 
     # ------------------------------------------------- the threads beside the batches
     def start_prefault(self, min_bytes: int) -> None:
@@ -62,9 +63,8 @@ class BloomKeeper:
         bf = self.bf
         if bf is None or bf.n_added or len(bf.layers) != 1 or bf.nbytes < min_bytes:
             return
-        self._prefault = threading.Thread(target=prefault, args=(bf.layers[0].words,),
-                                          name="seenstore-bloom-prefault", daemon=True)
-        self._prefault.start()
+        words = bf.layers[0].words
+        self._prefault = Worker(functools.partial(prefault, words), "seenstore-bloom-prefault")
 
     @property
     def prefaulting(self) -> bool:

@@ -22,14 +22,13 @@ the layers in order while they exist and carry the same generation.
 from __future__ import annotations
 
 import os
-import threading
-import time
 
 import numpy as np
 
 from seenstore.errors import StoreNotFoundError
 from seenstore.bloom.filter import REGION_MIN_KEYS, BloomFilter, _as_keys
 from seenstore.bloom.sizing import max_loads, prefault
+from seenstore.runtime.worker import Worker
 
 GROWTH = 4  # the filter's capacity grows GROWTH-fold per new layer
 FILL_STEPS = 64  # ``fill`` inserts in steps of at least 1/FILL_STEPS of its keys
@@ -53,70 +52,61 @@ def _ask(layers: list, out: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 class _PendingLayers:
-    """``add_in_background`` of a layered filter: ``LayeredBloom.fill`` on a thread
+    """``add_in_background`` of a layered filter: ``LayeredBloom.fill`` on a Worker
     whose last step is the newest layer's own background insert (a PendingAdd, which
-    the waiter helps); ``wait()`` returns the keys that set a bit, over all steps."""
+    the waiter helps); ``wait()`` returns the keys that set a bit, over all steps,
+    and raises the fill's error. ``elapsed_s``/``cpu_s``: the fill's thread, plus
+    the final step's once waited for."""
 
     def __init__(self, bf: "LayeredBloom", keys: np.ndarray) -> None:
         self.dropped = False  # set by an owner that gave up on the filter (keeper.py)
-        self.elapsed_s = 0.0
-        self._bf, self._keys = bf, keys
-        self._fresh, self._cpu = 0, 0.0
-        self._last = None  # the final step's PendingAdd
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="bloom-fill", daemon=True)
-        self._t0 = time.perf_counter()
-        self._thread.start()
+        self._fresh: int | None = None  # set by wait()
+        self._last_s = self._last_cpu = 0.0  # the final step's, once waited for
+        self._worker = Worker(lambda: bf.fill(keys, background=True), "bloom-fill")
 
-    def _run(self) -> None:
-        c0 = time.thread_time()
-        try:
-            self._fresh, self._last = self._bf.fill(self._keys, background=True)
-        except BaseException as e:  # handed to the waiter, never lost in the thread
-            self._error = e
-        self._cpu = time.thread_time() - c0
-        self.elapsed_s = time.perf_counter() - self._t0
+    @property
+    def elapsed_s(self) -> float:
+        return self._worker.elapsed_s + self._last_s
 
     @property
     def cpu_s(self) -> float:
-        return self._cpu
+        return self._worker.cpu_s + self._last_cpu
 
     def wait(self) -> int:
-        self._thread.join()
-        self._keys = None
-        if self._error is not None:
-            raise self._error
-        if self._last is not None:  # the final step: help it, then count it in
-            last, self._last = self._last, None
-            self._fresh += last.wait()
-            self._cpu += last.cpu_s
-            self.elapsed_s += last.elapsed_s  # its thread started as the fill steps ended
+        if self._fresh is None:
+            fresh, last = self._worker.join()
+            if last is not None:  # the final step: help it, then count it in
+                try:
+                    fresh += last.wait()
+                finally:
+                    self._last_cpu = last.cpu_s
+                    self._last_s = last.elapsed_s  # its thread started as the fill steps ended
+            self._fresh = fresh
         return self._fresh
 
 
 class _NextLayer:
-    """A layer for ``capacity`` keys at ``fpr``, allocated and faulted in on a thread
+    """A layer for ``capacity`` keys at ``fpr``, allocated and faulted in on a Worker
     before a batch needs it (``LayeredBloom.prepare``)."""
 
     def __init__(self, capacity: int, fpr: float) -> None:
         self.capacity, self.fpr = capacity, fpr
-        self.layer: BloomFilter | None = None
-        self._thread = threading.Thread(target=self._build, name="bloom-next-layer",
-                                        daemon=True)
-        self._thread.start()
+        self._worker = Worker(self._build, "bloom-next-layer")
 
-    def _build(self) -> None:
-        try:
-            layer = BloomFilter.for_capacity(self.capacity, self.fpr)
-            prefault(layer.words)
-            self.layer = layer
-        except Exception:  # e.g. MemoryError: reserve then allocates it itself
-            self.layer = None
+    def _build(self) -> BloomFilter:
+        layer = BloomFilter.for_capacity(self.capacity, self.fpr)
+        prefault(layer.words)
+        return layer
+
+    @property
+    def layer(self) -> BloomFilter | None:
+        """The layer once built; None while building or if building failed."""
+        return self._worker.result
 
     def take(self) -> BloomFilter | None:
-        """The layer (waiting for the thread), or None if building it failed."""
-        self._thread.join()
-        return self.layer
+        """The layer (waiting for the thread), or None if building it failed (e.g.
+        MemoryError: ``reserve`` then allocates it itself)."""
+        return self._worker.join(raise_error=False)
 
 
 class LayeredBloom:
@@ -135,7 +125,8 @@ class LayeredBloom:
         """Size the next layer's rate ahead, on a thread (sizing.max_loads: ~1,400
         FPR evaluations, 0.1-1 s, cached), so adding the layer costs microseconds."""
         fpr = self.layer_fpr(self._target, len(self.layers))
-        threading.Thread(target=max_loads, args=(fpr,), name="bloom-size", daemon=True).start()
+        # a warm-up nobody waits for: if it fails, reserve sizes the layer itself
+        Worker(lambda: max_loads(fpr), "bloom-size")
 
     @staticmethod
     def layer_fpr(target_fpr: float, i: int) -> float:
@@ -150,8 +141,9 @@ class LayeredBloom:
         """Make room for ``n_keys`` more keys before they are inserted: add an empty
         layer when the newest one would pass its capacity with them, sized for
         max(GROWTH - 1 times all layers so far, ``n_keys``) (an empty newest layer is
-        replaced instead, by one GROWTH^k times larger, the least k that holds them). Costs an allocation
-        (zeroed lazily by the OS), no pass over any key. Returns whether it grew."""
+        replaced instead, by one GROWTH^k times larger, the least k that holds them).
+        Costs an allocation (zeroed lazily by the OS), no pass over any key. Returns
+        whether it grew."""
         top = self.layers[-1]
         if top.n_added + n_keys <= top.capacity or len(self.layers) >= MAX_LAYERS:
             return False

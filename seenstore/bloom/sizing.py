@@ -48,14 +48,14 @@ def _advise_huge(words: np.ndarray) -> bool:
 def block_aligned(n_words: int, zero: bool = True) -> np.ndarray:
     """A uint64 array of ``n_words`` whose data starts on a 64-byte boundary, so every
     8-word block of the filter is exactly one cache line. numpy's own alignment (16
-    bytes) made each block straddle two lines, and the kernels prefetch one: key-order
-    inserts ran 60 ns/key against 23 aligned (1e7 keys into 124 MB,
-    bench/bench_bloom.py). ``zero``: zeroed (lazily, by the OS) rather than left as is.
+    bytes) would make each block straddle two lines while the kernels prefetch one:
+    key-order inserts then cost over twice as much (bench/bench_bloom.py). ``zero``:
+    zeroed (lazily, by the OS) rather than left as is.
 
     Arrays of HUGE_MIN_BYTES or more start on a 2 MiB boundary and are advised to
     transparent huge pages (``_advise_huge``): a probe is a random access, and with
-    4 KiB pages each one is also a TLB miss (1e7 keys into 341 MiB, k = 11: insert 63
-    against 43 ns/key, query 56 against 40, docs/bloom.md)."""
+    4 KiB pages each one is also a TLB miss (huge pages: about 30 % fewer ns per key,
+    docs/bloom.md)."""
     if 8 * n_words < HUGE_MIN_BYTES:
         return aligned_empty(n_words, align=8 * WORDS_PER_BLOCK, zero=zero)
     words = aligned_empty(n_words, align=HUGE_PAGE, zero=zero)
@@ -74,8 +74,8 @@ PREFAULT_CHUNK = 64 << 20
 def prefault(words: np.ndarray) -> None:
     """Make the OS back every page of the fresh, still-zero ``words`` now (by writing
     zeros over them, in 64 MiB steps through ``ctypes.memset``, which releases the
-    GIL), so the first insert does not pay the page faults: on this VM faulting a
-    300 MB layer in took 0.5-4 s. Requires: nobody else uses ``words`` yet."""
+    GIL), so the first insert does not pay the page faults (seconds for a layer of a
+    few hundred MB). Requires: nobody else uses ``words`` yet."""
     base, n = words.ctypes.data, words.nbytes
     for at in range(0, n, PREFAULT_CHUNK):
         ctypes.memset(base + at, 0, min(PREFAULT_CHUNK, n - at))
@@ -144,7 +144,7 @@ def max_loads(fpr: float) -> tuple:
     (the store's Bloom layers ask for a new size at a known rate as they grow).
 
     The default layer rates are precomputed (loads_table.py, checked equal by the
-    tests): computing one takes 0.02-0.15 s of CPU, which every new store paid."""
+    tests): computing one takes 0.02-0.15 s of CPU, which every new store would pay."""
     known = KNOWN_LOADS.get(float(fpr))
     return known if known is not None else compute_max_loads(fpr)
 
@@ -165,7 +165,7 @@ def compute_max_loads(fpr: float) -> tuple:
 
 
 # An insert or query costs time per bit (k of them: make the bit number, set or test
-# it; 2-3 ns each on the 2-core VM), memory only through the block's one cache line.
+# it; 2-3 ns each), memory only through the block's one cache line.
 # So ``size_for`` takes the smallest k whose filter is at most MEMORY_SLACK larger
 # than the smallest filter: at 0.05% (the store's first layer at its default 0.1%)
 # k = 8 instead of 10 for 2% more memory (docs/bloom.md).

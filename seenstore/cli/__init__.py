@@ -17,7 +17,7 @@ import warnings
 
 # The commands run no BLAS. numpy's OpenBLAS starts a thread per core as numpy loads,
 # which spins (sched_yield) on the cores the command's own threads want: ~0.15 s of CPU
-# of `seenstore add --pairs` on 6.5 M lines here (perf: blas_thread_server). Only
+# of `seenstore add --pairs` on 6.5 M lines (perf: blas_thread_server). Only
 # where numpy is not loaded yet and the user has not chosen (library users keep theirs).
 if "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -75,6 +75,17 @@ def json_to_stderr() -> None:
     _JSON_TO_STDERR[0] = True
 
 
+def report_warc(report, as_json: bool) -> None:
+    """Print what a WARC read found (an integrations.warc.WarcReport) on stderr: its
+    summary line and a warning per problem, or one JSON object."""
+    if as_json:
+        click.echo(json.dumps(report.to_dict()), err=True)
+        return
+    click.echo(f"seenstore: {report.summary()}", err=True)
+    for p in report.problems:
+        click.echo(f"seenstore: warning: {p}", err=True)
+
+
 def _say_compiling() -> None:
     click.echo("seenstore: compiling kernels, first run only "
                "(seenstore warmup does it ahead)", err=True)
@@ -110,7 +121,7 @@ class _Group(click.Group):
         finally:
             if standalone_mode and args is None:  # a process about to exit (not CliRunner)
                 # the interpreter's last collections walk every object numba made (~0.3 s
-                # of CPU measured, a fifth of a command's start-up): frozen, they are skipped
+                # of CPU, a fifth of a command's start-up): frozen, they are skipped
                 gc.freeze()
 
     def _main(self, args, prog_name, complete_var, standalone_mode, **extra):
@@ -189,7 +200,7 @@ class Count(click.ParamType):
         self.minimum = minimum
 
     def convert(self, value, param, ctx):
-        from seenstore.bench.run import parse_count
+        from seenstore.bench.units import parse_count
 
         try:
             n = value if isinstance(value, int) else parse_count(value)

@@ -1,7 +1,7 @@
 """Integration and inspection commands: ``links`` (WARC outlinks), ``check`` (seen?
 without admitting), ``export`` (stored keys as raw or Parquet), ``dump-run`` (a run
-file's header and first keys); and ``input_batches``, the WARC/Parquet input of
-``seenstore add --warc/--parquet``. docs/integrations.md.
+file's header and first keys). ``seenstore add --warc/--parquet`` is url_cmds.py's
+(its input: pipeline.input_batches). docs/integrations.md.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 
 from seenstore.errors import InvalidInputError
 from seenstore.layout import Layout
-from seenstore.cli import default_store_dir, fail, main, store_option
+from seenstore.cli import USAGE_EXIT, default_store_dir, fail, main, report_warc, store_option
 
 _KEY_CHUNK = 1 << 20  # keys per write when streaming keys out
 
 
 def _fail_usage(message: str):
-    fail(message, 2)  # a one-line usage error, exit 2
+    fail(message, USAGE_EXIT)  # a one-line usage error, exit 2
 
 
 # ------------------------------------------------------------------------- links
@@ -65,51 +65,7 @@ def links_cmd(files, no_flag, follow_only, as_json):
     if buf:
         out.write("\n".join(buf) + "\n")
     out.flush()
-    _report_warc(report, as_json)
-
-
-def _report_warc(report, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(report.to_dict()), err=True)
-        return
-    click.echo(f"seenstore: {report.summary()}", err=True)
-    for p in report.problems:
-        click.echo(f"seenstore: warning: {p}", err=True)
-
-
-# ------------------------------------------------------------- add --warc/--parquet
-def input_batches(sources, *, warc: bool, parquet: bool, column: str, base_column,
-                  batch_lines: int, policy, layout, max_length, base=None) -> Iterator:
-    """FastBatches of the links of WARC files (``warc``) or of a Parquet column
-    (``parquet``; ``base`` for rows without a base column), for ``seenstore add``.
-    Reports the WARC counts on stderr at the end."""
-    from seenstore.url.fastpath import normalise_buffer
-
-    if warc and parquet:
-        _fail_usage("--warc and --parquet do not go together")
-    if warc and base is not None:
-        _fail_usage("--base does not go with --warc (each link has its page's base)")
-    if parquet and len(sources) != 1:
-        _fail_usage("--parquet takes one FILE")
-    if "-" in sources:
-        _fail_usage("--warc/--parquet read files, not stdin ('-')")
-    if warc:
-        from seenstore.integrations.warc import WarcReport, iter_link_buffers
-
-        report = WarcReport()
-        buffers = iter_link_buffers(sources, report, chunk_urls=batch_lines)
-    else:
-        from seenstore.integrations.arrow import iter_parquet_buffers
-
-        report = None
-        buffers = iter_parquet_buffers(sources[0], column, base_column, batch_rows=batch_lines,
-                                       base=base)
-    read = 0
-    for ub in buffers:
-        yield normalise_buffer(ub, policy, layout, max_length, stream_urls=read)
-        read += len(ub)  # the kernel, not its twin, once the input is not small
-    if report is not None:
-        _report_warc(report, False)
+    report_warc(report, as_json)
 
 
 # ------------------------------------------------------------------------- check
@@ -188,13 +144,13 @@ def _check_urls(urls, store_dir, base, policy_file, counts, seen_only, as_json) 
     from seenstore.url.normalise import DEFAULT_MAX_LENGTH, check_base
     from seenstore.url.policy import load_policy
     from seenstore.store import SeenStore
-    from seenstore.cli.url_cmds import _chunks, _inputs
+    from seenstore.pipeline import chunks, input_lines
 
     check_base(base)
     policy = load_policy(policy_file)
     with SeenStore.open(store_dir or default_store_dir(), readonly=True,
                         policy_id=policy.identity) as store:
-        for chunk in _chunks(_inputs(urls, DEFAULT_MAX_LENGTH), 65536):
+        for chunk in chunks(input_lines(urls, DEFAULT_MAX_LENGTH), 65536):
             fb = normalise_urls(chunk, base, policy, store.layout)
             seen = store.contains(fb.keys).tolist()
             out: list[str] = [""] * len(chunk)
@@ -365,5 +321,4 @@ def _first_keys(reader, n: int) -> np.ndarray:
     return out
 
 
-__all__ = ["links_cmd", "check_cmd", "export_cmd", "dump_run_cmd", "input_batches",
-           "host_range"]
+__all__ = ["links_cmd", "check_cmd", "export_cmd", "dump_run_cmd", "host_range"]

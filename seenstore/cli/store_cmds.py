@@ -13,7 +13,8 @@ import click
 from seenstore.keys.batch import read_batch_file
 from seenstore.errors import InvalidInputError, SeenStoreError, StoreIOError, StoreNotFoundError
 from seenstore.store import SeenStore
-from seenstore.cli import COUNT, SIZE, default_store_dir, json_to_stderr, main, store_option, threads_option
+from seenstore.cli import (COUNT, SIZE, default_store_dir, json_to_stderr, main, store_option,
+                           threads_option)
 from seenstore.cli.deliver import Output
 
 wait_option = click.option(
@@ -139,7 +140,8 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacit
         _echo_after_commit(
             f"offered {result['offered']:,}  unique {result['unique']:,}  new {n_new:,}  "
             f"already seen {result['already_seen']:,}  (store now {total_keys:,} keys)\n"
-            f"time {result['seconds']:.3f}s: read {t_read:.3f}s, sort {timings.get('sort_s', 0):.3f}s, "
+            f"time {result['seconds']:.3f}s: read {t_read:.3f}s, "
+            f"sort {timings.get('sort_s', 0):.3f}s, "
             f"bloom {timings.get('bloom_s', 0):.3f}s, merge {timings.get('merge_s', 0):.3f}s, "
             f"commit {timings.get('commit_s', 0):.3f}s",
             out_err, what)

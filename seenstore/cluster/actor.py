@@ -21,18 +21,16 @@ import time
 import numpy as np
 import xxhash
 
-from seenstore.store import manifest
 from seenstore import store as store_module
 from seenstore.keys.batch import prepare
 from seenstore.errors import (CorruptionError, InvalidInputError, MismatchError, SeenStoreError,
-                      StoreNotFoundError)
+                              StoreNotFoundError)
 from seenstore.layout import Layout
 from seenstore.store import MAX_SHARD_BITS, SeenStore
 from seenstore.store.runcache import default_budget
-from seenstore.store.runs.live import first_last, open_reader
 from seenstore.cluster.answers import AnswerLog
 from seenstore.cluster.files import RANGE_MAJOR, read_sealed, write_sealed
-from seenstore.cluster.ranges import equal_ranges, key_bounds
+from seenstore.cluster.ranges import equal_ranges, key_bounds, split_range
 
 SHARD_NAME = "SHARD"
 SHARD_FORMAT = "seenstore-shard"
@@ -226,17 +224,11 @@ class ShardActor:
             st = self._need()
             v = st.verify()
             lo, hi = key_bounds(self.range)
-            # every key within this shard's range: each run's first and last key
-            for r in manifest.read(st.path).get("runs", []):
-                if r.get("count"):
-                    reader = open_reader(os.path.join(st.path, r["file"]))
-                    try:
-                        first, last = first_last(reader)
-                    finally:
-                        reader.close()
-                    if first < lo or last >= hi:
-                        raise CorruptionError(f"{self.dir}: run {r['file']} holds keys "
-                                              f"outside shard {self.index}'s range")
+            # every key within this shard's range: the store's smallest and largest
+            ends = st.bounds()
+            if ends is not None and (ends[0] < lo or ends[1] >= hi):
+                raise CorruptionError(f"{self.dir}: the store holds keys outside shard "
+                                      f"{self.index}'s range")
             v["shard_index"] = self.index
             return v
 
@@ -253,30 +245,28 @@ class ShardActor:
 
     def split_into(self, children: list[str], chunk_keys: int) -> dict:
         """Write this shard's keys into two new shard directories ``children`` (shards
-        2i and 2i+1 of twice as many, each half of this shard's range), from its runs in
-        ascending order; this shard is not modified. Leftovers at ``children`` are
+        2i and 2i+1 of twice as many, each half of this shard's range), read from its
+        store in ascending order (``SeenStore.iter_keys``) and committed ``chunk_keys``
+        at a time; this shard is not modified. Leftovers at ``children`` are
         replaced. Raises CorruptionError if the children's counts do not add up to this
-        shard's, InvalidInputError if its range is one group (cannot be halved)."""
-        from seenstore.cluster.grow import iter_sorted_keys, split_range
-
+        shard's (keys outside its range included), InvalidInputError if its range is
+        one group (cannot be halved)."""
         with self._lock:
             st = self._need()
             bits = self.shard_bits + 1
             halves = split_range(self.range)
             kids = []
-            for j, d in enumerate(children):
-                shutil.rmtree(d, ignore_errors=True)
-                kid = ShardActor(d, 2 * self.index + j, bits, dict(self.kw, bloom=False),
-                                 halves[j])
-                kid.create(st.layout.to_dict(), st.policy_id)
-                kids.append(kid)
-            mid = np.uint64(key_bounds(halves[1])[0])
             try:
-                for chunk in iter_sorted_keys(st, chunk_keys):
-                    cut = int(np.searchsorted(chunk, mid))
-                    for kid, part in ((kids[0], chunk[:cut]), (kids[1], chunk[cut:])):
-                        if len(part):
-                            kid.store.add_sorted(part)
+                for j, d in enumerate(children):
+                    shutil.rmtree(d, ignore_errors=True)
+                    kid = ShardActor(d, 2 * self.index + j, bits, dict(self.kw, bloom=False),
+                                     halves[j])
+                    kid.create(st.layout.to_dict(), st.policy_id)
+                    kids.append(kid)
+                size = max(1, min(chunk_keys, len(st)))
+                for kid, half in zip(kids, halves):
+                    for chunk in _regrouped(st.iter_keys(*key_bounds(half)), size):
+                        kid.store.add_sorted(chunk)
                 counts = [len(k.store) for k in kids]
             finally:
                 for kid in kids:
@@ -307,11 +297,29 @@ class ShardActor:
         answer log's steps ("after-pending", "after-commit") or a
         store commit step ("before-manifest", "after-manifest"). A restart disarms."""
         self._fault = point
-        store_module.files._FAULT = point  # read by the store's own commit seam (store/files.py)
+        store_module.files.arm_fault(point)  # the store's own commit seam (store/files.py)
 
     def _crash_if(self, point: str) -> None:
         if self._fault == point:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _regrouped(chunks, size: int):
+    """The keys of ``chunks`` (in order) again, in chunks of ``size`` keys (the last
+    may be shorter): views of one reused buffer, each to be used before the next."""
+    buf = np.empty(size, dtype=np.uint64)
+    n = 0
+    for chunk in chunks:
+        at = 0
+        while at < len(chunk):
+            take = min(size - n, len(chunk) - at)
+            buf[n:n + take] = chunk[at:at + take]
+            n, at = n + take, at + take
+            if n == size:
+                yield buf
+                n = 0
+    if n:
+        yield buf[:n]
 
 
 def _node_ip() -> str:

@@ -27,11 +27,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import threading
 
 import numpy as np
 
 from seenstore.store import manifest
+from seenstore.runtime.worker import Worker
 from seenstore.errors import CorruptionError, SeenStoreError, StoreIOError
 from seenstore.store.manifest import fsync_dir
 from seenstore.store import SeenStore
@@ -71,7 +71,7 @@ class AnswerLog:
         self.sync = sync
         os.makedirs(self.dir, exist_ok=True)
         self.entries: dict[int, Entry] = {}
-        self._dropping: list[threading.Thread] = []  # snapshot removals under way
+        self._dropping: list[Worker] = []  # snapshot removals under way
         names = sorted(os.listdir(self.dir))
         for name in names:
             m = _ENTRY_RE.match(name)
@@ -205,13 +205,11 @@ class AnswerLog:
         batch waits for it."""
         self._dropping = [t for t in self._dropping if t.is_alive()]
         path = self._path(seq, snap=True)
-        t = threading.Thread(target=shutil.rmtree, args=(path, True), daemon=True)
-        t.start()
-        self._dropping.append(t)
+        self._dropping.append(Worker(lambda: shutil.rmtree(path, True), "seenstore-drop-snapshot"))
 
     def _join(self) -> None:
         for t in self._dropping:
-            t.join()
+            t.join(raise_error=False)
         self._dropping = []
 
     def close(self) -> None:

@@ -6,8 +6,9 @@ range's halves [lo, mid) and [mid, hi), mid = (lo + hi) // 2. The procedure (doc
 "Splitting") never modifies a live shard, and has one commit point:
 1. each shard actor (on its own node, holding its store's lock) writes its two
    children beside its directory (``shard-JJJJ-of-2N``; leftovers of an earlier
-   attempt are removed first) from its runs in ascending order, and checks that
-   the children's key counts add up to its own;
+   attempt are removed first) from its store's keys in ascending order
+   (``ShardActor.split_into``), and checks that the children's key counts add up
+   to its own;
 2. the client replaces ``CLUSTER`` atomically with the children (commit point);
 3. the parents' directories are removed.
 A crash before step 2 leaves the old cluster intact (the next split starts over);
@@ -20,43 +21,11 @@ from __future__ import annotations
 import os
 import shutil
 
-from seenstore.store import manifest
-from seenstore.store.runs.live import merged_chunks, open_reader
-from seenstore.errors import InvalidInputError
-from seenstore.cluster.sharded import (ShardedStore, cluster_bits, ensure_ray, read_cluster, shard_dir_name,
-                      write_cluster)
+from seenstore.cluster.ranges import split_range
+from seenstore.cluster.sharded import (ShardedStore, cluster_bits, ensure_ray, node_id,
+                                       read_cluster, shard_dir_name, write_cluster)
 
-DEFAULT_CHUNK_KEYS = 1 << 25  # 256 MiB of keys per child merge
-
-
-def iter_sorted_keys(store, chunk_keys: int = DEFAULT_CHUNK_KEYS):
-    """Every key of an open ``store`` in ascending order, in chunks (a reused buffer:
-    use each chunk before asking for the next). Reads the runs the MANIFEST names
-    (docs/format.md), shard by shard: a shard's live runs through the k-way merge of
-    store/runs.py (tiered runs: any number per shard, disjoint)."""
-    doc = manifest.read(store.path)
-    by_shard: dict[int, list] = {}
-    for r in doc["runs"]:
-        if r["count"]:
-            by_shard.setdefault(r["shard"], []).append(r)
-    for shard in sorted(by_shard):
-        readers = [open_reader(os.path.join(store.path, r["file"])) for r in by_shard[shard]]
-        try:
-            yield from merged_chunks(readers, out_keys=chunk_keys)
-        finally:
-            for reader in readers:
-                reader.close()
-
-
-def split_range(rng) -> list[list[int]]:
-    """The two halves of a shard's range of the top 8 bits (InvalidInputError when it
-    is one value wide: a range cannot be cut below the top 8 bits)."""
-    lo, hi = rng
-    if hi - lo < 2:
-        raise InvalidInputError(f"a shard of range {list(rng)} (one value of the top 8 key "
-                                "bits) cannot be split")
-    mid = (lo + hi) // 2
-    return [[lo, mid], [mid, hi]]
+DEFAULT_CHUNK_KEYS = 1 << 25  # 256 MiB of keys per child commit
 
 
 def child_dirs(parent_dir: str, index: int, n: int) -> list[str]:
@@ -72,8 +41,9 @@ def _remove_tree(path: str) -> None:
 def split(root: str, ray_address: str | None = None, chunk_keys: int = DEFAULT_CHUNK_KEYS,
           sync: bool = True) -> dict:
     """Split every shard of the cluster at ``root`` in two (N -> 2N); see the module
-    docstring for the crash-safe procedure. Requires: no client has the cluster open
-    (each shard's lock is taken). Returns figures: shards before and after, keys."""
+    docstring for the crash-safe procedure. ``chunk_keys``: keys per commit of a
+    child (each an ``add_sorted``). Requires: no client has the cluster open (each
+    shard's lock is taken). Returns figures: shards before and after, keys."""
     ray = ensure_ray(ray_address)
     doc = read_cluster(root)
     n = len(doc["shards"])
@@ -96,9 +66,8 @@ def split(root: str, ray_address: str | None = None, chunk_keys: int = DEFAULT_C
 
 
 def _on_node(ray, fn, node_ip: str | None):
-    from seenstore.cluster.sharded import _node_id
-
-    node = _node_id(ray, node_ip) if node_ip else None
+    """``fn`` (a Ray remote function) to run on the node at ``node_ip`` if it is live."""
+    node = node_id(ray, node_ip) if node_ip else None
     if node is None:
         return fn
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -106,4 +75,4 @@ def _on_node(ray, fn, node_ip: str | None):
     return fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
 
 
-__all__ = ["split", "iter_sorted_keys", "child_dirs", "split_range"]
+__all__ = ["split", "child_dirs"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seenstore.errors import CorruptionError
+from seenstore.errors import CorruptionError, InvalidInputError
 
 RANGE_BITS = 8  # the grain of a range (and so at most 256 shards)
 GROUPS = 1 << RANGE_BITS
@@ -70,3 +70,15 @@ def key_bounds(rng) -> tuple[int, int]:
 def shard_of_group(ranges) -> np.ndarray:
     """The shard of each value of the top 8 bits (a 256-entry table)."""
     return np.repeat(np.arange(len(ranges), dtype=np.int64), [hi - lo for lo, hi in ranges])
+
+
+def split_range(rng) -> list[list[int]]:
+    """The two halves ``[lo, mid)`` and ``[mid, hi)`` of a range, mid = (lo + hi) // 2
+    (InvalidInputError when it is one value wide: a range cannot be cut below the top
+    8 bits)."""
+    lo, hi = rng
+    if hi - lo < 2:
+        raise InvalidInputError(f"a shard of range {list(rng)} (one value of the top 8 key "
+                                "bits) cannot be split")
+    mid = (lo + hi) // 2
+    return [[lo, mid], [mid, hi]]

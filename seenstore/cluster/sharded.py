@@ -3,8 +3,8 @@
 The key space is cut into N = 2^b ranges of the top 8 key bits (ranges.py: equal,
 the top b bits, or balanced by a sample of keys); shard i (a ShardActor, actor.py)
 owns the keys of range i, in its own directory on its node's disk. A batch is
-partitioned on the caller's side by its top 8 bits (one counting and one scatter
-pass, no Python loop per key), each part is put once into Ray's object
+partitioned on the caller's side by its top 8 bits (keys/partition.py: one counting
+and one scatter pass, no Python loop per key), each part is put once into Ray's object
 store (the actor reads it without a copy), the shards merge in parallel, and the
 answers (each shard's sorted new keys) are reassembled in the caller's order.
 Every batch carries an id: a retry after a timeout or an actor restart gets the
@@ -22,24 +22,24 @@ import numpy as np
 
 from seenstore.keys.batch import as_keys
 from seenstore.errors import (CorruptionError, InvalidInputError, MismatchError, NotAStoreError,
-                      SeenStoreError, StoreIOError, StoreNotFoundError)
-from seenstore.kernels.batch import (count_top_bits, mark_first_new, mark_members,
-                             partition_top_bits, scatter_top_bits)
+                              SeenStoreError, StoreIOError, StoreNotFoundError)
+from seenstore.kernels.batch import mark_first_new, mark_members
 from seenstore.layout import DEFAULT_LAYOUT, Layout
-from seenstore.keys.sort import default_threads
+from seenstore.keys.partition import partition
+from seenstore.runtime.parallel import default_threads
 from seenstore.store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
 from seenstore.store.runcache import check_budget
 from seenstore.cluster.actor import ShardActor
 from seenstore.cluster.files import RANGE_MAJOR, read_sealed, write_sealed
-from seenstore.cluster.ranges import (GROUPS, RANGE_BITS, balanced_ranges, check_ranges, equal_ranges,
-                     key_bounds, shard_of_group)
+from seenstore.cluster.ranges import (GROUPS, RANGE_BITS, balanced_ranges, check_ranges,
+                                      equal_ranges, key_bounds, shard_of_group)
 
 CLUSTER_NAME = "CLUSTER"
 CLUSTER_FORMAT = "seenstore-cluster"
 MAX_CLUSTER_BITS = 8
 DEFAULT_RESTARTS = 4
 DEFAULT_RETRIES = 8
-PARALLEL_MIN_KEYS = 1 << 20  # keys per thread below which one thread partitions
+PARALLEL_MIN_KEYS = 1 << 20  # keys below which the parts are put on one thread
 
 
 def shard_dir_name(index: int, n: int) -> str:
@@ -100,32 +100,8 @@ def ensure_ray(address: str | None):
     return ray
 
 
-def partition(keys: np.ndarray, bits: int, pool: ThreadPoolExecutor | None = None,
-              threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """``keys`` grouped by their top ``bits`` bits (groups ascending, input order kept
-    inside each: what ``partition_top_bits`` gives) and the start of each group plus
-    the end. With ``pool``, ``threads`` of its threads each count then scatter a
-    slice of the keys (a group's slots per slice: the counts of the slices before)."""
-    n = len(keys)
-    out = np.empty(n, dtype=np.uint64)
-    bounds = np.empty((1 << bits) + 1, dtype=np.int64)
-    t = min(threads, n // PARALLEL_MIN_KEYS) if pool is not None and bits else 1
-    if t <= 1:
-        partition_top_bits(keys, bits, out, bounds)
-        return out, bounds
-    cuts = [n * j // t for j in range(t + 1)]
-    counts = np.zeros((t, 1 << bits), dtype=np.int64)
-    list(pool.map(lambda j: count_top_bits(keys[cuts[j]:cuts[j + 1]], bits, counts[j]),
-                  range(t)))
-    bounds[0] = 0
-    np.cumsum(counts.sum(axis=0), out=bounds[1:])
-    fill = np.ascontiguousarray(bounds[:-1] + np.cumsum(counts, axis=0) - counts)
-    list(pool.map(lambda j: scatter_top_bits(keys[cuts[j]:cuts[j + 1]], bits, out, fill[j]),
-                  range(t)))
-    return out, bounds
-
-
-def _node_id(ray, ip: str | None) -> str | None:
+def node_id(ray, ip: str | None) -> str | None:
+    """The id of the live Ray node at address ``ip``, or None when there is none."""
     for n in ray.nodes():
         if n.get("Alive") and n.get("NodeManagerAddress") == ip:
             return n["NodeID"]
@@ -327,7 +303,7 @@ class ShardedStore:
         if node_ip is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-            node = _node_id(ray, node_ip)
+            node = node_id(ray, node_ip)
             if node is None:
                 raise StoreIOError(f"{self.dirs[i]}: shard {i}'s node {node_ip} is not in the "
                                    "Ray cluster (start it, or see docs/cluster.md: moving a shard)")
@@ -391,7 +367,7 @@ class ShardedStore:
             return keys, np.append(np.searchsorted(keys, starts), len(keys)).astype(np.int64)
         # grouped by the top 8 bits (as fast as by 1, whose scatter is a chain of stores
         # to 2 slots); a shard's part is its ranges' groups, consecutive
-        part, bounds = partition(keys, RANGE_BITS, self._pool, self.threads)
+        part, bounds = partition(keys, RANGE_BITS, self.threads, pool=self._pool)
         return part, bounds[self._cuts]
 
     def _put(self, parts: dict) -> dict:

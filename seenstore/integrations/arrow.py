@@ -1,7 +1,7 @@
 """Arrow arrays and Parquet columns into the fast path (extra ``[arrow]``: pyarrow).
 
 An Arrow string (or binary) array already has the URLBuffer layout (offsets +
-bytes), so a column goes to ``fastpath.normalise_buffer`` with no Python object
+bytes), so a column goes to url/fastpath.py ``normalise_buffer`` with no Python object
 per URL: ``buffer_from_arrow(urls, bases=None)`` wraps the Arrow buffers (a
 ``bases`` array gives each URL its own base; a null base means none), and
 ``iter_parquet_buffers(path, column, base_column)`` does it batch by batch for a

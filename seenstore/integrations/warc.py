@@ -210,7 +210,7 @@ def iter_link_buffers(paths: Iterable[str], report: WarcReport | None = None, *,
                       chunk_urls: int = 1_000_000, follow_only: bool = False
                       ) -> Iterator[URLBuffer]:
     """URLBuffers of up to ``chunk_urls`` links each, every href carrying its page's
-    base: what the fast path (``fastpath.normalise_buffer``) consumes.
+    base: what the fast path (url/fastpath.py ``normalise_buffer``) consumes.
     ``follow_only``: leave out nofollow links."""
     hrefs: list[str] = []
     bases: list[str] = []

@@ -27,7 +27,7 @@ def unique_inplace(a):
 
     Requires: ``a`` sorted ascending (uint64). ``a[count:]`` is left unspecified.
     In place because a fresh array of a 1e8-key batch costs more in page faults
-    (0.04-1.5 s for 720 MB, by the kernel's huge-page luck) than the pass itself."""
+    (up to ~1.5 s for 800 MB, by the kernel's huge-page luck) than the pass itself."""
     n = a.shape[0]
     if n == 0:
         return 0
@@ -48,8 +48,8 @@ def compact_inplace(a, keep):
     Branch-free: every key is written at the front position and the position moves
     on by ``keep[i]`` (m <= i: the slot written was read already). A branch on
     ``keep`` mispredicts about once per two keys when ~half are kept (a batch's
-    new keys of a crawl-like stream): 9-11 ns per kept key of a 1.25 M-key shard,
-    against 1-2 now (2026-12-02, Xeon)."""
+    new keys of a crawl-like stream), several times the cost of the unconditional
+    write."""
     m = 0
     for k in range(a.shape[0]):
         a[m] = a[k]
@@ -108,7 +108,7 @@ def mark_members(keys, members, part_bits=-1):
     """Mask over ``keys`` (input order): True at every occurrence of a key that is
     in ``members``. Requires: ``members`` unique (uint64). The join of
     ``mark_first_new`` (``contains`` maps its answers back to the caller's keys with
-    it: a binary search per key into a large sorted answer cost ~600 ns/key)."""
+    it: a binary search per key into a large sorted answer costs ~600 ns/key)."""
     return _join_mark(keys, members, part_bits, False)
 
 
@@ -254,13 +254,13 @@ def partition_by_cuts(keys, cuts, ids, out, starts):
     kept inside a group: key k is in group ``np.searchsorted(cuts, k, "right")`` (the
     number of cuts <= k), found by a binary search over ``cuts`` (a counting pass
     that stores each key's group in ``ids``, then a scatter pass). A spill bucket too
-    big for one slice is split so (spill._split): 5-10x numpy's searchsorted, stable
-    argsort and gather.
+    big for one slice is split so (store/buckets.py ``split``): 5-10x faster than
+    numpy's searchsorted, stable argsort and gather.
 
     Requires: ``cuts`` ascending; ``ids`` int32 and ``out`` at least len(keys) long;
     ``starts`` int64 of length len(cuts) + 2. Leaves ``starts[g]`` = index in ``out``
     of group g's first key, ``starts[-1]`` = len(keys). Twin:
-    dispatch._partition_by_cuts."""
+    kernels/twins/batch.py ``partition_by_cuts``."""
     n = keys.shape[0]
     c = cuts.shape[0]
     fill = np.zeros(c + 2, np.int64)

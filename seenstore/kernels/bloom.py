@@ -5,7 +5,8 @@ The filter is a uint64 array of ``8 * n_blocks`` words; each key touches one
 positions come from ``locate`` (scheme 1, docs/bloom.md). Batch kernels locate a
 group of keys and prefetch their blocks before touching them, so cache misses
 overlap. A classic (unblocked) variant is kept for the benchmark that justifies
-the blocked design. Twins: tests/test_bloom_kernels.py.
+the blocked design. Twins: kernels/twins/bloom.py and the pure-Python ones of
+tests/unit/kernels/test_bloom_kernels.py.
 """
 
 from __future__ import annotations
@@ -197,15 +198,15 @@ def key_bits_set(words, base, seed, k):
 # -- the insert and query kernels --------------------------------------------
 # Per key: the seed and stream word 1 (block and first 3 fields) are made for a group
 # of keys whose blocks are prefetched (for a region insert the next group before this
-# one is worked on, so a block is asked for a group's work ahead); each key's fields come from
-# its stream words (3 of word 1, then 7 of each further word). An insert first tests
+# one is worked on, so a block is asked for a group's work ahead); each key's fields
+# come from its stream words (3 of word 1, then 7 of each further word). An insert first tests
 # every bit (loads only), then sets them all if one was clear (``set_key``); a query
 # branches once per stream word (``key_present``). For k in SPECIAL_K (8: the first
 # layer of a filter at the store's default 0.1% target; 9, 10: the layers it grows,
 # at 1/2, 1/4 ... of that rate) the kernels are compiled with k a constant: the field
 # loops unroll, with no per-field "next word?" branch or loop counter. Each constant k
-# adds ~4-5 s of CPU to a cold compile (11.7 s with k = 8 alone and one pass, 25.7 now), so
-# only these. Any other k runs the previous field loop (set_key_bits, key_bits_set).
+# adds ~4-5 s of CPU to a cold compile, so only these. Any other k runs the general
+# field loop (set_key_bits, key_bits_set).
 SPECIAL_K = (8, 9, 10)
 
 
@@ -316,12 +317,10 @@ def run_keys(words, keys, k, group, seeded, out, want_out, write, unrolled):
 
     A group of keys is located (blocks prefetched), then set or tested. For seeds (the
     region insert) the next group is located before this one is worked on, so each
-    block is asked for a group's work ahead; until 2026-12-01 the first keys of each
-    group waited for their own misses. Paired A/B, 1.5 GiB filter, 2^20-key lots,
-    shared machine: region insert 48.4 -> 43.0 ns/key (median of 21, faster in 15;
-    a second run 53.8 -> 51.5, faster in 13),
-    but key order 58.1 -> 60.2 (faster in 6 of 21: its misses are TLB misses, page
-    walks that more prefetches in flight only queue), so key order stays as it was."""
+    block is asked for a group's work ahead and a group's first keys do not wait for
+    their own misses. Keys in key order locate the next group after this one: their
+    misses are mostly TLB misses, page walks that more prefetches in flight only
+    queue, so locating ahead does not pay there."""
     seeds = np.empty(group, np.uint64)
     w1s = np.empty(group, np.uint64)
     bases = np.empty(group, np.uint64)

@@ -18,7 +18,7 @@ Block, in little-endian uint64 words::
     ..  high stream: unary quotients, LSB first, padded to a whole word
     last  checksum: xxh3-64 (seed 0) of the block's bytes before this word
 
-The kernels leave the checksum word to the caller (seenstore/runcodec.py): the
+The kernels leave the checksum word to the caller (store/runs/codec.py): the
 ``xxhash`` package hashes ~5x faster than a numba xxh3, and one Python call per
 block of thousands of keys costs well under 1 ns per key. Decoding never reads
 past a block's size field, so a kernel may decode before the checksum is

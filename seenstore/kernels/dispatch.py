@@ -15,14 +15,12 @@ runs kernels (a large call loaded or compiled one), a small call takes the kerne
 when calling it will not compile (it is in memory, or in numba's cache: a load of a
 few ms), since the kernels beat their twins at every size (``live``). A first small
 run still never imports numba; a long-lived process (a pipeline, the stage, a
-benchmark) stops paying the twins' 5-15x on its small calls: a batch of 1e6 keys
-checks each of its shards' ~6e4 keys against runs of similar size, calls below
-``SMALL`` items that took the twins (ten batches of 1e6 keys, the two rules run
-back to back: the check's CPU 52-63 -> 14-16 ns per offered key; docs/architecture.md,
-module map).
+benchmark) stops paying the twins' 5-15x on its small calls, which are common: a
+batch of 1e6 keys checks each of its shards' ~6e4 keys against runs of similar size,
+calls below ``SMALL`` items (docs/architecture.md, module map).
 
 The twins compute exactly what the kernels do (same bits in the Bloom filter,
-same outputs); tests/test_dispatch.py checks each against its kernel.
+same outputs); tests/unit/kernels/test_dispatch.py checks each against its kernel.
 """
 
 from __future__ import annotations
@@ -39,10 +37,10 @@ from seenstore.kernels.twins import (batch as tw_batch, bloom as tw_bloom,
                                      fingerprint as tw_fingerprint, lines as tw_lines,
                                      merge as tw_merge, url as tw_url)
 
-# Items (keys, URLs) below which a call takes the numpy twin. Measured (README "First
-# run", scratch CPU time on the shared 2-core machine): SeenStore.add costs 3-4.5 us/key
-# on the twins against 0.2-0.4 us/key on the compiled kernels, so a call of 1e5 keys
-# loses ~0.3 s to the twins, while compiling the kernels costs 10-40 s once.
+# Items (keys, URLs) below which a call takes the numpy twin. SeenStore.add costs
+# 3-4.5 us/key on the twins against 0.2-0.4 us/key on the compiled kernels (README
+# "First run"), so a call of 1e5 keys loses ~0.3 s to the twins, while compiling the
+# kernels costs 10-40 s once.
 SMALL = int(os.environ.get("SEENSTORE_JIT_MIN", 100_000))
 
 on_compile: Callable[[], None] | None = None  # called once, before the first compile
@@ -124,7 +122,7 @@ def _numba_without_scipy() -> None:
     """Import numba's array-math registry with scipy hidden, before the first kernel
     loads. numba probes scipy's BLAS once per process (for np.dot and linalg, which no
     kernel here uses), and importing scipy is a third of a command's start-up (0.3-0.4 s
-    of CPU measured here). Process-wide: numba then refuses np.dot/linalg in any kernel
+    of CPU). Process-wide: numba then refuses np.dot/linalg in any kernel
     of this process, so only the CLI asks for it (``lean_numba``). No effect when scipy
     or the registry is already imported, or scipy is not installed."""
     import sys
@@ -205,9 +203,11 @@ def _keys_len(args) -> int:  # (words, keys, ...): the filter's size does not co
 
 # name -> (twin, size of a call in items). Sizes count the work, not the buffers.
 batch = _Family("batch", {
-    "unique_inplace": (tw_batch.unique_inplace, _first_len), "unique_sorted": (tw_batch.unique_sorted, _first_len),
+    "unique_inplace": (tw_batch.unique_inplace, _first_len),
+    "unique_sorted": (tw_batch.unique_sorted, _first_len),
     "compact_inplace": (tw_batch.compact_inplace, _first_len),
-    "mark_first_new": (tw_batch.mark_first_new, _first_len), "mark_members": (tw_batch.mark_members, _first_len),
+    "mark_first_new": (tw_batch.mark_first_new, _first_len),
+    "mark_members": (tw_batch.mark_members, _first_len),
     "partition_top_bits": (tw_batch.partition_top_bits, _first_len),
     "partition_by_cuts": (tw_batch.partition_by_cuts, _first_len),
     "first_unique": (tw_batch.first_unique, _first_len),
@@ -220,7 +220,8 @@ merge = _Family("merge", {
     "sparse_member": (tw_merge.sparse_member, lambda args: len(args[3])),
 })
 bloom = _Family("bloom", {
-    "bloom_add_query": (tw_bloom.bloom_add_query, _keys_len), "bloom_query": (tw_bloom.bloom_query, _keys_len),
+    "bloom_add_query": (tw_bloom.bloom_add_query, _keys_len),
+    "bloom_query": (tw_bloom.bloom_query, _keys_len),
     "bloom_add_regions": (tw_bloom.bloom_add_regions, _keys_len),
     # a word costs the twin ~1/16 of a key: a 2 MiB default filter is 16k "items"
     "block_fill_histogram": (tw_bloom.block_fill_histogram, lambda args: len(args[0]) // 16),
@@ -228,7 +229,7 @@ bloom = _Family("bloom", {
 url = _Family("url", {"gather": (tw_url.gather, lambda args: len(args[2]))})
 fingerprint = _Family("fingerprint", {
     "fingerprint_batch": (tw_fingerprint.fingerprint_batch, lambda args: len(args[1]) - 1)})
-# A stream's reader (urlbuffer) passes the bytes read so far as the size: a pipe
+# A stream's reader (url/reading.py) passes the bytes read so far as the size: a pipe
 # delivers 64 KiB per read, and every read of a large input must take the kernel.
 LINE_BYTES = 64  # bytes per "item" of the line splitter's size
 lines = _Family("lines", {"split_lines": (tw_lines.split_lines, lambda args: 0)})

@@ -2,11 +2,10 @@
 
 numba refreshes its target context before every cache load (``Cache.load_overload``),
 and the first refresh of a process imports and installs every lowering registry
-numba has (numpy, unicode, typed containers, random, ...): about 0.55 s of CPU on
-the 2-core EPYC VM measured here, 40 % of a ``seenstore add`` start-up
-(docs/fastpath.md, "Fourth session"). Only compiling needs those registries: a cached
-kernel is machine code that needs the code generator and numba's runtime (NRT),
-nothing more. ``light_cache_loads()`` makes cache loads initialise just the
+numba has (numpy, unicode, typed containers, random, ...): about 0.5 s of CPU, some
+40 % of a ``seenstore add`` start-up (docs/fastpath.md). Only compiling needs those
+registries: a cached kernel is machine code that needs the code generator and numba's
+runtime (NRT), nothing more. ``light_cache_loads()`` makes cache loads initialise just the
 runtime; a cache miss still compiles through numba's compiler, whose
 ``CompilerBase`` refreshes the full context first, so a compilation never sees the
 lighter state. numba's per-LLVM-call timing events are dropped too.
@@ -54,7 +53,7 @@ def light_cache_loads() -> bool:
 def _drop_llvm_lock_events() -> None:
     """numba times its compiler by an event on every LLVM call (llvmlite's lock
     callbacks, numba.core.base): a cache load makes ~300 such calls per kernel, and
-    the events cost ~35 ms of CPU over the add path's kernels here. Only numba's
+    the events cost ~35 ms of CPU over the add path's kernels. Only numba's
     compile timers read them (then they show no LLVM lock time)."""
     from llvmlite.binding import ffi
 

@@ -172,7 +172,7 @@ def merge_mark4(old, n_old, batch, j, jend, found):
     merge, in four independent chains over four quarters of those batch keys (each
     with the run keys of its key range), so the core overlaps their latencies.
     Requires: both sorted ascending and unique; ``batch[jend - 1] <= old[n_old - 1]``
-    (``sweep_sorted``'s range). Twin: ``np.isin`` (tests/test_tiers.py)."""
+    (``sweep_sorted``'s range). Twin: ``np.isin`` (tests/unit/store/test_tiers.py)."""
     q = (jend - j) >> 2
     i0 = first_above(old, 0, n_old, batch[j] - np.uint64(1)) if batch[j] else 0
     if q == 0:
@@ -213,21 +213,13 @@ def sweep_sorted(old, n_old, batch, j, found):
     in the run from the previous one's (``_lower_bound8``: no mispredicted branch
     while the gaps stay under 8 keys), in four independent chains over four
     quarters of the batch keys, so the core overlaps their load-compare-add
-    latencies: 4.6 against 8.5 ns per batch key for the single chain of 8-key skips
-    it replaces (a run 1.8x the batch, this project's 2-core EPYC, thread CPU time).
-    The merge's window, 2026-12-02 (Xeon, 560 K batch keys, best of 5, ns per batch
-    key, the previous path against the merge): run/batch 0.25: 3.2 / 2.7; 0.5: 5.1 /
-    2.7; 0.75: 5.3 / 2.8; 1.0: 6.1 / 4.0; 1.5: 6.4 / 5.8; 2.0: 6.5 / 6.9; 4.0: 8.6 /
-    11.2 (0.1: 2.1 / 2.2): the run of one batch's new keys is about half its
-    shard's batch keys, which the 8-key skips (below 0.5) and the chains of
-    ``_lower_bound8`` (above) both served worse. Where the run holds 5-16x the batch
-    keys of the chunk's range (a large compacted run: stores of 1e9 keys and more),
-    the chains take ``_lower_bound8_wide``, which crosses a gap of 8-15 keys without
-    a branch: 2026-12-02 (Xeon), the two sweeps over 128 Ki-key chunks run back to
-    back in a random order, 15 pairs, thread CPU, median new/old at run/batch 3 / 5
-    / 8 / 12 / 20: uniform keys 1.01 / 0.96 / 0.84 / 0.89 / 1.00, host-skewed 1.02 /
-    0.98 / 0.75 / 0.88 / 0.99 (below 5 the extra dependent load costs what the
-    branch saved: 1.13-1.29 at 1.5-2.5 in the chains' loop alone).
+    latencies (about half the time of a single chain). The merge's window (run/batch
+    0.2-1.5) is where it beats both other paths; it holds the common case, the run
+    of one batch's new keys, about half its shard's batch keys. Where the run holds
+    5-16x the batch keys of the chunk's range (a large compacted run: stores of 1e9
+    keys and more), the chains take ``_lower_bound8_wide``, which crosses a gap of
+    8-15 keys without a branch, up to ~25% fewer ns per batch key; below 5x its
+    extra dependent load costs more than the branch it saves.
     """
     n_batch = batch.shape[0]
     if n_old == 0:
@@ -282,11 +274,9 @@ def kway_step(bufs, pos, fill, last, out, prev, have_prev):
 
     The rows' next keys are kept in ``heads`` (an exhausted row: 2^64 - 1, and a
     row really holding that key, necessarily its run's last, is found by a scan):
-    each output key is one branch-free minimum over the k heads and one load. It
-    was a scan of the rows with a branch per row (which row is least is random),
-    ``kway_step_ref``: bench/bench_kway.py, 1e7 keys, 2026-12-02 (Xeon, thread CPU,
-    best of 5): 10.7 / 12.5 / 15.0 ns/key for 2 / 4 / 8 runs against 12.5 / 18.0 /
-    23.5 before."""
+    each output key is one branch-free minimum over the k heads and one load, not a
+    scan of the rows with a branch per row, which mispredicts (which row is least is
+    random) more the more runs merge (bench/bench_kway.py)."""
     k = bufs.shape[0]
     cap = out.shape[0]
     n = 0

@@ -5,14 +5,14 @@ repeats and returns the count left at the front. Both are an MSD radix sort on t
 bits that vary:
 
 * one pass scatters ``a`` into ``buf`` by its top varying bits (at most ``max_bits``:
-  a scatter to DRAM costs 2.3-2.4 ns/key up to 2**9 destinations here, 5 at 2**11),
+  a scatter to DRAM costs ~2.4 ns/key up to 2**9 destinations, ~5 at 2**11),
   aiming at buckets of ``bucket_keys / 4`` keys (a bucket, its copy and the output
   fit the L2 cache); the digit is planned on a sample's varying bits
   (``sampled_bits``) and checked by the histogram's pass (``msd_histogram_vary``);
 * a bucket above ``2 * bucket_keys`` (a large host's keys, with skewed keys) is split
   again on its own top ``max_bits`` varying bits (all of them: a host's keys stay
-  together while the bits are the host's, and fewer bits per pass peeled a large host
-  over more passes), ping-ponging between ``buf`` and ``a``; consecutive parts (and
+  together while the bits are the host's, and fewer bits per pass would peel a large
+  host over more passes), ping-ponging between ``buf`` and ``a``; consecutive parts (and
   buckets) of at most ``bucket_keys`` keys are sorted together, as one leaf;
 * a leaf is sorted in cache into its place in ``a`` by its top
   ``ceil(log2(size)) + extra`` varying bits (so that most keys are alone in them): one
@@ -26,10 +26,10 @@ bits that vary:
 
 Bits constant over the array (a shard's top bits) or over a bucket (a host's) cost no
 pass. ``sort_unique`` drops repeats from each leaf while it is in cache: no extra
-pass over memory. ``lsd_sort`` is the plain LSD sort the design was measured against
-(bench/bench_sort.py). seenstore/sorting.py runs the building blocks
+pass over memory. ``lsd_sort`` is the plain LSD sort the design is measured against
+(bench/bench_sort.py). keys/sort.py runs the building blocks
 (``sampled_bits``, ``msd_plan``, ``msd_histogram_vary``, ``msd_scatter``, ``sort_buckets``)
-on two threads. Twins: np.sort / np.unique in tests/test_sort.py.
+on two threads. Twins: np.sort / np.unique in tests/unit/keys/test_sort.py.
 """
 
 from __future__ import annotations
@@ -280,7 +280,8 @@ def _lsd_digits(src, alt, out, lo, hi, start, nd, width, vary, counts, fill):
         else:
             nxt = counts[(p + 1) * size:(p + 2) * size]
             nxt[:] = 0
-            _scatter_count(here, h0, h1, there, fill, np.uint64(sh[p]), mask, np.uint64(sh[p + 1]), nxt)
+            _scatter_count(here, h0, h1, there, fill, np.uint64(sh[p]), mask,
+                           np.uint64(sh[p + 1]), nxt)
         in_src = not in_src
     return start
 
@@ -333,10 +334,9 @@ def _finish(out, lo, hi, sh, sorted_bits, stack, top):
     and every run of two; when that left the leaf unsorted (a host-skewed leaf: a
     large host's keys fill its slots three or more deep), an insertion pass over the
     whole leaf (``_insertion``) that gives up past ``(hi - lo) / 2`` moves; the run
-    scan (``_runs``) only after that. Host-skewed leaves in cache whose largest
-    host holds 16-30 % of the keys: 7.7-8.2 -> 6.5-6.6 ns/key with the insertion
-    pass (the scan alone cost 1.8-2.6: its branch at each run boundary mispredicts
-    on runs of one to three keys), measured.
+    scan (``_runs``) only after that. On host-skewed leaves (the largest host 16-30 %
+    of the keys) the insertion pass saves ~1.5 ns/key over the scan, whose branch at
+    each run boundary mispredicts on runs of one to three keys.
     Returns the new top of ``stack``."""
     if sorted_bits < 60 and (np.int64(1) << sorted_bits) >= FEW_ALIKE * (hi - lo):
         if _bubble(out, lo, hi):
@@ -577,8 +577,8 @@ def _sort(a, buf, unique, bucket_keys, extra, width, single, max_bits):
         starts[d + 1] = starts[d] + np.int64(counts[d])
     fill = starts[:-1].astype(np.uint64)
     msd_scatter(a, 0, n, buf, fill, shift, bits)
-    return sort_buckets(buf, a, starts, 0, 1 << bits, bucket_keys, extra, width, single, max_bits, unique, 0,
-                        a)
+    return sort_buckets(buf, a, starts, 0, 1 << bits, bucket_keys, extra, width, single,
+                        max_bits, unique, 0, a)
 
 
 @njit(cache=True, nogil=True)
@@ -613,7 +613,8 @@ def lsd_sort(a, buf, width=8):
     src, dst = a, buf
     fill = np.empty(size, np.uint64)
     for d in range(nd):
-        if n == 0 or counts[np.uint64(d * size) + ((a[0] >> np.uint64(d * width)) & mask)] == np.uint64(n):
+        if n == 0 or (counts[np.uint64(d * size) + ((a[0] >> np.uint64(d * width)) & mask)]
+                      == np.uint64(n)):
             continue
         t = np.uint64(0)
         for j in range(size):

@@ -1,6 +1,7 @@
 """Status codes of the URL kernel (kernels/url.py) and of the k-way merge
 (kernels/merge.py ``kway_step``), in a module without numba so the callers' small
-paths (dispatch.py, tiers.py) can read them without importing the JIT."""
+paths (url/fastpath.py, store/runs/live.py, kernels/twins/) can read them without
+importing the JIT."""
 
 OK, ROUTE, SCHEME = 0, 1, 2
 

@@ -14,7 +14,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from seenstore.kernels.xxh3 import xxh3_64  # frozen algorithm; after editing xxh3.py clear __pycache__
+from seenstore.kernels.xxh3 import xxh3_64  # frozen: after editing xxh3.py, clear __pycache__
 
 from seenstore.kernels.status import OK, ROUTE, SCHEME  # noqa: E402
 
@@ -53,7 +53,7 @@ SLASH, QMARK, HASH, COLON, PCT, DOT, AT = 47, 63, 35, 58, 37, 46, 64
 
 
 # Helpers take raw byte addresses (uintp) instead of arrays: numba increfs and
-# decrefs (atomically) every array passed to a helper call, which cost ~10x here.
+# decrefs (atomically) every array passed to a helper call, which costs ~10x.
 # The arrays are owned by normalise_batch's caller and outlive every helper call.
 @intrinsic
 def _ld(typingctx, addr, i):
@@ -666,9 +666,9 @@ def normalise_batch(src, offsets, bsrc, boffsets, base_ids, max_length, host_bit
     for i in range(start, n):
         # The scratch arrays' addresses are taken here, inside the loop, not once before
         # it: an array made in this kernel whose last use is ``.ctypes.data`` is freed
-        # right there (numba releases it after its last use), and the raw pointer then
-        # wrote into freed heap memory (a segfault, or glibc's "corrupted size vs.
-        # prev_size", found in the 2026-12-01 session). Used in the loop, they live on.
+        # right there (numba releases it after its last use), and the raw pointer would
+        # then write into freed heap memory (a segfault, or glibc's "corrupted size vs.
+        # prev_size"). Used in the loop, they live on.
         bp = bh.ctypes.data
         tp = tmp.ctypes.data
         s = offsets[i]

@@ -1,8 +1,8 @@
 """Batch stage: validate offered keys, sort and deduplicate them.
 
 ``as_keys`` checks offered keys; ``prepare`` turns them (any order, repeats allowed)
-into the sorted unique array a merge needs (``sorting.sorted_unique``: np.sort or the
-radix sort, whichever is faster here). The store's exact
+into the sorted unique array a merge needs (keys/sort.py ``sorted_unique``: np.sort or
+the radix sort, whichever is faster on this machine). The store's exact
 path instead partitions a batch by shard and sorts shard by shard
 (``kernels/batch.py: partition_top_bits``); answers go back to the caller's order
 with ``kernels/batch.py: mark_first_new``. ``read_batch_file`` loads a raw
@@ -72,7 +72,7 @@ def prepare(keys: np.ndarray, threads: int = 1) -> np.ndarray:
 def unique_first(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_index=True)``: the sorted unique keys and the index of
     each one's first occurrence in ``keys``. numpy 2.4 answers that with a stable
-    sort of uint64 (~110 ns/key at 1e6 here); one argsort and the least index of each
+    sort of uint64 (~110 ns/key at 1e6 keys); one argsort and the least index of each
     run of equal keys (``np.minimum.reduceat``) give the same in ~40-45 ns/key."""
     if len(keys) == 0:
         return keys[:0].copy(), np.empty(0, np.intp)
@@ -86,9 +86,8 @@ def unique_first(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # From this many offered keys on, ``first_new_mask`` joins on two threads; below, the
-# new keys rarely need more than one cache-sized table, which cannot be split (random
-# keys, 10 % repeats, half new, medians of 9, wall ns/key, one / two threads: 2^19
-# keys 34.1 / 34.0 (one table), 2^20 49.0 / 27.0, 2^21 34.6 / 20.6, 2^23 35.5 / 20.8)
+# new keys rarely need more than one cache-sized table, which cannot be split; above,
+# two threads take ~40 % less wall time than one (random keys, 10 % repeats, half new).
 PARALLEL_JOIN_KEYS = 1 << 20
 
 

@@ -31,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from seenstore.kernels import dispatch
+from seenstore.runtime.parallel import default_threads
+from seenstore.runtime.pool import shared_pool
 
 SMALL_KEYS = 1 << 14
 ENV = "SEENSTORE_SORT"
@@ -71,14 +73,6 @@ def _bucket_keys(n: int) -> int:
 _lock = threading.Lock()
 _local = threading.local()
 _choice: dict = {}  # {"sort": ..., "source": ..., "numpy_ns": ..., "radix_ns": ...}
-
-
-def default_threads() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def cpu_model() -> str:
@@ -128,7 +122,8 @@ def machine_summary(m: dict | None = None) -> str:
     m = machine() if m is None else m
     simd = m["numpy_simd"]
     return (f"{m['cpu']}, {m['cores']} cores; numpy {m['numpy']} SIMD baseline "
-            f"{' '.join(simd['baseline']) or '-'}, dispatch found {' '.join(simd['found']) or '-'}, "
+            f"{' '.join(simd['baseline']) or '-'}, "
+            f"dispatch found {' '.join(simd['found']) or '-'}, "
             f"not found {' '.join(simd['not_found']) or '-'}")
 
 
@@ -203,7 +198,8 @@ def describe(measure: bool = True) -> dict:
     if env in CHOICES:
         return {"sort": env, "source": f"{ENV}={env}"}
     if not measure and not _choice and _cached() is None:
-        return {"sort": "undecided", "source": f"measured at the first sort of >= {SMALL_KEYS} keys"}
+        return {"sort": "undecided",
+                "source": f"measured at the first sort of >= {SMALL_KEYS} keys"}
     return dict(_decide())
 
 
@@ -340,17 +336,6 @@ def _scratch(n: int) -> np.ndarray:
     return buf[:n]
 
 
-_pool: ThreadPoolExecutor | None = None
-
-
-def _two() -> ThreadPoolExecutor:
-    global _pool
-    with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="seenstore-sort")
-        return _pool
-
-
 def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
     """The radix sort on two threads: each thread counts (and finds the varying bits
     of) and scatters one half of ``a`` (into its own offsets of each bucket); then
@@ -358,7 +343,7 @@ def _radix_two(a: np.ndarray, buf: np.ndarray, unique: bool) -> int:
     from seenstore.kernels import sort as ks
     n = len(a)
     h = n // 2
-    pool = _two()
+    pool = shared_pool(2, "seenstore-sort")
     tunables = _tunables(n)
     halves = ((0, h), (h, n))
     x = a[0]
@@ -442,14 +427,15 @@ def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int,
     ``threads`` threads, in the order given; return ``(executor, futures)``, the
     future of shard s giving ``(end of its unique keys, CPU seconds of its sort)``. The
     caller shuts the executor down. With ``executor`` (e.g. the store's ShardSorter,
-    kept for the store's life) the shards go to it instead of a new one. Each shard is sorted on one thread: shards sort
-    side by side. The seconds are the sorting thread's CPU time: the store runs these
-    threads beside its Bloom insert and its merge threads on the same cores, so a
-    shard's wall time counted the others' turns too (issue 13: 62.9 "ns/key" of
-    shard sort at 1e8 keys, ~3x the sort's own cost). ``fine``: the
-    starts of the finer groups the keys were partitioned by (``fine_bits``; shard s
-    is groups ``[s * sub, (s + 1) * sub)``, ``bounds`` every ``sub``-th of them):
-    each shard is then sorted from its groups (``sort_unique_buckets``)."""
+    kept for the store's life) the shards go to it instead of a new one. Each shard
+    is sorted on one thread: shards sort side by side. The seconds are the sorting
+    thread's CPU time: the store runs these threads beside its Bloom insert and its
+    merge threads on the same cores, so a shard's wall time counted the others'
+    turns too (issue 13: 62.9 "ns/key" of shard sort at 1e8 keys, ~3x the sort's own
+    cost). ``fine``: the starts of the finer groups the keys were partitioned by
+    (``fine_bits``; shard s is groups ``[s * sub, (s + 1) * sub)``, ``bounds`` every
+    ``sub``-th of them): each shard is then sorted from its groups
+    (``sort_unique_buckets``)."""
     shards = list(shards)
     largest = max((int(bounds[s + 1] - bounds[s]) for s in shards), default=1)
     sub = (len(fine) - 1) // (len(bounds) - 1) if fine is not None else 1
@@ -464,6 +450,7 @@ def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int,
             m = sort_unique_buckets(keys[lo:hi], fine[shard * sub:(shard + 1) * sub + 1])
         return lo + m, time.thread_time() - t
 
+    # not a shared pool: each thread keeps its scratch (``_local``) for the executor's life
     ex = executor or ThreadPoolExecutor(max_workers=max(1, threads),
                                         thread_name_prefix="seenstore-shard-sort")
     return ex, {s: ex.submit(one, s) for s in shards}

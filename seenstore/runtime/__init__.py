@@ -1,4 +1,6 @@
-"""Mechanisms every stage shares and none owns: threads over a batch's chunks,
-the ordered pipeline map, page-aligned buffers for O_DIRECT. No seenstore imports
-beyond errors: everything may depend on this package.
+"""Mechanisms every stage shares and none owns, one copy each: threads over a
+batch's chunks and the ordered pipeline map (parallel.py), the process's thread
+pools (pool.py), a body of work on a background thread (worker.py), seconds by
+stage (clock.py), page-aligned buffers for O_DIRECT (aligned.py). No seenstore
+imports beyond errors: everything may depend on this package.
 """

@@ -3,12 +3,13 @@
 ``default_threads()`` is the number of cores this process may run on.
 ``ranges(n, threads, min_chunk)`` cuts 0..n into at most ``threads`` contiguous
 ranges of at least ``min_chunk`` items (one range when n is small).
-``run_all(calls)`` runs zero-argument callables on a shared thread pool and returns
-their results in order; the calls must be numba kernels with ``nogil=True`` (or
-other code that releases the GIL) for this to use more than one core. An exception
-in any call is raised here after all have finished. ``ordered_map(items, work,
-threads)`` is a pipeline instead: helpers draw the items in turn and work on them
-with no barrier between items; the results come back in order.
+``run_all(calls)`` runs zero-argument callables on a shared thread pool (pool.py,
+named "seenstore") and returns their results in order; the calls must be numba
+kernels with ``nogil=True`` (or other code that releases the GIL) for this to use
+more than one core. An exception in any call is raised here after all have
+finished. ``ordered_map(items, work, threads)`` is a pipeline instead: helpers draw
+the items in turn and work on them with no barrier between items; the results come
+back in order.
 """
 
 from __future__ import annotations
@@ -21,13 +22,11 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from seenstore.errors import InvalidInputError
+from seenstore.runtime.pool import shared_pool
 
 T = TypeVar("T")
 R = TypeVar("R")
 MIN_CHUNK = 16384  # items per thread below which one thread is faster (measured: URLs)
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
 
 
 def default_threads() -> int:
@@ -60,21 +59,13 @@ def run_all(calls: Sequence[Callable[[], T]]) -> list[T]:
     """Results of ``calls`` in order; the first runs on this thread, the rest on the pool."""
     if len(calls) <= 1:
         return [c() for c in calls]
-    pool = _pool(len(calls) - 1)
+    pool = shared_pool(len(calls) - 1)
     futures = [pool.submit(c) for c in calls[1:]]
     try:
         first = calls[0]()
     finally:
         wait(futures)  # never leave a kernel writing into arrays the caller drops
     return [first, *(f.result() for f in futures)]
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    with _pools_lock:
-        pool = _pools.get(workers)
-        if pool is None:
-            pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="seenstore")
-        return pool
 
 
 def keep_freed_memory() -> bool:
@@ -132,6 +123,8 @@ def ordered_map(items: Iterator[T], work: Callable[[T], R], threads: int,
                 cond.notify_all()
         return work(item)
 
+    # a pool of its own, not a shared one: a helper waits for its turn to draw, and
+    # only a pool whose every thread is this map's runs the turn's holder for sure
     pool = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-ordered")
     futures: collections.deque = collections.deque()
     try:

@@ -88,12 +88,13 @@ class Admission:
             timings["spill_stages"] = figures.get("stages", {})
             self._record_compaction(figures["compact_wait_s"])
             # like add(): the credit this batch earned pays for size-tiered jobs between
-            # batches (a spilled batch never started them: 12 batches at 1e10 left 12
-            # runs per shard, each read by every later batch)
+            # batches (without them every spilled batch would leave one more run per
+            # shard, read by every later batch)
             self._start_compaction()
             return figures
 
-    def add_sorted(self, uniq: np.ndarray, progress=None, *, approx_answered: int = 0) -> np.ndarray:
+    def add_sorted(self, uniq: np.ndarray, progress=None, *,
+                   approx_answered: int = 0) -> np.ndarray:
         """The body of ``SeenStore.add_sorted`` (its docstring)."""
         self._store._check_writable()
         if not (isinstance(uniq, np.ndarray) and uniq.dtype == np.uint64 and uniq.ndim == 1):
@@ -158,8 +159,8 @@ class Admission:
         """``keys`` without their repeats (first occurrences, in order: a view of the
         store's scratch) when the batch is large and its first REPEATS_PROBE_KEYS
         keys are mostly repeats, else ``keys`` itself. A crawl's links repeat within
-        a batch (navigation, shared assets): 6,464,692 real link keys in batches of
-        1e6 hold 5.6-8.6 % distinct keys, and the partition and shard sorts of every
+        a batch (navigation, shared assets): batches of 1e6 real link keys hold 5-9 %
+        distinct keys, and the partition and shard sorts of every
         copy cost ~31 ns per offered key where dropping them in one hash pass
         (``first_unique``, a table that stays in the L2/L3 cache) and sorting the rest
         costs ~8. A batch with few repeats pays only the probe of its first keys (and
@@ -188,18 +189,18 @@ class Admission:
         new filter's prefault. That thread first copies them into a buffer it owns
         (the arena's "bloom" pool, reused once an insert let go of one) and says so
         (``copied``): the next batch waits for that before it writes its partition
-        over the scratch (``_admit``). Until then the copy was made here, on the
-        call's path (0.5-0.7 ns per offered key, 8 in a first batch whose buffer
-        faulted in). The previous insert, if done, is settled here and its figures
-        booked in this batch's timings (``bloom_background_s``, ``bloom_cpu_s``);
-        else the new one carries them."""
+        over the scratch (``_admit``). Copying there keeps the copy off the call's
+        path (0.5-0.7 ns per offered key, 8 in a first batch whose buffer faults in).
+        The previous insert, if done, is settled here and its figures booked in this
+        batch's timings (``bloom_background_s``, ``bloom_cpu_s``); else the new one
+        carries them."""
         t1 = time.perf_counter()
         booked = self._store._keeper.book_finished()  # a failed insert drops the filter now
         if booked is not None:
             timings["bloom_background_s"], timings["bloom_cpu_s"] = booked
         if self._store._keeper.bf is not None and n_new:
-            self._store._keeper.defer(lambda: self._store._arena.answer(n_new, pool="bloom"),  # untouched here
-                               parts, gate, timings)
+            self._store._keeper.defer(  # a buffer the insert owns, not written here
+                lambda: self._store._arena.answer(n_new, pool="bloom"), parts, gate, timings)
         timings["bloom_s"] = time.perf_counter() - t1
 
     def _record_compaction(self, waited: float) -> None:
@@ -217,7 +218,8 @@ class Admission:
             "bloom_rebuild_s": 0.0, "bloom_background_s": 0.0, "merge_s": 0.0,
             "shard_sort_s": 0.0, "commit_s": 0.0,
             "compact_wait_s": 0.0,
-            "bytes_read": 0, "bytes_cached": 0, "bytes_written": 0, "offered": n, "unique": n, "new": 0,
+            "bytes_read": 0, "bytes_cached": 0, "bytes_written": 0,
+            "offered": n, "unique": n, "new": 0,
             "bloom_negative": 0, "approx_answered": 0}
         return self._store.last_timings
 
@@ -292,7 +294,8 @@ class Admission:
         """Bloom upkeep once a batch committed: insert ``stored_new`` (approximate mode:
         only what was stored; exact mode defers its insert, ``_defer_bloom``); then
         start the compaction this batch paid for."""
-        bf = self._store._keeper.bf  # not ``self._store.bloom``: that would wait for a deferred insert
+        # not ``self._store.bloom``: that would wait for a deferred insert
+        bf = self._store._keeper.bf
         if bf is not None and timings["new"] and stored_new is not None:
             t1 = time.perf_counter()
             self._store._keeper.add(stored_new)
@@ -322,8 +325,9 @@ class Admission:
                 self._store._commit_counters(timings["approx_answered"])
             return []
         gen = self._store.generation + 1
-        target = Target(self._store.path, gen, self._store.layout.host_bits, self._store.shard_bits,
-                        policy_digest(self._store.policy_id), self._store.run_format, self._store.sync)
+        target = Target(self._store.path, gen, self._store.layout.host_bits,
+                        self._store.shard_bits, policy_digest(self._store.policy_id),
+                        self._store.run_format, self._store.sync)
         try:
             out = write_shards(keys, bounds, jobs, self._store._runs, target, self._store._buffers,
                                self._store.chunk_keys, threads=self._store.threads,
@@ -340,7 +344,8 @@ class Admission:
         timings["merge_parts"] = out.parts
         n_new = out.n_new
         try:
-            self._store._publish(gen, out.added, n_new, out.bytes_written, timings["approx_answered"])
+            self._store._publish(gen, out.added, n_new, out.bytes_written,
+                                 timings["approx_answered"])
         except BaseException:
             out.abort()
             raise

@@ -22,6 +22,7 @@ from seenstore.layout import Layout
 from seenstore.store.runs import live as runsmod
 from seenstore.store.files import fault, io_error, run_name
 from seenstore.store.runcache import RunCache
+from seenstore.runtime.worker import Worker
 
 MAX_SHARD_BITS = 12
 SNAPSHOT_RETRIES = 20  # a reader's attempts at opening the runs of one committed generation
@@ -59,7 +60,7 @@ class Live:
         self.sync = sync
         self.lock = threading.Lock()  # (doc, runs) change together
         self.cache = RunCache(0)  # live runs' keys in memory (runcache.py); off until set
-        self._retiring: threading.Thread | None = None
+        self._retiring: Worker | None = None  # the replaced runs' deletion, until joined
 
     def snapshot(self) -> tuple[dict, dict]:
         """(manifest, live runs by shard) of one generation, taken together."""
@@ -186,14 +187,16 @@ class Live:
                     pass  # removed as a leftover on the next open
 
         if paths:
-            self._retiring = threading.Thread(target=unlink_all, name="retire-runs",
-                                              daemon=True)
-            self._retiring.start()
+            self._retiring = Worker(unlink_all, "retire-runs")
 
     def join_retire(self) -> None:
-        if self._retiring is not None:
-            self._retiring.join()
+        """Wait for the deletion of the replaced runs, if one runs. It fails only on a
+        bug (an OSError leaves the file for the next open): that is raised here."""
+        retiring = self._retiring
+        if retiring is not None:
+            retiring.join(raise_error=False)
             self._retiring = None
+            retiring.join()
 
     def close(self) -> None:
         self.cache.clear()

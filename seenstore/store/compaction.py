@@ -24,6 +24,7 @@ from seenstore.store.runs import live as runsmod
 from seenstore.store.commit import Live
 from seenstore.store.files import fault, io_error, run_name
 from seenstore.store.scheduling import Syncer
+from seenstore.runtime.worker import Worker
 
 FANOUT = 4  # size-tiered: FANOUT runs of one tier merge into one run of the next
 MIN_TIER_KEYS = 1 << 16  # runs below this size share tier 0
@@ -111,8 +112,7 @@ class Compactor:
         self.last: dict = {}  # figures of the last background compaction
         self.tally: dict = {}
         self.joined: dict = {}  # ... of the one the last join waited for
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._worker: Worker | None = None  # the background compaction, until joined
         self._stop = threading.Event()  # set by join(stop=True): end after this job
 
     def earn(self, bytes_written: int) -> None:
@@ -232,14 +232,10 @@ class Compactor:
         if not jobs or job_bytes(jobs[0][1]) > self.credit:
             return
 
-        def run():
-            try:
-                self.last = self.run(jobs, paid=True)
-            except BaseException as e:  # reported by the join; the store stays consistent
-                self._error = e
+        def run():  # an error is reported by the join; the store stays consistent
+            self.last = self.run(jobs, paid=True)
 
-        self._thread = threading.Thread(target=run, name="compact", daemon=True)
-        self._thread.start()
+        self._worker = Worker(run, "compact")
 
     def join(self, stop: bool = False) -> float:
         """Wait for the background compaction; return the seconds waited. ``stop``
@@ -250,15 +246,15 @@ class Compactor:
         ``joined``: the figures of the compaction joined (empty if none)."""
         t0 = time.perf_counter()
         self.joined = {}
-        if self._thread is not None:
+        worker = self._worker
+        if worker is not None:
             if stop and not self.behind():
                 self._stop.set()
-            self._thread.join()
-            self._thread = None
+            worker.join(raise_error=False)
+            self._worker = None
             self._stop.clear()
             self.joined = self.last
-        if self._error is not None:
-            e, self._error = self._error, None
-            warnings.warn(f"background compaction failed ({e}); the store is unchanged "
-                          "by it and the next write retries")
+            if worker.error is not None:
+                warnings.warn(f"background compaction failed ({worker.error}); the store is "
+                              "unchanged by it and the next write retries")
         return time.perf_counter() - t0

@@ -3,7 +3,7 @@
 The public face of the store package: opening, ``add``/``add_new``/``add_sorted``/
 ``add_new_file``, ``contains``, ``compact``, ``upgrade``, ``stats``, ``verify``,
 ``checkpoint``, ``close``. A batch passes each stage once: partitioned by shard
-here, sorted, checked and written by the shard threads (scheduling.py, runs.py),
+here, sorted, checked and written by the shard threads (scheduling.py, runs/live.py),
 committed (commit.py), then compaction paid for by it runs between batches
 (compaction.py). The Bloom filter beside it lives in seenstore/bloom/ (keeper.py).
 See docs/architecture.md for the protocol and cost model.
@@ -26,7 +26,7 @@ from seenstore.errors import (ClosedError, InvalidInputError, MismatchError, See
 from seenstore.layout import Layout
 from seenstore.store.lock import WriterLock
 from seenstore.store.runs.buffers import DEFAULT_CHUNK_KEYS
-from seenstore.keys.sort import default_threads
+from seenstore.runtime.parallel import default_threads
 from seenstore.store import commit as commitmod, compaction as compactionmod, report
 from seenstore.store.runs import live as runsmod
 from seenstore.store import check, opening
@@ -62,8 +62,8 @@ class SeenStore:
         self.compact_between_batches = True
         self.chunk_keys = DEFAULT_CHUNK_KEYS
         # Shards checked at once: reads and writes are O_DIRECT and block, so more
-        # than the 2 cores keeps the disk busy (4: 18 % less merge time than 2 at
-        # 2.25e8 stored keys, 8 no better; scratch measurement in the issue 6 note)
+        # than the 2 cores keeps the disk busy (4: ~18 % less merge time than 2 at
+        # 2.25e8 stored keys, 8 no better)
         self.merge_threads = 4
         # threads doing CPU work at once (shard sorts); open(threads=) sets it
         self.threads = default_threads()
@@ -254,6 +254,23 @@ class SeenStore:
         self._refresh()
         return runsmod.iter_range(self._live.runs, lo, hi)
 
+    def wait_for_compaction(self) -> float:
+        """Wait until the compaction running between batches is done (a benchmark's
+        timing boundary); return the seconds waited."""
+        self._check_open()
+        return self._join_compactor()
+
+    def bounds(self) -> tuple[int, int] | None:
+        """The smallest and largest stored key (None for an empty store), from each live
+        run's first and last key: no run body is read beyond that."""
+        self._check_open()
+        self._refresh()
+        _, runs = self._snapshot()
+        ends = [runsmod.first_last(r) for rs in runs.values() for r in rs if r.count]
+        if not ends:
+            return None
+        return min(a for a, _ in ends), max(b for _, b in ends)
+
     def __len__(self) -> int:
         self._check_open()
         return self._live.n_keys()
@@ -322,9 +339,10 @@ class SeenStore:
         batch-sized array alive for a few keys."""
         return self._admission.add_new(keys, progress)
 
-    def add_new_file(self, path: str, memory: int, new_out: str | None = None) -> dict:
+    def add_new_file(self, path, memory: int, new_out: str | None = None) -> dict:
         """Admit the keys of batch file ``path`` (raw little-endian uint64, any order,
-        repeats allowed, any size the disk holds) using about ``memory`` bytes at most,
+        repeats allowed, any size the disk holds; or an iterable of uint64 arrays, a
+        batch generated as it is spilled) using about ``memory`` bytes at most,
         as one atomic batch (DRUM-style, spill.py): the keys are spilled by shard to
         bucket files in a ``spill.tmp.<pid>`` folder of the store, then each shard's
         bucket is sorted slice by slice, checked against that shard's live runs and its
@@ -405,7 +423,8 @@ class SeenStore:
             was = self.manifest_format
             if self._doc.get("major", manifest.MAJOR) < manifest.MAJOR:
                 self._commit(self.generation + 1, [], [], {}, step="upgrade-")
-            return {"from": was, "to": self.manifest_format, "upgraded": was != self.manifest_format}
+            return {"from": was, "to": self.manifest_format,
+                    "upgraded": was != self.manifest_format}
 
     def pending_compaction(self, doc: dict | None = None) -> dict:
         """What the size-tiered policy would merge now (in ``doc``, default the

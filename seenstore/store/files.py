@@ -5,7 +5,7 @@ its layers, LOCK, temporary files; ``remove_leftovers`` deletes what an interrup
 batch, compaction or upgrade left. ``io_error`` turns an OSError into the typed
 error of a failed write (nothing committed). ``fault`` is the crash-test seam:
 ``SEENSTORE_FAULT=point[@n]`` SIGKILLs the process at the n-th pass through
-``point`` (tests/test_crash.py; the cluster actor arms it through ``_FAULT``).
+``point`` (tests/system/crash/test_crash.py); ``arm_fault`` sets it in a running process.
 """
 
 from __future__ import annotations
@@ -27,8 +27,16 @@ _FAULT, _, _FAULT_AT = os.environ.get("SEENSTORE_FAULT", "").partition("@")
 _fault_hits: dict = {}
 
 
+def arm_fault(point: str) -> None:
+    """Tests only: crash at the next pass through ``point`` from now on in this
+    process, as ``SEENSTORE_FAULT=point`` set at its start would."""
+    global _FAULT, _FAULT_AT
+    _FAULT, _FAULT_AT = point, ""
+    _fault_hits.pop(point, None)
+
+
 def fault(point: str) -> None:
-    """Crash on purpose at a named step (tests only; see tests/test_crash.py)."""
+    """Crash on purpose at a named step (tests only; see tests/system/crash/test_crash.py)."""
     if _FAULT == point:
         _fault_hits[point] = _fault_hits.get(point, 0) + 1
         if _fault_hits[point] >= int(_FAULT_AT or 1):

@@ -40,8 +40,8 @@ class WriterLock:
                         f"store {directory} is locked by another writer ({holder})"
                         + (f"; waited {wait:g}s" if wait else "; use --wait to wait for it"))
                 time.sleep(0.05)
-        who = (f"pid {os.getpid()} on {socket.gethostname()}, "
-               f"'{' '.join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200]}', "
+        command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))
+        who = (f"pid {os.getpid()} on {socket.gethostname()}, '{command[:200]}', "
                f"since {time.strftime('%Y-%m-%d %H:%M:%S')}")
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, who.encode("utf-8", "replace"), 0)

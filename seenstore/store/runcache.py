@@ -7,12 +7,12 @@ writer has the keys anyway) or read (a run's first sweep from disk), and leave w
 their run retires (commit.py) or a write is aborted. An entry is named by the run's
 file name, key count and body checksum, so a name reused after an aborted batch never
 finds stale keys. Keys live in fixed blocks of BLOCK_KEYS from one pool, bounded by
-``budget`` bytes and kept for reuse when entries leave: fresh pages cost this
-project's VMs 0.3-1 GB/s of page faults, so a store in steady state re-fills blocks
-it already touched. Admission, not eviction: every batch sweeps every run, so any
-cached byte saves the same read; a run that does not fit is simply not cached (an
-LRU would thrash on sweeps larger than the budget). The keys cached are exactly the
-run's (checked when written or read): answers never depend on the cache.
+``budget`` bytes and kept for reuse when entries leave: fresh pages fault in at only
+0.3-1 GB/s, so a store in steady state re-fills blocks it already touched.
+Admission, not eviction: every batch sweeps every run, so any cached byte saves the
+same read; a run that does not fit is simply not cached (an LRU would thrash on
+sweeps larger than the budget). The keys cached are exactly the run's (checked when
+written or read): answers never depend on the cache.
 Thread-safe: shard threads fill and use it side by side.
 """
 
@@ -29,8 +29,8 @@ from seenstore.errors import InvalidInputError
 BLOCK_KEYS = 1 << 17  # 1 MiB blocks: small runs waste little, sweeps stay long
 BLOCK_BYTES = 8 * BLOCK_KEYS
 # Blocks are carved from slabs of up to SLAB_BLOCKS: numpy asks for huge pages from
-# 4 MiB up, and a 16 MiB slab faulted in at 1.7 GB/s (70 ms sys per 256 MiB) where
-# 1 MiB arrays took 0.7 GB/s (200 ms) on this VM
+# 4 MiB up, and a 16 MiB slab faults in over twice as fast as 1 MiB arrays do
+# (~1.7 against ~0.7 GB/s)
 SLAB_BLOCKS = 16
 DEFAULT_SHARE = 4  # the default budget: 1/DEFAULT_SHARE of the memory available at open
 
@@ -104,7 +104,7 @@ class Builder:
 
     def add(self, keys: np.ndarray) -> None:
         """Append ``keys``, checked strictly above every key added before: sweeps of
-        the entry skip the order check (runs.sweep_cached), so keys out of order are
+        the entry skip the order check (runs/live.py ``sweep_cached``), so keys out of order are
         never cached (the builder gives up; the run's next check reads the file,
         whose sweep refuses it as corrupt)."""
         if not self.ok:

@@ -16,21 +16,25 @@ run's keys stay ascending and the runs are finished in shard order.
 from __future__ import annotations
 
 import queue
-import threading
 import time
 
 import numpy as np
+
+from seenstore.runtime.worker import Worker
 
 WAIT_S = 0.05  # how often a blocked put looks whether the sink's thread has failed
 
 
 class RunSink:
-    """Writes ``put`` keys to per-shard runs on a thread; ``close`` waits and
-    re-raises the thread's error. ``open_writer(shard)``: a new run's writer (called
-    on the sink's thread, once per shard that gets keys); ``write(shard, w, keys)``:
-    write ``keys`` with writer ``w`` (and anything else the caller keeps of them);
-    ``finished(shard, w)``: the shard's last keys are written (called on the sink's
-    thread, in shard order). After an error every later item is dropped."""
+    """Writes ``put`` keys to per-shard runs on a thread (``thread``, a Worker whose
+    body is the write loop); ``close`` waits and re-raises the thread's error.
+    ``open_writer(shard)``: a new run's writer (called on the sink's thread, once per
+    shard that gets keys); ``write(shard, w, keys)``: write ``keys`` with writer
+    ``w`` (and anything else the caller keeps of them); ``finished(shard, w)``: the
+    shard's last keys are written (called on the sink's thread, in shard order). The
+    first error ends the loop: every later item is dropped, and ``put`` raises it.
+    ``busy_s``/``cpu_s``: the thread's wall and CPU seconds at work (not waiting for
+    keys)."""
 
     def __init__(self, open_writer, write, finished, buf_keys: int, n_bufs: int = 4):
         self._open, self._write, self._finished = open_writer, write, finished
@@ -40,11 +44,13 @@ class RunSink:
         self._todo: queue.SimpleQueue = queue.SimpleQueue()
         self._writers: dict = {}
         self._stop = False
-        self.error: BaseException | None = None
-        self.busy_s = self.cpu_s = 0.0  # the thread's time at work (not waiting)
-        self.thread = threading.Thread(target=self._run, name="seenstore-run-sink",
-                                       daemon=True)
-        self.thread.start()
+        self.busy_s = self.cpu_s = 0.0
+        self.thread = Worker(self._run, "seenstore-run-sink")
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that ended the sink's thread, if any."""
+        return self.thread.error
 
     def put(self, shard: int, keys: np.ndarray) -> None:
         """Queue ``keys`` (sorted, above the shard's keys put so far) for ``shard``'s
@@ -65,14 +71,12 @@ class RunSink:
         """Wait until every queued item is done; raise the thread's error if any."""
         self._todo.put(None)
         self.thread.join()
-        if self.error is not None:
-            raise self.error
 
     def abort(self) -> None:
         """Stop (dropping what is queued) and wait for the thread; never raises."""
         self._stop = True
         self._todo.put(None)
-        self.thread.join()
+        self.thread.join(raise_error=False)
 
     def _take(self) -> np.ndarray:
         while True:
@@ -82,9 +86,11 @@ class RunSink:
                 return self._free.get(timeout=WAIT_S)
             except queue.Empty:
                 if not self.thread.is_alive():
+                    self.thread.join()  # its error, if it ended on one
                     raise RuntimeError("the run writer thread has ended") from None
 
     def _run(self) -> None:
+        """The sink's thread: items in order until ``None``; an error ends it."""
         while True:
             item = self._todo.get()
             if item is None:
@@ -92,7 +98,7 @@ class RunSink:
             shard, buf, n = item
             t, c = time.perf_counter(), time.thread_time()
             try:
-                if self._stop or self.error is not None:
+                if self._stop:
                     continue
                 if buf is None:
                     w = self._writers.pop(shard, None)
@@ -103,8 +109,6 @@ class RunSink:
                 if w is None:
                     w = self._writers[shard] = self._open(shard)
                 self._write(shard, w, buf[:n])
-            except BaseException as e:  # re-raised on the caller's thread
-                self.error = e
             finally:
                 if buf is not None:
                     self._free.put(buf)

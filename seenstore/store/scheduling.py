@@ -1,15 +1,17 @@
 """The threads of one batch: keys partitioned by shard, shards sorted, checked against
 their live runs and their new keys written as one new run each, side by side
-(docs/architecture.md, "One batch" steps 1-2).
+(docs/architecture.md, "One batch through add_new" steps 5-6).
 
-``partition`` groups a batch by shard on ``threads`` threads. ``write_shards`` takes
+``ShardSorter.partition`` groups a batch by shard (keys/partition.py) by the finer
+bits the shard sorts start from. ``write_shards`` takes
 a batch grouped by shard and returns, per shard, which of its keys are new and the
 run written for them (fsynced, not yet committed: the caller commits, commit.py).
 ``threads`` threads sort the shards in order (``ShardSorter``) while up to
 ``merge_threads`` check the shards already sorted: the kernels, the sort and the
 O_DIRECT I/O release the GIL, so sorting overlaps the disk. The batch's new keys go
 to the Bloom filter after the commit (bloom/deferred.py). Buffers come from a
-``BufferPool`` reused across batches.
+``BufferPool`` reused across batches; the shard threads and the fsyncs are the
+process's shared pools (runtime/pool.py), the sorts the ``ShardSorter``'s own.
 """
 
 from __future__ import annotations
@@ -18,18 +20,21 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from seenstore.kernels.dispatch import batch as _batch_kernels  # numpy twins below dispatch.SMALL keys
+# numpy twins below dispatch.SMALL keys
+from seenstore.kernels.dispatch import batch as _batch_kernels
 from seenstore.store.runs.buffers import MergeBuffers
 from seenstore.keys import sort as _sorting
 from seenstore.store.runs import live as runsmod
 from seenstore.store.files import run_name
+from seenstore.runtime.clock import Clock
+from seenstore.runtime.pool import shared_pool
+from seenstore.keys.partition import partition
 
-partition_top_bits = _batch_kernels.partition_top_bits
 compact_inplace = _batch_kernels.compact_inplace
 
 
@@ -37,42 +42,7 @@ compact_inplace = _batch_kernels.compact_inplace
 # thread goes on to the next shard, not by the shard thread itself ("inline", the
 # old way, kept for A/B runs: FSYNC = "inline")
 FSYNC = "beside"
-PARALLEL_PARTITION_KEYS = 1 << 20  # fewer keys are partitioned on one thread
 ANSWER_BUFFERS = 2  # answer buffers a store keeps for reuse (BatchArena.answer)
-
-
-def partition(keys: np.ndarray, bits: int, threads: int,
-              out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``keys`` grouped by shard (their top ``bits`` bits; shards ascending, repeats
-    kept) and the start of each shard plus the end, as ``partition_top_bits`` gives.
-    ``out``: the uint64 array to write them to (``len(keys)`` long; a new one if None).
-
-    With ``threads`` > 1 and at least PARALLEL_PARTITION_KEYS keys, each thread counts
-    then scatters its slice of the keys into its own slots of every shard (those the
-    slices before it leave): the partition was the one pass of a batch on one core
-    (~4 ns/key), the other idle (the Bloom insert comes after the commit). The
-    order inside a shard then differs from one thread's; its sort makes it the same."""
-    n = len(keys)
-    if out is None:
-        out = np.empty(n, dtype=np.uint64)
-    bounds = np.empty((1 << bits) + 1, dtype=np.int64)
-    t = min(threads, max(1, n // PARALLEL_PARTITION_KEYS)) if bits else 1
-    if t <= 1:
-        partition_top_bits(keys, bits, out, bounds)
-        return out, bounds
-    from seenstore.kernels.batch import count_top_bits, scatter_top_bits  # JIT: a large batch
-
-    cuts = [n * j // t for j in range(t + 1)]
-    counts = np.zeros((t, 1 << bits), dtype=np.int64)
-    with ThreadPoolExecutor(t, thread_name_prefix="seenstore-partition") as ex:
-        list(ex.map(lambda j: count_top_bits(keys[cuts[j]:cuts[j + 1]], bits, counts[j]),
-                    range(t)))
-        bounds[0] = 0
-        np.cumsum(counts.sum(axis=0), out=bounds[1:])
-        slots = np.ascontiguousarray(bounds[:-1] + np.cumsum(counts, axis=0) - counts)
-        list(ex.map(lambda j: scatter_top_bits(keys[cuts[j]:cuts[j + 1]], bits, out,
-                                               slots[j]), range(t)))
-    return out, bounds
 
 
 class BufferPool:
@@ -180,6 +150,7 @@ class ShardSorter:
         threads = max(1, threads)
         if self._ex is None or self._threads != threads:
             self.close()
+            # an executor of its own, not a shared pool: its threads keep their scratch
             self._ex = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-shard-sort")
             self._threads = threads
         return _sorting.sort_shards(keys, bounds, shards, threads, executor=self._ex,
@@ -233,24 +204,6 @@ class Target:
     sync: bool
 
 
-class _Clock:
-    """Wall and thread-CPU seconds of the laps of one shard thread."""
-
-    def __init__(self) -> None:
-        self.laps: dict = {}
-        self._t, self._c = time.perf_counter(), time.thread_time()
-
-    def lap(self, name: str) -> None:
-        t, c = time.perf_counter(), time.thread_time()
-        self.laps[name + "_s"] = t - self._t
-        self.laps[name + "_cpu_s"] = c - self._c
-        self._t, self._c = t, c
-
-    def add_to(self, total: dict) -> None:
-        for k, v in self.laps.items():
-            total[k] = total.get(k, 0.0) + v
-
-
 def fsync_path(path: str) -> None:
     """fsync the file ``path`` (Linux fsyncs a file whatever descriptor names it)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -264,10 +217,13 @@ class Syncer:
     """fsyncs of a batch's new runs (written and closed) on threads of their own, as
     each shard's run is done, so a shard thread goes on checking the next shard
     instead of waiting ~20 ms for the journal (32 ns per offered key summed over the
-    shard threads at 1e8 keys in batches of 1e7); ``wait`` before the commit."""
+    shard threads at 1e8 keys in batches of 1e7); ``wait`` before the commit. The
+    threads are the process's ``seenstore-fsync`` pool of that size (runtime/pool.py:
+    an fsync waits for nothing, so syncers may share it); a Syncer waits for its own
+    fsyncs only."""
 
     def __init__(self, threads: int) -> None:
-        self._ex = ThreadPoolExecutor(threads, thread_name_prefix="seenstore-fsync")
+        self._ex = shared_pool(threads, "seenstore-fsync")
         self._futures: list = []
 
     def submit(self, path: str) -> None:
@@ -279,12 +235,14 @@ class Syncer:
             for f in self._futures:
                 f.result()
         finally:
-            self._ex.shutdown(wait=True)
+            wait(self._futures)
 
     def abandon(self) -> None:
         """The batch failed: wait for the fsyncs under way (their files are about to
-        be removed), ignoring their errors."""
-        self._ex.shutdown(wait=True, cancel_futures=True)
+        be removed), ignoring their errors; those not started yet never run."""
+        for f in self._futures:
+            f.cancel()
+        wait(self._futures)
 
 
 def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
@@ -300,10 +258,11 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
     place (``threads`` threads, shards side by side) while the shards already sorted
     are checked, and each shard's new keys are moved to the front of its slice
     (``keys`` is the caller's scratch; ``fine``: the finer groups' starts of
-    ``ShardSorter.partition``, which the sorts start from). Every key is looked for in the runs, whatever
-    a Bloom filter said of it: only keys no live run holds are written, so the runs
-    of a shard stay disjoint even under a damaged filter. ``masks``: a bool array as
-    long as ``keys`` the shards' masks are views of (None: one array per shard).
+    ``ShardSorter.partition``, which the sorts start from). Every key is looked for
+    in the runs, whatever a Bloom filter said of it: only keys no live run holds are
+    written, so the runs of a shard stay disjoint even under a damaged filter.
+    ``masks``: a bool array as long as ``keys`` the shards' masks are views of
+    (None: one array per shard).
     ``cache``: the store's run cache (runcache.py): runs it holds are checked from
     memory, and the new runs join it. Returns ``segs`` ``(lo,
     m, mask, k)`` per shard: its sorted unique keys were ``keys[lo:lo + m]``,
@@ -327,7 +286,7 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
     def check_shard(shard: int):
         lo, hi = int(bounds[shard]), int(bounds[shard + 1])
         sort_s = 0.0
-        clock = _Clock()
+        clock = Clock(thread_cpu=True)
         if sorter is not None:
             hi, sort_s = sorted_parts[shard].result()
         clock.lap("sort_wait")
@@ -376,10 +335,14 @@ def write_shards(keys: np.ndarray, bounds: np.ndarray, jobs: list, runs: dict,
     try:
         if sorter is not None:
             sorted_parts = sorter.submit(keys, bounds, jobs, threads, fine)
-        with ThreadPoolExecutor(max_workers=max(merge_threads, threads)) as tp:
-            done = list(tp.map(job, jobs))
+        merging = [shared_pool(max(merge_threads, threads), "seenstore-shard").submit(job, s)
+                   for s in jobs]
+        try:
+            done = [f.result() for f in merging]
+        finally:
+            wait(merging)  # no shard thread may go on writing into ``keys`` or a run
         if syncer is not None:
-            clock = _Clock()
+            clock = Clock(thread_cpu=True)
             syncer.wait()
             clock.lap("fsync_wait")  # what the fsyncs beside added to the batch's wall
             clock.add_to(out.parts)

@@ -1,19 +1,15 @@
 """Batches bigger than memory (DRUM-style): spill by shard, then check shard by shard.
 
 ``admit_file`` reads a batch file in chunks and appends each chunk's keys, grouped
-by shard, to one bucket file per shard in ``spill.tmp.<pid>/`` inside the store.
-Each shard's bucket is then loaded slice by slice (a bucket larger than the slice
-budget is first split again by the next key bits into sub-buckets, recursively,
-so a slice is one key range), sorted, deduplicated, checked against the shard's
-live runs, and its new keys are appended to that shard's one new run. One manifest
-commit at the end covers every shard: the batch is atomic (a crash leaves the
-store as before, plus a spill folder and unnamed runs the next open removes).
-
-Memory: the read chunk and its partition copy (a fifth of the budget each), or
-one slice with its masks, 2 MiB-scale I/O buffers and the run sink's four buffers
-(``runsink.py``: the new keys are encoded and written on a thread behind the
-check); never the whole batch. See
-docs/architecture.md ("Batches bigger than memory").
+by shard, to one bucket file per shard in ``spill.tmp.<pid>/`` inside the store
+(buckets.py). Each shard's bucket is then loaded one key range (a slice) at a time,
+sorted, deduplicated, checked against the shard's live runs (check.py), and its new
+keys are appended to that shard's one new run (runsink.py, on a thread behind the
+check). One manifest commit at the end covers every shard: the batch is atomic (a
+crash leaves the store as before, plus a spill folder and unnamed runs the next open
+removes). Memory: the read chunk and its partition copy (a fifth of the budget
+each), or one slice with its masks, 2 MiB-scale I/O buffers and the run sink's four
+buffers; never the whole batch (docs/architecture.md, "Batches bigger than memory").
 """
 
 from __future__ import annotations
@@ -22,7 +18,8 @@ import os
 
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
+
+from concurrent.futures import wait
 
 import numpy as np
 
@@ -33,26 +30,10 @@ from seenstore.runtime.aligned import aligned_empty
 from seenstore.store.runs import live as runs_live
 from seenstore.store import buckets, check
 from seenstore.store.runsink import RunSink
+from seenstore.runtime.clock import Clock
+from seenstore.runtime.pool import shared_pool
 
 NEW_NAME = "new.bin"  # the batch's new keys, shard by shard (sorted within each)
-
-
-class Clock:
-    """Seconds by stage of one spilled batch: wall (``<stage>_s``) and CPU of the whole
-    process (``cpu[<stage>]``: on a shared machine the wall time includes time waiting
-    for a core, the CPU time does not; stages running beside each other on two cores
-    each count their own thread's time only where noted)."""
-
-    def __init__(self) -> None:
-        self.wall: dict = {}
-        self.cpu: dict = {}
-
-    def start(self) -> tuple:
-        return time.perf_counter(), time.process_time()
-
-    def stop(self, stage: str, t: tuple) -> None:
-        self.wall[stage] = self.wall.get(stage, 0.0) + time.perf_counter() - t[0]
-        self.cpu[stage] = self.cpu.get(stage, 0.0) + time.process_time() - t[1]
 
 
 def _start_insert(store):
@@ -105,12 +86,12 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     early = None  # this batch's Bloom insert (_start_insert), until the commit
     syncer = None  # the new runs' fsyncs (Syncer), until they are waited for
     sink = None  # the new runs' writer thread (RunSink), until it is closed
-    appender = None  # the spill's bucket appends, until they are done
+    appending = None  # the last chunk's bucket appends (a future), until done
     halves = None  # the check's second thread
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
     clock = Clock()
-    store._spill_phase = "spill"  # for a sampler of the memory by phase (benchrun.py)
+    store._spill_phase = "spill"  # SeenStore.spill_phase, read by a memory sampler
     try:
         # 1. spill: every chunk's keys appended to their shard's bucket
         # a chunk's appends run on a thread while the next chunk is read (or
@@ -118,8 +99,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         out = np.empty(budget.chunk_keys, dtype=np.uint64)
         bounds = np.empty((1 << sb) + 1, dtype=np.int64)
         filled = set()  # shards whose bucket got keys
-        appender = ThreadPoolExecutor(1, thread_name_prefix="seenstore-spill-append")
-        appending = None
+        appender = shared_pool(1, "seenstore-spill-append")
         for chunk in buckets.source_chunks(path, budget.chunk_keys):
             t = clock.start()
             if appending is not None:
@@ -132,10 +112,9 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             clock.stop("spill", t)
             fault("spill-write")
         t = clock.start()
-        appender, closing = None, appender
-        closing.shutdown(wait=True)
         if appending is not None:
-            appending.result()
+            appending, done = None, appending
+            done.result()
         clock.stop("spill", t)
         figures["bytes_spilled"] = 8 * figures["offered"]
         del out
@@ -182,8 +161,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         # the new keys' encode and write run behind the check, on the other core
         sink = RunSink(open_writer, write, finished, budget.io_keys)
         # the check of a slice in two key halves, one on a thread of its own
-        halves = (ThreadPoolExecutor(1, thread_name_prefix="seenstore-check")
-                  if store.threads >= 2 else None)
+        halves = shared_pool(1, "seenstore-check") if store.threads >= 2 else None
         order = sorted(filled)
         for i, s in enumerate(order):
             bucket = os.path.join(work, f"s{s:04d}.bin")
@@ -247,8 +225,9 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                                for k, v in clock.wall.items()})
         return figures
     except BaseException:
-        if appender is not None:
-            appender.shutdown(wait=True, cancel_futures=True)
+        if appending is not None:  # the chunk's appends: cancelled or waited for
+            appending.cancel()
+            wait([appending])
         if sink is not None:
             sink.abort()
         if syncer is not None:
@@ -259,8 +238,6 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             w.abort()
         raise
     finally:
-        if halves is not None:  # its one task is waited for by check_slice itself
-            halves.shutdown(wait=True)
         store._spill_phase = None
         shutil.rmtree(work, ignore_errors=True)
 

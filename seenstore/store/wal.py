@@ -14,12 +14,12 @@ import os
 import re
 import struct
 import threading
-import time
 
 import numpy as np
 import xxhash
 
 from seenstore.keys.sort import sorted_unique
+from seenstore.runtime.worker import Worker
 
 from seenstore.errors import (
     CorruptionError,
@@ -93,8 +93,9 @@ def read_segment(path: str) -> tuple[np.ndarray, dict]:
 
     A file shorter than its header that holds a prefix of a header (or only zero
     bytes), or whose header is all zero bytes, was torn at creation and holds no
-    records; a short file holding anything else is foreign (NotSupportedError). A torn tail (an incomplete last record, a
-    last record whose body fails its checksum, or zero fill to the end) is ignored.
+    records; a short file holding anything else is foreign (NotSupportedError). A
+    torn tail (an incomplete last record, a last record whose body fails its
+    checksum, or zero fill to the end) is ignored.
     Raises NotSupportedError (foreign file, newer major), CorruptionError (bad
     header checksum, or a bad record followed by more data), StoreIOError."""
     try:
@@ -185,11 +186,10 @@ class WalWriter:
         self.fsyncs = 0
         self._live: dict[int, int] = {}  # seq -> bytes, segments not yet removed
         self._closed = False
-        self._flusher = None
+        self._wake = threading.Event()  # set by close: the flusher ends at once
+        self._flusher: Worker | None = None
         if not isinstance(sync, str):
-            self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
-                                             name="seenstore-wal-sync")
-            self._flusher.start()
+            self._flusher = Worker(self._flush_loop, "seenstore-wal-sync")
 
     @property
     def live_bytes(self) -> int:
@@ -269,8 +269,9 @@ class WalWriter:
         self._synced = max(self._synced, target)
 
     def _flush_loop(self) -> None:
-        while True:
-            time.sleep(float(self.sync))
+        """The flusher's body: every ``sync`` seconds, fsync what was written since;
+        ends when ``close`` wakes it."""
+        while not self._wake.wait(float(self.sync)):
             with self._cond:
                 if self._closed:
                     return
@@ -309,10 +310,14 @@ class WalWriter:
             raise _io_error(e, f"{segment_name(seq)}: cannot remove WAL segment") from e
 
     def close(self) -> int | None:
-        """Rotate and stop the background syncer; return the last segment's seq."""
+        """Rotate and stop the background syncer (waiting for it; an error that ended
+        it is raised here); return the last segment's seq."""
         seq = self.rotate()
         with self._cond:
             self._closed = True
+        if self._flusher is not None:
+            self._wake.set()
+            self._flusher.join()
         return seq
 
 

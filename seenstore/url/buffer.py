@@ -31,8 +31,8 @@ def join_utf8(items: Sequence, errors: str = "strict", *, bytes_ok: bool = False
     """The UTF-8 encodings of ``items`` end to end, and their offsets (int64, one more
     than the items, from 0). A list of strings is joined and encoded at once, the
     offsets taken from the strings' lengths, corrected for the few that are not ASCII
-    (``str.isascii`` is a flag: no scan); one encode per item cost twice as much
-    (515 -> 250 ns per real canonical URL here, docs/fastpath.md). With ``bytes_ok``
+    (``str.isascii`` is a flag: no scan); one encode per item costs about twice as
+    much (docs/fastpath.md). With ``bytes_ok``
     a list of bytes-like items is joined as it is; a list mixing them with strings,
     or holding strings that do not encode, is encoded item by item. Raises what
     encoding an item raises: UnicodeEncodeError, AttributeError for a non-string."""
@@ -145,8 +145,8 @@ class URLBuffer:
     def tolist(self) -> list[str]:
         """``[self[i] for i in range(len(self))]``, in one pass: the bytes are taken
         out of the array once and, when they are all ASCII (canonical URLs), decoded
-        once and sliced (2.9 -> 0.4 s for a million canonical URLs here, most of
-        ``normalise_many``'s time); else each URL is decoded on its own."""
+        once and sliced (decoding URL by URL would be most of ``normalise_many``'s
+        time, docs/fastpath.md); else each URL is decoded on its own."""
         if self.strs is not None:
             return list(self.strs)
         lo = int(self.offsets[0])

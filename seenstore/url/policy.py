@@ -193,7 +193,8 @@ def _rule(table: object, where: str) -> Rule:
         raise PolicyError(f"{where}: must be a table")
     unknown = set(table) - _RULE_KEYS
     if unknown:
-        raise PolicyError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_RULE_KEYS)}")
+        raise PolicyError(f"{where}: unknown key(s) {sorted(unknown)}; "
+                          f"allowed: {sorted(_RULE_KEYS)}")
     hosts = table.get("hosts")
     if isinstance(hosts, str):
         hosts = [hosts]

@@ -131,9 +131,8 @@ def _mapped(f: BinaryIO, size: int) -> tuple[np.ndarray, int, int, object] | Non
     size, the mmap object) for a regular file of at least MAP_MIN_BYTES, mapped
     read-only; else None (pipes, small files, a platform or file that cannot be
     mapped: the caller reads into its buffer). Reading into a buffer copies each
-    page out of the page cache: 33-45 ns per line of CPU on the 6.47 M real link
-    lines here (~100 bytes each), against ~5 for mapping them and faulting them in
-    (docs/fastpath.md, "Reading the input"). The same byte windows are handed to
+    page out of the page cache, several times the CPU of mapping the pages and
+    faulting them in (docs/fastpath.md, "Reading the input"). The same byte windows are handed to
     the line kernel either way, so the buffers made are the same. A file truncated
     by another process while it is read this way ends the process (SIGBUS), as for
     any program reading a mapped file; the store keeps its last committed batch.
@@ -216,8 +215,8 @@ class _LineBatch:
 def _room(a: np.ndarray, need: int, used: int, guess: int = 0) -> np.ndarray:
     """``a`` if it holds ``need`` items, else a larger array (max of need, guess and
     twice its size) holding a copy of the first ``used`` items only: np.empty, so no
-    page beyond them is written (copying the unused capacity too cost ~75 ns per
-    line of fresh pages on the 2-core VM, measured on real links)."""
+    page beyond them is written (copying the unused capacity too would write fresh
+    pages the batch may never fill)."""
     if need <= len(a):
         return a
     b = np.empty(max(need, guess, 2 * len(a)), dtype=a.dtype)

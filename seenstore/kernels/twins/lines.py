@@ -1,4 +1,6 @@
-"""Python twin of kernels/lines.py ``split_lines``: the same contract and outputs."""
+"""Python twin of kernels/lines.py ``split_lines``: the same contract and outputs,
+for a stream's first small reads (below dispatch.SMALL lines while the kernel is not
+live) and as the kernel tests' oracle."""
 
 from __future__ import annotations
 

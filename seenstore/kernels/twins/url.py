@@ -1,4 +1,6 @@
-"""numpy twin of kernels/url.py ``gather``: the selected lines' bytes end to end."""
+"""numpy twin of kernels/url.py ``gather``: the selected lines' bytes end to end,
+with the same outputs, for small inputs (below dispatch.SMALL URLs) and as the
+kernel tests' oracle."""
 
 from __future__ import annotations
 

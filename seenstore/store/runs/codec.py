@@ -26,7 +26,7 @@ from seenstore.kernels import codec as K
 from seenstore.kernels.merge import is_strictly_increasing
 from seenstore.store.runs.format import HASH_XXH3_64, HEADER_SIZE, MAGIC, RunIdentity
 from seenstore.store.runs.reader import RunReader
-from seenstore.store.runs.writer import close_with_header, remove_partial
+from seenstore.store.runs.writer import close_with_header, fill_buffer, remove_partial
 
 MAJOR = 2
 MINOR = 0
@@ -161,17 +161,10 @@ class CompressedRunWriter:
             raise InvalidInputError(f"{self.path}: keys must be strictly ascending")
         self._last = keys[-1]
         self.count += len(keys)
-        at = 0
-        while at < len(keys):
-            take = min(len(keys) - at, len(self._pend) - self._fill)
-            self._pend[self._fill: self._fill + take] = keys[at: at + take]
-            self._fill += take
-            at += take
-            if self._fill == len(self._pend):
-                self._flush()
+        self._fill = fill_buffer(self._pend, self._fill, keys, self._flush)
 
-    def _flush(self) -> None:
-        keys = self._pend[: self._fill]
+    def _flush(self, keys: np.ndarray) -> None:
+        """Encode ``keys`` (the buffered ones) as blocks and write them."""
         block_keys = self._meta[4]
         nb = -(-len(keys) // block_keys)
         first = np.empty(nb, np.uint64)
@@ -185,13 +178,13 @@ class CompressedRunWriter:
         self._offsets.append(offsets * 8 + self._body)
         self._write_all(body)
         self._body += 8 * end
-        self._fill = 0
 
     def finish(self, sync: bool = True) -> CodecHeader:
         """Write the last block, the index, the footer and the header; fsync; close.
         Returns the header written."""
         if self._fill:
-            self._flush()
+            self._flush(self._pend[: self._fill])
+            self._fill = 0
         host_bits, shard_bits, shard, pdigest, block_keys = self._meta
         first = np.concatenate(self._first) if self._first else np.empty(0, np.uint64)
         offsets = np.concatenate(self._offsets) if self._offsets else np.empty(0, np.int64)
@@ -207,8 +200,8 @@ class CompressedRunWriter:
                              xxhash.xxh3_64_intdigest(index_bytes))
         close_with_header(self._fd, header.pack(), sync)
         self._fd = -1
-        # a finished writer may be kept until its batch commits (spill.py keeps one
-        # per shard for abort): its buffers go now, not then
+        # a finished writer may be kept until its batch commits (store/spill.py keeps
+        # one per shard for abort): its buffers go now, not then
         self._pend = self._words = None
         self._first, self._offsets = [], []
         return header
@@ -298,7 +291,7 @@ class CompressedRunReader:
                 fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
                 # retired since this reader opened it (a compaction's commit beside a
-                # reader taken before it: spill.DeferredInsert, contains): the map made
+                # reader taken before it: bloom/deferred.py, contains): the map made
                 # at open outlives the file's removal, so read through it
                 fd = -1
             try:

@@ -3,7 +3,8 @@
 A run file is a 4096-byte header followed by the body: ``count`` sorted, unique,
 little-endian uint64 keys. The header carries the magic, format version, key
 count, fingerprint layout, shard, policy digest, and xxh3-64 checksums of the
-body and of the header itself. Shared by runwriter.py and runreader.py.
+body and of the header itself. Shared by writer.py, reader.py and codec.py (whose
+2.x header starts with the same fields, ``RunIdentity``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def policy_digest(policy_id: str) -> bytes:
 @dataclass(frozen=True)
 class RunIdentity:
     """The fields every run header version starts with (1.x raw and 2.x compressed,
-    runcodec.CodecHeader): what the run holds and which store, layout and shard it
+    codec.py ``CodecHeader``): what the run holds and which store, layout and shard it
     belongs to. Each version packs them in its own byte layout (docs/format.md)."""
 
     count: int

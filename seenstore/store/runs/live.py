@@ -22,14 +22,15 @@ from seenstore.kernels.dispatch import merge as _kernels  # numpy twins below di
 from seenstore.errors import CorruptionError
 from seenstore.kernels.status import KWAY_BAD, KWAY_DONE
 from seenstore.layout import Layout
-from seenstore.store.runs.format import (HEADER_SIZE, MAGIC, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, SPARSE_STRIDE, policy_digest)
+from seenstore.store.runs.format import (HEADER_SIZE, MAGIC, MAJOR as RUN_MAJOR,
+                                         MINOR as RUN_MINOR, SPARSE_STRIDE, policy_digest)
 from seenstore.runtime.aligned import ALIGN, aligned_empty, whole_blocks
 from seenstore.store.runs.reader import RunReader
 from seenstore.store.runs.writer import BUF_KEYS, RunWriter
 from seenstore.store.runcache import Entry, RunCache, run_key
 
-RUN_FORMATS = (1, 2)  # 1: raw keys (runformat.py), 2: compressed (runcodec.py)
-DEFAULT_RUN_FORMAT = 1  # 2 once measured not slower (docs/architecture.md)
+RUN_FORMATS = (1, 2)  # 1: raw keys (format.py), 2: compressed (codec.py)
+DEFAULT_RUN_FORMAT = 1  # raw until compressed runs are measured not slower (docs/architecture.md)
 # A raw run of fewer keys than this is written through the page cache, not O_DIRECT:
 # O_DIRECT pays a device round trip per write (the header's placeholder, the body, the
 # header) where buffered writes pay one at the fsync. Large runs stay O_DIRECT: no
@@ -58,7 +59,8 @@ def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: 
         w = RunWriter(path, host_bits, shard_bits, shard, pdigest, direct=direct_for(keys),
                       buf=buf)
     else:
-        from seenstore.store.runs.codec import CompressedRunWriter  # imports numba: only for compressed runs
+        # imports numba: only for compressed runs
+        from seenstore.store.runs.codec import CompressedRunWriter
 
         w = CompressedRunWriter(path, host_bits, shard_bits, shard, pdigest)
     if cache is not None and cache.budget:
@@ -101,7 +103,7 @@ def finish(writer, sync: bool):
 def open_reader(path: str, sparse: np.ndarray | None = None):
     """A reader of either format (a raw run given its writer's sparse index). The
     codec (and numba with it) is imported only when a compressed run is there, so a
-    store of raw runs opens without the JIT (dispatch.py)."""
+    store of raw runs opens without the JIT (kernels/dispatch.py)."""
     if sparse is None:
         try:
             with open(path, "rb") as f:
@@ -145,7 +147,7 @@ kway_step, sparse_member, sweep_step = (_kernels.kway_step, _kernels.sparse_memb
 # A run is swept when the keys to check are at least 1/PROBE_RATIO of its keys; fewer
 # are looked up one by one (sparse index, then one 4 KiB page each). A lookup reads a
 # page for one key where the sweep reads it for 512, but a random read costs several
-# sequential ones: the value kept from the rewrite design's probe rule (not re-measured).
+# sequential ones (an estimate of that cost, not a measured optimum).
 PROBE_RATIO = 64
 MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows together
 
@@ -174,7 +176,7 @@ def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarr
     sequentially through ``buf`` (checksum and order checked). Returns bytes read.
     ``builder``: a run cache Builder the keys read are copied to (a raw run; filed
     once the whole run passed its checks)."""
-    if compressed(reader):  # decoded and compared block by block (runcodec.py)
+    if compressed(reader):  # decoded and compared block by block (codec.py)
         reader.sweep(batch, found)
         return run_bytes(reader)
     if len(buf) < min_buffer_keys(reader):
@@ -194,7 +196,7 @@ def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarr
 
 def sweep_cached(entry: Entry, batch: np.ndarray, found: np.ndarray) -> None:
     """``sweep`` from a run cache entry: no I/O, and no order check (the cache
-    checked the keys' order once, as they entered it: runcache.Builder)."""
+    checked the keys' order once, as they entered it: store/runcache.py ``Builder``)."""
     j = 0
     for block, n in entry.chunks():
         if j >= len(batch):

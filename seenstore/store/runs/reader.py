@@ -24,7 +24,7 @@ is_strictly_increasing = _kernels.is_strictly_increasing  # numpy twin when smal
 def _open_for_stream(path: str, buf: np.ndarray) -> tuple[int, bool]:
     """Read-only fd, and whether it reads with O_DIRECT: when ``buf`` allows it
     (page-aligned, whole blocks) and the file system does. Runs are written with
-    O_DIRECT (runwriter.py), so they are rarely in the page cache: direct reads skip
+    O_DIRECT (writer.py), so they are rarely in the page cache: direct reads skip
     a copy and keep the cache free for others."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     return fd, direct_ready(buf) and set_direct(fd, True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Callable
 
 import numpy as np
 import xxhash
@@ -74,15 +75,8 @@ class RunWriter:
         if first < len(keys):
             self._sparse.append(np.array(keys[first::SPARSE_STRIDE], dtype=np.uint64))
         self.count += len(keys)
-        at = 0
-        while at < len(keys):
-            take = min(len(keys) - at, len(self._buf) - self._fill)
-            self._buf[self._fill: self._fill + take] = keys[at: at + take]
-            self._fill += take
-            at += take
-            if self._fill == len(self._buf):
-                self._write_all(memoryview(self._buf).cast("B"))
-                self._fill = 0
+        self._fill = fill_buffer(self._buf, self._fill, keys,
+                                 lambda full: self._write_all(memoryview(full).cast("B")))
 
     def finish(self, sync: bool = True) -> RunHeader:
         """Write the last block and the header, fsync, close. Returns the header written."""
@@ -120,9 +114,26 @@ class RunWriter:
         self._fd = -1
 
 
+def fill_buffer(buf: np.ndarray, fill: int, keys: np.ndarray,
+                flush: Callable[[np.ndarray], None]) -> int:
+    """Copy ``keys`` into ``buf`` after the ``fill`` keys it holds; each time ``buf``
+    is full, ``flush(buf)`` writes it all out and the copy goes on from its start.
+    Returns how many keys ``buf`` holds then. Shared with codec.py."""
+    at = 0
+    while at < len(keys):
+        take = min(len(keys) - at, len(buf) - fill)
+        buf[fill: fill + take] = keys[at: at + take]
+        fill += take
+        at += take
+        if fill == len(buf):
+            flush(buf)
+            fill = 0
+    return fill
+
+
 def close_with_header(fd: int, head, sync: bool) -> None:
     """Write the header block ``head`` at offset 0 (last, so a file with a valid
-    header is whole), fsync if asked, close ``fd``. Shared with runcodec.py."""
+    header is whole), fsync if asked, close ``fd``. Shared with codec.py."""
     done = os.pwrite(fd, head, 0)
     if done != HEADER_SIZE:
         raise OSError(errno.EIO, f"short header write ({done} of {HEADER_SIZE} bytes)")

@@ -83,7 +83,8 @@ def _run(args, env):
     return CliRunner().invoke(main, [a.format(**env) for a in args])
 
 
-@pytest.mark.parametrize("args,code,text", CASES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize("args,code,text", CASES,
+                         ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_error_is_one_line_with_the_documented_code(env, args, code, text):
     r = _run(args, env)
     assert r.exit_code == code, (r.stdout, r.stderr)

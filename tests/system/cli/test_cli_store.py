@@ -27,7 +27,8 @@ def cli(*args, env=None):
 def one_line_error(stderr):
     # the one-time JIT notice of a cold numba cache is not part of the error
     lines = [ln for ln in stderr.strip().splitlines() if "compiling kernels" not in ln]
-    return len(lines) == 1 and lines[0].startswith("seenstore: error: ") and "Traceback" not in stderr
+    return (len(lines) == 1 and lines[0].startswith("seenstore: error: ")
+            and "Traceback" not in stderr)
 
 
 @pytest.fixture

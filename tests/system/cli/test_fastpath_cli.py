@@ -7,27 +7,19 @@ and CRLF lines, a policy with rules, a base, and batch boundaries.
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import request_cleanup, FIXTURES
-from seenstore.kernels import dispatch
 from seenstore.runtime import parallel
-from seenstore.cli import main, url_cmds
-from seenstore.errors import StoreIOError
-from seenstore.layout import DEFAULT_LAYOUT
-from seenstore.url.normalise import DEFAULT_MAX_LENGTH
-from seenstore.url.policy import DEFAULT_POLICY
+from seenstore.cli import main
 from seenstore.store import SeenStore
-from seenstore.url.buffer import URLBuffer
 
 PIECES = ["http://a.example/x", "HTTP://A.example:80/x#f", "/rel?q=1", "rel/../y", "?q", "#f",
           "mailto:x@y", "http://é.example/", "http://1.2.3.4/", "http://u@a.example/", "a b",
@@ -102,85 +94,6 @@ def test_add_pairs_real_links_fast_equals_scalar(tmp_path, threads):
     finally:
         parallel.MIN_CHUNK = old
     assert fast == scalar and fast[0].count("\n") > 300
-
-
-class _Recorder:
-    """A store and an output for add_fast: records each commit's key count and what
-    was sent; ``fail_at``: the commit (1-based) whose store.add raises."""
-
-    def __init__(self, fail_at: int = 0) -> None:
-        self.layout = DEFAULT_LAYOUT
-        self.commits: list[int] = []
-        self.sent: list[bytes] = []
-        self.fail_at = fail_at
-        self.seen: set[int] = set()
-
-    def add(self, keys):
-        if len(self.commits) + 1 == self.fail_at:
-            raise StoreIOError("injected")
-        self.commits.append(len(keys))
-        mask = np.zeros(len(keys), dtype=bool)
-        for i, k in enumerate(keys.tolist()):
-            if k not in self.seen:
-                self.seen.add(k)
-                mask[i] = True
-        return mask
-
-    def check(self) -> None:
-        pass
-
-    def send(self, data) -> None:
-        self.sent.append(bytes(data))
-
-
-def _add_fast(rec, text: bytes, batch: int, threads: int) -> tuple[int, int]:
-    return url_cmds.add_fast(io.BytesIO(text), rec, rec, {}, base=None, policy=DEFAULT_POLICY,
-                             max_length=DEFAULT_MAX_LENGTH, batch_lines=batch, pairs=True,
-                             threads=threads)
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("sub,batch", [(3, 7), (7, 7), (10, 4), (1 << 17, 50)])
-def test_add_fast_pieces_make_exact_batches(monkeypatch, threads, sub, batch):
-    """add_fast reads and normalises pieces of SUB_LINES URLs but commits exactly
-    --batch-lines URLs at a time (a piece that crosses a batch end is split), in
-    order, printing what one pass over the whole input prints; with two threads the
-    commits run on a helper thread, still one at a time and in order."""
-    monkeypatch.setattr(url_cmds, "SUB_LINES", sub)
-    monkeypatch.setattr(parallel, "MIN_CHUNK", 2)
-    monkeypatch.setattr(dispatch, "SMALL", 0)  # the kernels, not their twins
-    with open(REAL, "rb") as f:
-        text = b"".join(f.readlines()[:103])
-    n = text.count(b"\n")
-    lines_per_commit = []
-    admit = url_cmds.admit_batch
-
-    def counting(fbs, *args):
-        lines_per_commit.append(sum(fb.n for fb in fbs))
-        return admit(fbs, *args)
-
-    monkeypatch.setattr(url_cmds, "admit_batch", counting)
-    rec = _Recorder()
-    read, new = _add_fast(rec, text, batch, threads)
-    assert read == n
-    assert lines_per_commit == [batch] * (n // batch) + ([n % batch] if n % batch else [])
-    whole = _Recorder()
-    _add_fast(whole, text, 10**6, 1)
-    assert b"".join(rec.sent) == b"".join(whole.sent) and new == len(whole.seen)
-    assert len(rec.sent) == len(rec.commits)
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_add_fast_commit_error_stops_in_order(monkeypatch, threads):
-    """A commit that fails (here the second) is raised by add_fast, on the helper
-    thread too; the batches before it were delivered, none after it was committed."""
-    monkeypatch.setattr(url_cmds, "SUB_LINES", 5)
-    with open(REAL, "rb") as f:
-        text = b"".join(f.readlines()[:60])
-    rec = _Recorder(fail_at=2)
-    with pytest.raises(StoreIOError, match="injected"):
-        _add_fast(rec, text, 10, threads)
-    assert rec.commits == [10] and len(rec.sent) == 1
 
 
 def test_cli_loads_numba_without_scipy_and_leaves_it_importable():
@@ -262,51 +175,6 @@ def _python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_add_fast_small_pieces_of_a_large_stream_take_the_kernel(monkeypatch, threads):
-    """Below dispatch.SMALL URLs the twin routes every URL to the scalar path (no JIT
-    for a small input); but a piece of a large stream (here the tail of a batch, or
-    any piece of --batch-lines below SMALL) is not a small input: once SMALL URLs of
-    the stream are read, every piece takes the kernel. Before, each batch's last
-    piece (~13 % of a 1e6-line batch of real links) ran through the scalar path."""
-    from seenstore.url import fastpath
-
-    monkeypatch.setattr(url_cmds, "SUB_LINES", 20)
-    monkeypatch.setattr(dispatch, "SMALL", 50)
-    monkeypatch.setattr(fastpath, "_kernel_loaded", lambda: False)  # as in a fresh process
-    streamed: list[int] = []
-    routed: list[int] = []
-    kernel, finish = url_cmds.run_kernel, url_cmds.finish_buffer
-
-    def kernel_recording(ub, *args, **kw):
-        ran = kernel(ub, *args, **kw)
-        streamed.append(kw["stream_urls"])  # in input order on any thread count
-        return ran
-
-    def finish_recording(*args, **kw):
-        fb = finish(*args, **kw)
-        routed.append(fb.routed)
-        return fb
-
-    monkeypatch.setattr(url_cmds, "run_kernel", kernel_recording)
-    monkeypatch.setattr(url_cmds, "finish_buffer", finish_recording)
-    with open(REAL, "rb") as f:
-        lines = f.readlines()[:120]
-    text = b"".join(lines)
-    rec = _Recorder()
-    _add_fast(rec, text, 30, threads)
-    # pieces of 20 lines, cut at the batch ends (30, 60, 90): URLs read before each
-    assert sorted(streamed) == [0, 20, 30, 40, 60, 80, 90, 100]
-    routed = list(zip(sorted(streamed), routed))
-    assert [r for _, r in routed][:3] == [20, 10, 10]  # the twin: all routed
-    tail = URLBuffer.from_bytes(b"".join(lines[40:]), pairs=True)
-    by_kernel = fastpath.normalise_buffer(tail, stream_urls=50).routed
-    assert sum(r for _, r in routed[3:]) == by_kernel < 40  # the kernel ran on the rest
-    whole = _Recorder()
-    _add_fast(whole, text, 10**6, 1)
-    assert b"".join(rec.sent) == b"".join(whole.sent)
-
-
 def test_cli_process_freezes_gc_before_exit_but_cli_runner_does_not():
     """A command run as a program freezes the garbage collector as it returns (the
     interpreter's final collections then skip numba's objects: ~0.3 s of CPU);
@@ -337,20 +205,3 @@ def test_cli_process_keeps_openblas_to_one_thread_unless_the_user_chose():
     assert r.returncode == 0 and r.stdout.split() == ["1", "1"], r.stderr
     r = _python(code, {"OPENBLAS_NUM_THREADS": "2"})
     assert r.returncode == 0 and r.stdout.split()[0] == "2", r.stderr
-
-
-def test_add_fast_closes_its_helper_threads_when_a_commit_fails():
-    """With two threads the pieces are read and run through the URL kernel ahead on
-    helper threads (parallel.ordered_map); a failed commit ends add_fast with those
-    closed and joined at once, not left to the garbage collector (which once
-    finalized the reader inside threading's own lock, while another thread started,
-    and deadlocked: a CI run hung on it)."""
-    import threading
-
-    text = b"".join(b"https://a.example/p%d\thttps://b.example/q%d\n" % (i, i)
-                    for i in range(20_000))
-    rec = _Recorder(fail_at=1)
-    with pytest.raises(StoreIOError):
-        _add_fast(rec, text, batch=1000, threads=2)
-    alive = [t.name for t in threading.enumerate() if t.name.startswith("seenstore-ordered")]
-    assert alive == []

@@ -79,7 +79,8 @@ def twins(ray_cluster, tmp_path_factory):
     t.close()
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op_st, min_size=1, max_size=6))
 def test_same_answers_as_one_store(twins, ops):
     """Every call on 1, 2, 4 and 8 shards answers what the single store answers (the

@@ -159,26 +159,6 @@ def test_bench_shards_refuses_bad_options_without_ray(tmp_path):
         assert out.exit_code == 3 and out.output.startswith("seenstore: error:"), out.output
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_client_partition_on_threads_equals_one_thread(monkeypatch, threads, rng):
-    """The client's partition on several threads (slices counted, then scattered) is
-    the single-threaded kernel's, byte for byte: a retried batch gets the same parts."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from seenstore.cluster import sharded
-    from seenstore.kernels.batch import partition_top_bits
-
-    monkeypatch.setattr(sharded, "PARALLEL_MIN_KEYS", 7)
-    keys = rng.integers(0, 2**64, 1000, dtype=np.uint64)
-    keys[::50] = [0, 2**63, 2**64 - 1] * 6 + [5, 6]
-    with ThreadPoolExecutor(threads) as pool:
-        for bits in (1, 3, 8):
-            out, bounds = sharded.partition(keys, bits, pool, threads)
-            want, wb = np.empty_like(keys), np.empty((1 << bits) + 1, np.int64)
-            partition_top_bits(keys, bits, want, wb)
-            assert np.array_equal(out, want) and np.array_equal(bounds, wb)
-
-
 def test_snapshot_retaken_when_a_compaction_commits_meanwhile(tmp_path, rng, monkeypatch):
     """A background compaction may commit while a batch's snapshot is being linked and
     retire the runs it merged: the snapshot is then taken again from the new MANIFEST,
@@ -367,3 +347,16 @@ def test_cluster_file_without_a_shard_list_refused(tmp_path, shards):
     write_sealed(str(tmp_path / "CLUSTER"), "seenstore-cluster", {"shards": shards}, False, 2)
     with pytest.raises(CorruptionError, match="shards"):
         read_cluster(str(tmp_path))
+
+
+@pytest.mark.parametrize("size", [1, 3, 4, 1000])
+def test_split_regroups_the_store_chunks_into_commits_of_chunk_keys(size):
+    """A split commits a child's keys ``chunk_keys`` at a time, whatever the sizes of
+    the chunks the store yields: the same keys in order, every commit full but the last."""
+    from seenstore.cluster.actor import _regrouped
+
+    parts = [np.arange(a, b, dtype=np.uint64) for a, b in [(0, 5), (5, 5), (5, 6), (6, 14)]]
+    got = [c.copy() for c in _regrouped(iter(parts), size)]
+    assert np.concatenate(got).tolist() == list(range(14))
+    assert all(len(c) == size for c in got[:-1]) and 0 < len(got[-1]) <= size
+    assert list(_regrouped(iter([]), size)) == []

@@ -123,7 +123,8 @@ def _crawler(tmp_path, proxy: str, *settings: str) -> subprocess.Popen:
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *sys.path])
     args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(spider),
             "-s", "CONCURRENT_REQUESTS=1", "-s", "ROBOTSTXT_OBEY=False",
-            "-s", "TELNETCONSOLE_ENABLED=False", "-s", "LOG_LEVEL=INFO", "-s", "RETRY_ENABLED=False"]
+            "-s", "TELNETCONSOLE_ENABLED=False", "-s", "LOG_LEVEL=INFO",
+            "-s", "RETRY_ENABLED=False"]
     for s in settings:
         args += ["-s", s]
     return subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True, cwd=tmp_path)

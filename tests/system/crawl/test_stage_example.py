@@ -31,7 +31,8 @@ def test_example_crawls_every_page_once_and_caps_the_trap(tmp_path):
     pages = reachable_pages()
     per_host = first["pages_per_host"]
     assert first["duplicate_fetches"] == 0
-    assert per_host.pop(example.TRAP) == 320  # an endless trap, bounded by the cap (300 pages a host)
+    # an endless trap, bounded by the cap (300 pages a host)
+    assert per_host.pop(example.TRAP) == 320
     assert sum(per_host.values()) == len(pages)
     assert first["fetched"] == len(pages) + 320
     assert first["refused_by_cap"] > 0 and first["merges"] > 0

@@ -5,14 +5,18 @@ import json
 import os
 from conftest import REPO
 
-ROOT = REPO
 
-
-def _bench10():
-    spec = importlib.util.spec_from_file_location("bench10", os.path.join(ROOT, "bench", "bench10.py"))
+def _script(name: str):
+    """The script bench/<name>.py, loaded as a module."""
+    path = os.path.join(REPO, "bench", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _bench10():
+    return _script("bench10")
 
 
 def _run(ns: float) -> dict:
@@ -58,12 +62,11 @@ def test_splice_replaces_only_its_own_section(tmp_path):
     replaced, every other line kept; a section without markers is appended; and
     bench10.py's splice goes through it."""
     results = tmp_path / "RESULTS.md"
-    results.write_text("# t\n\n<!-- a -->\nold a\n<!-- /a -->\n\nby hand\n\n<!-- b -->\nold b\n<!-- /b -->\n")
+    results.write_text("# t\n\n<!-- a -->\nold a\n<!-- /a -->\n\nby hand\n\n"
+                       "<!-- b -->\nold b\n<!-- /b -->\n")
     section = tmp_path / "s.md"
     section.write_text("new a\nline 2\n")
-    spec = importlib.util.spec_from_file_location("splice", os.path.join(ROOT, "bench", "splice.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("splice")
     mod.splice("a", str(section), str(results))
     assert results.read_text() == ("# t\n\n<!-- a -->\nnew a\nline 2\n<!-- /a -->\n\nby hand\n\n"
                                    "<!-- b -->\nold b\n<!-- /b -->\n")

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seenstore.bloom import (BloomCounters, BloomFilter, blocked_fpr, classic_fpr, max_loads,
+from seenstore.bloom import (BloomFilter, blocked_fpr, classic_fpr, max_loads,
                              size_for)
-from seenstore.errors import CorruptionError, InvalidInputError
+from seenstore.errors import InvalidInputError
 
 M64 = 2**64 - 1
 
@@ -101,7 +101,7 @@ def test_precomputed_loads_equal_the_computation():
     """loads_table.py (tools/bloom_loads.py) saves every store open ~0.1 s of sizing;
     each entry must be exactly what the bisection gives, and it must cover the rates
     a default store and the spilled benchmark ask for (layers 0..7)."""
-    from seenstore.bench.run import SPILL_BLOOM_TARGETS
+    from seenstore.bench.plan import SPILL_BLOOM_TARGETS
     from seenstore.bloom.keeper import DEFAULT_BLOOM_FPR
     from seenstore.bloom.layers import LayeredBloom
     from seenstore.bloom.loads_table import KNOWN_LOADS
@@ -199,30 +199,6 @@ def test_fill_ratio_and_expected_fpr_follow_the_bits_and_refresh_after_writes():
 
 
 # -- mode bookkeeping -------------------------------------------------------
-
-
-def test_counters_exact_mode_measure_the_false_positive_rate():
-    c = BloomCounters()
-    maybe = np.array([False, False, True, True, True, False])
-    is_new = np.array([True, True, True, False, False, True])
-    c.record_exact(maybe, is_new)
-    c.record_exact(np.array([True, False]), np.array([True, True]))
-    assert (c.negatives, c.positives, c.false_positives, c.exact_new) == (4, 4, 2, 6)
-    assert c.measured_fpr == 2 / 6 and c.approx_answered == 0
-    with pytest.raises(InvalidInputError):
-        c.record_exact(np.array([True]), np.array([True, False]))
-
-
-def test_counters_approximate_mode_and_round_trip():
-    c = BloomCounters()
-    assert c.measured_fpr is None
-    c.record_approximate(np.array([True, False, True]))
-    assert (c.negatives, c.positives, c.approx_answered, c.exact_new) == (1, 2, 2, 0)
-    assert BloomCounters.from_dict(c.to_dict()) == c
-    assert BloomCounters.from_dict({"negatives": 3}) == BloomCounters(negatives=3)
-    for bad in ({"negatives": -1}, {"positives": 1.5}, {"approx_answered": "2"}):
-        with pytest.raises(CorruptionError):
-            BloomCounters.from_dict(bad)
 
 
 def test_stats_dict_matches_properties():

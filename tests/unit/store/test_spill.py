@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from seenstore.store import buckets, check, spill
+from seenstore.store import buckets, check
 from seenstore.store.runs import live as runs_live
 from seenstore.errors import InvalidInputError
 from seenstore.store import SeenStore

@@ -90,25 +90,6 @@ def test_a_new_filter_faults_in_beside_the_caller_and_inserts_wait_for_it(
         assert not s._keeper.prefaulting and s.bloom.query(keys).all()
 
 
-@pytest.mark.parametrize("n, bits, threads", [(3 << 19, 4, 2), (5000, 8, 3), (5000, 0, 2),
-                                              (7, 4, 2), (0, 4, 2)])
-def test_partition_on_threads_groups_as_one_thread_does(n, bits, threads, rng, monkeypatch):
-    from conftest import EDGE_KEYS
-    from seenstore.kernels.batch import partition_top_bits
-    from seenstore.store import scheduling
-
-    monkeypatch.setattr(scheduling, "PARALLEL_PARTITION_KEYS", min(1 << 20, 1000))
-    keys = rng.integers(0, 2**64, n, dtype=np.uint64)
-    keys[:min(n, 6)] = EDGE_KEYS[:min(n, 6)]
-    keys[n // 2:n // 2 + n // 10] = keys[:n // 10]  # repeats, some across the slices
-    out, bounds = scheduling.partition(keys, bits, threads)
-    want, wb = np.empty(n, np.uint64), np.empty((1 << bits) + 1, np.int64)
-    partition_top_bits(keys, bits, want, wb)
-    assert np.array_equal(bounds, wb)
-    for s in range(1 << bits):
-        assert np.array_equal(np.sort(out[wb[s]:wb[s + 1]]), np.sort(want[wb[s]:wb[s + 1]]))
-
-
 @pytest.mark.parametrize("slow_copy", [False, True])
 def test_the_deferred_insert_owns_its_keys_and_readers_wait_for_it(
         tmp_path, rng, monkeypatch, slow_copy):
