@@ -187,3 +187,19 @@ def test_every_module_says_what_it_owns(name):
         return
     doc = ast.get_docstring(ast.parse(open(MODULES[name], encoding="utf-8").read()))
     assert doc and len(doc.split()) >= 8, f"{MODULES[name]}: no docstring saying what it owns"
+
+
+# what sits above the engine, and who may import it
+ABOVE = {"seenstore.cli": ("seenstore.cli",),
+         "seenstore.bench": ("seenstore.cli", "seenstore.bench"),
+         "seenstore.warmup": ("seenstore.cli", "seenstore.bench", "seenstore.cluster")}
+
+
+def test_the_engine_never_imports_the_cli_the_benchmarks_or_the_warm_up():
+    """The store, the URL path, the stage and the integrations never import what
+    sits above them: the CLI, the benchmarks (seenstore.bench), the warm-up (which
+    the CLI, the benchmarks and a cluster's shard actors run)."""
+    bad = [f"{name} imports {dep}" for name, deps in _graph().items() for dep in deps
+           for top, allowed in ABOVE.items()
+           if (dep == top or dep.startswith(top + ".")) and not name.startswith(allowed)]
+    assert bad == [], "\n".join(bad)
