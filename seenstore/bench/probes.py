@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seenstore.runtime.worker import Worker
+
 from seenstore.keys import sort as sorting
 
 CHUNK = 8 << 20  # bytes per write and read of the disk probe
@@ -86,8 +88,7 @@ class RssSampler:
         self.store, self.peaks = store, {}
         self._stop = threading.Event()
         self._page = os.sysconf("SC_PAGE_SIZE")
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-        self._thread.start()
+        self._worker = Worker(self._run, "rss-sampler")
 
     def _run(self) -> None:
         try:
@@ -103,7 +104,7 @@ class RssSampler:
 
     def stop(self) -> dict:
         self._stop.set()
-        self._thread.join()
+        self._worker.join()
         return dict(self.peaks)
 
 
