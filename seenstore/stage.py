@@ -37,7 +37,6 @@ from seenstore.url.fastpath import normalise_many
 from seenstore.runtime.parallel import check_threads
 from seenstore.url.policy import DEFAULT_POLICY, Policy
 from seenstore.store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
-from seenstore.store.wal import replay_wal  # noqa: F401  (public: cluster/data.py replays through it)
 
 unique_sorted = _kernels.unique_sorted  # numpy twin below dispatch.SMALL keys
 

@@ -15,7 +15,8 @@ import numpy as np
 from seenstore.errors import InvalidInputError, MismatchError
 from seenstore.url.fastpath import normalise_urls
 from seenstore.url.policy import DEFAULT_POLICY, Policy
-from seenstore.stage import DEFAULT_BUDGET_BYTES, DEFAULT_CACHE_KEYS, DedupStage, replay_wal
+from seenstore.stage import DEFAULT_BUDGET_BYTES, DEFAULT_CACHE_KEYS, DedupStage
+from seenstore.store.wal import replay_wal
 from seenstore.store.wal import SYNC_ALWAYS
 from seenstore.cluster.sharded import ShardedStore
 
