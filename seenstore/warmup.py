@@ -39,7 +39,8 @@ def warm_up(directory: str | None = None, *,
     would report as its own. If the child fails, this process compiles."""
     t0 = time.perf_counter()
     if child and dispatch.cold():
-        _warm_up_in_child(directory, run_format)
+        if _warm_up_in_child(directory, run_format, progress):
+            progress = None  # the child reported the steps; here they only load
     _warm_here(directory, progress, run_format)
     return time.perf_counter() - t0
 
@@ -62,19 +63,28 @@ def _warm_here(directory: str | None, progress, run_format: int | None) -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _warm_up_in_child(directory: str | None, run_format: int | None) -> bool:
+def _warm_up_in_child(directory: str | None, run_format: int | None,
+                      progress: Callable[[str, int, int], None] | None = None) -> bool:
     """``warm_up`` in a fresh Python process sharing this one's numba cache and
     importing this very seenstore (``python -c`` would put its working folder first
-    on the path); True if it succeeded."""
+    on the path); ``progress`` is called here as the child ends each step. True if
+    it succeeded."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = ("import sys; sys.path.insert(0, sys.argv[3]); from seenstore.warmup import warm_up; "
-            "warm_up(sys.argv[1] or None, run_format=int(sys.argv[2]) or None)")
+            "warm_up(sys.argv[1] or None, run_format=int(sys.argv[2]) or None, progress=lambda "
+            "name, i, n: print(f'{i}\\t{n}\\t{name}', flush=True))")
     try:
-        done = subprocess.run([sys.executable, "-c", code, directory or "", str(run_format or 0),
-                               root], stdin=subprocess.DEVNULL, capture_output=True)
+        child = subprocess.Popen([sys.executable, "-c", code, directory or "",
+                                  str(run_format or 0), root], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     except OSError:
         return False
-    return done.returncode == 0
+    with child:
+        for line in child.stdout:
+            parts = line.rstrip("\n").split("\t", 2)
+            if progress is not None and len(parts) == 3 and parts[0].isdigit():
+                progress(parts[2], int(parts[0]), int(parts[1]))
+    return child.returncode == 0
 
 
 def warm_store(directory: str, run_format: int | None = None) -> None:

@@ -144,6 +144,7 @@ def run_bench(
     spill_memory: int | None = None,
     shard_bits: int | None = None,
     bloom_fpr: float | None = None,
+    on_warmup: Callable[[str, int, int], None] | None = None,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
 
@@ -165,6 +166,8 @@ def run_bench(
     ``answer``: "new" calls ``store.add_new`` (the sorted new keys, what the peers
     return); "mask" calls ``store.add`` (a mask aligned with the offered keys, one
     more pass: the "align" stage).
+    ``on_warmup``: ``progress(step, i, n)`` of the warm-up before the first batch
+    (seenstore/warmup.py; on an empty numba cache it compiles every kernel).
 
     The last batch's deferred Bloom insert runs on after its call returned
     (bloom/deferred.py): it is waited for after the next batch is generated (the insert
@@ -191,7 +194,7 @@ def run_bench(
     if answer not in ANSWERS:
         raise InvalidInputError(f"answer must be one of {ANSWERS}, got {answer!r}")
     t_start = time.perf_counter()
-    res.warmup_s = warm_up(work, run_format=run_format, child=True)
+    res.warmup_s = warm_up(work, run_format=run_format, child=True, progress=on_warmup)
     reset_peak_rss()  # the compiler's memory is not the run's
     res.disk.append(disk_bandwidth(work, probe_bytes))
     res.cpu_probe_ns.append(cpu_probe())

@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import click
 
@@ -158,7 +159,10 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
 
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
          **options) -> BenchResult:
-    """``run_bench`` with ``options``, and a progress bar on stderr unless ``quiet``."""
+    """``run_bench`` with ``options``, and a progress bar on stderr unless ``quiet``.
+    On an empty numba cache it says at once that it compiles, and (unless ``quiet``)
+    reports each warm-up step as it ends."""
+    options["on_warmup"] = _compiling_notice(quiet)
     if quiet:
         return run_bench(stream, store_path, probe, **options)
     with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
@@ -169,6 +173,29 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
             bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
         return run_bench(stream, store_path, probe, on_batch, **options)
+
+
+def _compiling_notice(quiet: bool):
+    """If the kernels are not compiled for this machine yet (an empty numba cache),
+    say so on stderr now, before minutes without a figure, and return a printer of
+    the warm-up's steps (None when ``quiet``); else None."""
+    from seenstore.kernels import dispatch
+    from seenstore.kernels.jitcache import cache_dir
+
+    if not dispatch.cold():
+        return None
+    click.echo("seenstore: compiling the numba kernels for this machine before the first "
+               f"batch (first run only, about 2 minutes on 2 cores; cached in {cache_dir()}; "
+               "'seenstore warmup' does it ahead)", err=True)
+    if quiet:
+        return None
+    t0 = time.perf_counter()
+
+    def step(name: str, i: int, n: int) -> None:
+        click.echo(f"seenstore: [{i}/{n}] {name}: done ({time.perf_counter() - t0:.0f} s)",
+                   err=True)
+
+    return step
 
 
 def _cluster_bench(stream, shards, ray_address, work_dir, bloom_capacity, as_json, save):

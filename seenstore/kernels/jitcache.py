@@ -20,6 +20,15 @@ from __future__ import annotations
 _done = [False]
 
 
+def cache_dir() -> str:
+    """The folder numba caches this package's kernels in (kernels/__init__.py: the
+    package's ``__pycache__``, numba's user cache, or ``$SEENSTORE_CACHE_DIR``).
+    Imports numba."""
+    from seenstore.kernels import merge
+
+    return merge.is_strictly_increasing._cache._cache_path
+
+
 def light_cache_loads() -> bool:
     """Make numba's cache loads skip the full target-context refresh; True if in
     effect (now or already)."""

@@ -9,7 +9,8 @@ unique array. Each uses numpy's ``np.sort`` or the radix sort of
 * otherwise the first sort of at least ``SMALL_KEYS`` keys times both on the same
   2**20 uniform and 2**20 host-skewed keys (after compiling the kernel; ``measure``)
   and keeps the faster; the verdict is
-  cached in ``$XDG_CACHE_HOME/seenstore/sort-choice.json`` (default ~/.cache) under
+  cached in ``$SEENSTORE_CACHE_DIR/sort-choice.json``, or without it in
+  ``$XDG_CACHE_HOME/seenstore/sort-choice.json`` (default ~/.cache), under
   the CPU model and the numpy version, so it is measured once per machine.
 
 Arrays below ``SMALL_KEYS`` always use ``np.sort``: no JIT for a small input. The
@@ -138,6 +139,11 @@ def warm_up() -> None:
 
 
 def _cache_path() -> str:
+    """Where the verdict is kept: ``$SEENSTORE_CACHE_DIR`` (beside the kernels) when it
+    is set, else ``$XDG_CACHE_HOME/seenstore`` (default ~/.cache/seenstore)."""
+    own = os.environ.get("SEENSTORE_CACHE_DIR")
+    if own:
+        return os.path.join(own, "sort-choice.json")
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "seenstore", "sort-choice.json")
 

@@ -215,7 +215,7 @@ def test_a_cold_numba_cache_is_compiled_in_a_child_before_the_benchmark_loads_it
 
     events = []
     monkeypatch.setattr(warmup, "_warm_up_in_child",
-                        lambda d, fmt: events.append(("child", fmt)) or True)
+                        lambda d, fmt, progress: events.append(("child", fmt)) or True)
     monkeypatch.setattr(warmup, "_warm_here", lambda d, progress, fmt: events.append(("here",)))
     monkeypatch.setattr(dispatch, "cold", lambda: True)
     warmup.warm_up(str(tmp_path), child=True)
@@ -250,5 +250,44 @@ def test_warm_up_in_a_child_process_runs_and_reports_success(tmp_path, monkeypat
     (other / "seenstore").mkdir(parents=True)
     (other / "seenstore" / "__init__.py").write_text("raise SystemExit(3)\n")
     monkeypatch.chdir(other)
-    assert warmup._warm_up_in_child(str(tmp_path), None) is True
+    steps = []
+    assert warmup._warm_up_in_child(str(tmp_path), None,
+                                    lambda name, i, n: steps.append((i, n))) is True
+    assert steps == [(1, 3), (2, 3), (3, 3)]  # the child's steps, reported here as they end
     assert warmup._warm_up_in_child(str(tmp_path / "missing" / "dir"), None) is False
+
+
+def test_a_cold_cache_is_announced_at_once_with_its_folder_and_steps(monkeypatch, capsys):
+    """On an empty numba cache the bench says it compiles (and where the kernels are
+    cached) before anything else, then each warm-up step; on a warm one, nothing."""
+    from seenstore.cli import bench_cmd
+    from seenstore.kernels import dispatch
+    from seenstore.kernels.jitcache import cache_dir
+
+    monkeypatch.setattr(dispatch, "cold", lambda: False)
+    assert bench_cmd._compiling_notice(False) is None
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(dispatch, "cold", lambda: True)
+    step = bench_cmd._compiling_notice(False)
+    err = capsys.readouterr().err
+    assert "compiling the numba kernels" in err and cache_dir() in err
+    step("URL kernels", 3, 3)
+    assert "[3/3] URL kernels: done" in capsys.readouterr().err
+    assert bench_cmd._compiling_notice(True) is None  # --quiet: the notice, no steps
+    assert "compiling" in capsys.readouterr().err
+
+
+def test_seenstore_cache_dir_is_where_the_kernels_are_cached(tmp_path):
+    """SEENSTORE_CACHE_DIR (docs: README, First run) sets the folder numba caches
+    seenstore's kernels in: a kernel compiled in a fresh process lands there."""
+    code = ("import numpy as np; from seenstore.kernels import merge; "
+            "from seenstore.kernels.jitcache import cache_dir; "
+            "merge.is_strictly_increasing(np.arange(3, dtype=np.uint64)); print(cache_dir())")
+    env = {**os.environ, "SEENSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().startswith(str(tmp_path / "cache"))
+    saved = [f for _, _, files in os.walk(tmp_path / "cache") for f in files]
+    assert any(f.startswith("merge.is_strictly_increasing") and f.endswith(".nbi")
+               for f in saved), saved

@@ -168,8 +168,17 @@ def test_dispatch_env_override_and_small_arrays(monkeypatch, rng):
     assert not called  # small arrays never reach the kernel
 
 
+def test_the_verdict_goes_to_seenstore_cache_dir_when_set(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("SEENSTORE_CACHE_DIR", raising=False)
+    assert sorting._cache_path() == str(tmp_path / "xdg" / "seenstore" / "sort-choice.json")
+    monkeypatch.setenv("SEENSTORE_CACHE_DIR", str(tmp_path / "own"))
+    assert sorting._cache_path() == str(tmp_path / "own" / "sort-choice.json")
+
+
 def test_dispatch_measures_once_and_caches(monkeypatch, tmp_path):
     monkeypatch.delenv(sorting.ENV, raising=False)
+    monkeypatch.delenv("SEENSTORE_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     sorting._reset()
     calls = []
