@@ -437,7 +437,8 @@ def sort_shards(keys: np.ndarray, bounds: np.ndarray, shards, threads: int,
     is sorted on one thread: shards sort side by side. The seconds are the sorting
     thread's CPU time: the store runs these threads beside its Bloom insert and its
     merge threads on the same cores, so a shard's wall time would count the others'
-    turns too (about 3x the sort's own cost at 1e8 keys). ``fine``: the starts of the finer groups the keys were partitioned by
+    turns too (about 3x the sort's own cost at 1e8 keys). ``fine``: the starts of the
+    finer groups the keys were partitioned by
     (``fine_bits``; shard s is groups ``[s * sub, (s + 1) * sub)``, ``bounds`` every
     ``sub``-th of them): each shard is then sorted from its groups
     (``sort_unique_buckets``)."""
