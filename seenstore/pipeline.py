@@ -158,8 +158,8 @@ def add_fast(stream, store, out, counts: dict[str, int], *, base, policy, max_le
     time; add rejection counts to ``counts``; return (URLs read, new).
 
     The line and URL kernels run over pieces of at most SUB_LINES URLs, so their
-    buffers stay small and are reused piece after piece (on the VMs measured here
-    touching fresh pages costs as much as the kernels: docs/fastpath.md); a batch
+    buffers stay small and are reused piece after piece (on a VM touching fresh pages
+    can cost as much as the kernels: docs/fastpath.md); a batch
     keeps only its pieces' canonical output and keys until its commit. With more
     than one thread, ``threads`` helpers each read a piece in turn (the line kernel)
     and run the URL kernel over it, with no barrier between pieces

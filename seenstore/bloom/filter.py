@@ -41,8 +41,8 @@ REGION_MIN_KEYS = 1 << 16  # below this the bucketing passes cost more than they
 TLB_REGION_MIN_BYTES = 1 << 30
 KEYS_PER_REGION = 1 << 10
 # The seed buffer of a region insert is kept for the next one when at most this large
-# (one, shared by every filter): fresh pages fault in at 0.3-1 GB/s on this VM, and
-# the store's per-shard inserts each took a new one (a 9 MB buffer: 10-30 ms a call).
+# (one, shared by every filter): fresh pages fault in at 0.3-1 GB/s on a VM, and a
+# new buffer per shard insert (9 MB) would cost 10-30 ms a call.
 SCRATCH_KEEP_BYTES = 64 << 20
 _kept_scratch: list = []  # at most one uint64 buffer, taken and given back under the lock
 _scratch_lock = threading.Lock()

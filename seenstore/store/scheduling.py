@@ -70,10 +70,9 @@ class BatchArena:
     """The batch-sized arrays of the write path (the batch grouped by shard, its
     found/new masks), kept by the store and reused by every batch.
 
-    Why: on the VMs this project runs on, memory a process frees is handed back to
-    the host within seconds, and touching it again costs ~0.2-1 GB/s of page faults:
-    a fresh 8 B/key array per batch cost up to 8-40 ns per offered key in ``sys``
-    time. Holds, until ``release``, up to 9 B per key of the largest batch seen (the
+    Why: on a VM, memory a process frees is handed back to the host within seconds,
+    and touching it again costs ~0.2-1 GB/s of page faults: a fresh 8 B/key array per
+    batch would cost up to 8-40 ns per offered key in ``sys`` time. Holds, until ``release``, up to 9 B per key of the largest batch seen (the
     partition 8, the masks 1) and, for ``add``, its answer; ``answer`` buffers also
     hold the copy of a batch's new keys its deferred Bloom insert owns."""
 
