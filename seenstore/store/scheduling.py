@@ -72,8 +72,9 @@ class BatchArena:
 
     Why: on a VM, memory a process frees is handed back to the host within seconds,
     and touching it again costs ~0.2-1 GB/s of page faults: a fresh 8 B/key array per
-    batch would cost up to 8-40 ns per offered key in ``sys`` time. Holds, until ``release``, up to 9 B per key of the largest batch seen (the
-    partition 8, the masks 1) and, for ``add``, its answer; ``answer`` buffers also
+    batch would cost up to 8-40 ns per offered key in ``sys`` time. Holds, until
+    ``release``, up to 9 B per key of the largest batch seen (the partition 8, the
+    masks 1) and, for ``add``, its answer; ``answer`` buffers also
     hold the copy of a batch's new keys its deferred Bloom insert owns."""
 
     def __init__(self) -> None:
