@@ -9,6 +9,14 @@ index. ``merged_chunks`` streams the union of several runs in order (k-way merge
 checking order, disjointness and checksums): compaction writes it to one new run,
 ``verify`` only reads it. ``readers_for`` opens the runs a manifest names, each
 checked against it.
+
+What is checked before it is used (docs/format.md, "Checks and when they run"): a
+point lookup checks the pages (1.1 raw runs) or blocks (2.0) it reads; a sweep or a
+merge checks a raw run's whole body by the time the last chunk is read (its callers
+use nothing before: a batch commits after, a compaction commits its output after),
+and names the bad page on a mismatch; ``iter_range`` and ``iter_keys`` hand chunks
+out as they go, so each chunk's pages are checked before it is yielded. A 1.0 run
+has no page index: its lookups are not checked (``seenstore upgrade`` rewrites it).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from seenstore.kernels.dispatch import merge as _kernels  # numpy twins below di
 from seenstore.errors import CorruptionError
 from seenstore.kernels.status import KWAY_BAD, KWAY_DONE
 from seenstore.layout import Layout
-from seenstore.store.runs.format import (HEADER_SIZE, MAGIC, MAJOR as RUN_MAJOR, MINOR as RUN_MINOR, SPARSE_STRIDE, policy_digest)
+from seenstore.store.runs.format import MAGIC, SPARSE_STRIDE, policy_digest
 from seenstore.runtime.aligned import ALIGN, aligned_empty, whole_blocks
 from seenstore.store.runs.reader import RunReader
 from seenstore.store.runs.writer import BUF_KEYS, RunWriter
@@ -95,14 +103,15 @@ def finish(writer, sync: bool):
     h = writer.finish(sync=sync)
     if not isinstance(writer, RunWriter):
         return h, None, h.file_size
-    return h, writer.sparse_index(), HEADER_SIZE + 8 * h.count
+    return h, writer.sparse_index(), h.file_size
 
 
-def open_reader(path: str, sparse: np.ndarray | None = None):
-    """A reader of either format (a raw run given its writer's sparse index). The
-    codec (and numba with it) is imported only when a compressed run is there, so a
-    store of raw runs opens without the JIT (dispatch.py)."""
-    if sparse is None:
+def open_reader(path: str, index=None):
+    """A reader of either format (a raw run given what its writer handed over:
+    ``RunWriter.sparse_index()``). The codec (and numba with it) is imported only
+    when a compressed run is there, so a store of raw runs opens without the JIT
+    (dispatch.py)."""
+    if index is None:
         try:
             with open(path, "rb") as f:
                 head = f.read(10)
@@ -112,27 +121,43 @@ def open_reader(path: str, sparse: np.ndarray | None = None):
             from seenstore.store.runs.codec import open_run
 
             return open_run(path)
-    return RunReader(path, sparse)
+    return RunReader(path, index)
 
 
 def compressed(reader) -> bool:
     return not isinstance(reader, RunReader)
 
 
+def paged(reader) -> bool:
+    """True for a raw run with a page index (1.1): its pages are checked one by one."""
+    return not compressed(reader) and reader.paged
+
+
+def old_minor(reader) -> bool:
+    """True for a run of an older minor version than this code writes in its format
+    (a raw 1.0 run: no page index), which ``SeenStore.upgrade`` rewrites."""
+    return not compressed(reader) and not reader.paged
+
+
 def run_bytes(reader) -> int:
     """Bytes of the run's file (what a sweep reads)."""
-    return reader.header.file_size if compressed(reader) else HEADER_SIZE + 8 * reader.count
+    return reader.header.file_size
 
 
 def min_buffer_keys(reader) -> int:
-    """The smallest buffer ``reader.chunks`` takes (a compressed run: one block)."""
-    return reader.header.block_keys if compressed(reader) else 1
+    """The smallest buffer ``reader.chunks`` takes, its pages checked as they go (a
+    compressed run: one block; a 1.1 raw run: one page)."""
+    if compressed(reader):
+        return reader.header.block_keys
+    return reader.min_chunk(check_pages=True)
 
 
 def sample_keys(reader, m: int) -> np.ndarray:
     """Up to ``m`` stored keys spread over the run (first, last and evenly between):
-    of a compressed run the first keys of its blocks (no block decoded)."""
-    keys = reader._first if compressed(reader) else reader.keys
+    of a compressed run the first keys of its blocks (no block decoded), of a 1.1 raw
+    run the first keys of its pages (its checked page index)."""
+    keys = (reader._first if compressed(reader)
+            else reader.sparse if reader.paged else reader.keys)
     n = len(keys)
     if not n:
         return np.empty(0, np.uint64)
@@ -152,14 +177,21 @@ MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows togeth
 
 def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
     """Set ``found`` where sorted unique ``needles`` are in the run (point lookups):
-    a compressed run decodes only the blocks the needles fall in; a raw run goes
-    through its sparse index and one page each when it has one (runs this process
-    wrote), else by a binary search in its memory map (log2 N page touches per key,
-    the top levels cached) rather than reading the whole run to build the index."""
+    a compressed run decodes only the blocks the needles fall in (each checked by its
+    checksum); a 1.1 raw run checks the pages the needles fall in (each once) against
+    its page index, then searches its sparse index (the index's first keys) and one
+    page each; a 1.0 raw run goes through the sparse index its writer handed over,
+    else by a binary search in its memory map (log2 N page touches per key, the top
+    levels cached), unchecked. Raises CorruptionError naming the file and the first
+    bad page or block, before any answer is set."""
     if not (reader.count and len(needles)):
         return
     if compressed(reader):
         found |= reader.lookup(needles)
+    elif reader.paged:
+        reader.check_keys(needles)
+        sparse_member(np.asarray(reader.keys), reader.sparse, reader.header.page_keys,
+                      needles, found)
     elif reader.has_sparse:
         sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
     else:
@@ -177,14 +209,15 @@ def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarr
     if compressed(reader):  # decoded and compared block by block (runcodec.py)
         reader.sweep(batch, found)
         return run_bytes(reader)
-    if len(buf) < min_buffer_keys(reader):
-        buf = aligned_empty(min_buffer_keys(reader))
     j, prev, have = 0, np.uint64(0), False
+    # the whole body is checked by the last chunk (a batch uses ``found`` after), not
+    # page by page: its checksum costs a quarter of the pages' (pages.py)
     for n in reader.chunks(buf):
         j, prev, have, ok = _kernels.sweep_step(buf, n, batch, j, found, prev, have)
         prev = np.uint64(prev)  # numba hands uint64 back as a Python int
         if not ok:
-            raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
+            raise reader.located(CorruptionError(
+                f"{reader.name}: keys are not sorted and unique"))
         if builder is not None:
             builder.add(buf[:n])
     if builder is not None:
@@ -287,15 +320,17 @@ def _cached_chunks(entry: Entry, buf: np.ndarray, cache: RunCache) -> Iterator[i
 def merged_chunks(readers: list, out_keys: int = 1 << 20,
                   buffer_bytes: int = MERGE_BUFFER_BYTES,
                   cache: RunCache | None = None,
-                  tally: dict | None = None) -> Iterator[np.ndarray]:
+                  tally: dict | None = None, check_pages: bool = False) -> Iterator[np.ndarray]:
     """The union of ``readers`` (disjoint sorted runs of one shard), ascending, as
     successive views of one output buffer (use each before asking for the next).
 
     Reads each run sequentially (O_DIRECT where allowed) through its row of one
     ``buffer_bytes`` block; raises CorruptionError when a run fails its checksum, is
-    out of order, or two runs share a key. ``cache``: runs it holds are read from
-    memory (compaction's inputs: no disk read; ``tally["cached"]`` grows by their
-    bytes)."""
+    out of order, or two runs share a key: a raw run's whole body by its last chunk
+    (the caller must not use what it had before then: compaction, verify), or with
+    ``check_pages`` each chunk's pages as it is read (export). ``cache``: runs it
+    holds are read from memory (compaction's inputs: no disk read;
+    ``tally["cached"]`` grows by their bytes)."""
     k = len(readers)
     if k == 0:
         return
@@ -315,7 +350,7 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
     if tally is not None:
         tally["cached"] = tally.get("cached", 0) + sum(
             8 * r.count for r, e in zip(readers, entries) if e is not None)
-    gens = [r.chunks(bufs[i]) if e is None else _cached_chunks(e, bufs[i], cache)
+    gens = [r.chunks(bufs[i], check_pages) if e is None else _cached_chunks(e, bufs[i], cache)
             for i, (r, e) in enumerate(zip(readers, entries))]
     seen = [0] * k
 
@@ -333,7 +368,13 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
         yield from _kway_lots(_kernels.kway_step, bufs, pos, fill, last, refill, out_keys)
     except _KwayBad:
         names = ", ".join(r.name for r in readers)
-        raise CorruptionError(f"{names}: keys out of order or held by two runs") from None
+        err = CorruptionError(f"{names}: keys out of order or held by two runs")
+        for r, e in zip(readers, entries):  # a damaged page, where one can be named
+            if e is None and paged(r):
+                located = r.located(err)
+                if located is not err:
+                    raise located from None
+        raise err from None
 
 
 class _KwayBad(Exception):
@@ -416,7 +457,11 @@ def all_readers(runs: dict) -> list:
 
 def first_last(reader) -> tuple[int, int]:
     """The first and last key of a non-empty run (of a compressed run: its last
-    block decoded, through its checked lookup path)."""
+    block decoded, through its checked lookup path; of a 1.1 raw run: its page index
+    and its last page, checked; a 1.0 run's are not checked)."""
+    if paged(reader):
+        reader.check_pages(np.array([reader.header.pages - 1]))
+        return int(reader.sparse[0]), int(reader.keys[-1])
     if not compressed(reader):
         return int(reader.keys[0]), int(reader.keys[-1])
     return int(reader._first[0]), int(reader.last_key())
@@ -426,7 +471,7 @@ def count_formats(readers: list) -> dict:
     """``{"major.minor": runs}`` of ``readers``."""
     out: dict = {}
     for r in readers:
-        v = f"{r.header.major}.{r.header.minor}" if compressed(r) else f"{RUN_MAJOR}.{RUN_MINOR}"
+        v = f"{r.header.major}.{r.header.minor}"
         out[v] = out.get(v, 0) + 1
     return out
 
@@ -442,12 +487,14 @@ def spread_samples(readers: list, m: int) -> Iterator[np.ndarray]:
 
 def iter_keys(readers: list, max_chunk_keys: int) -> Iterator[np.ndarray]:
     """Every key of ``readers``, run by run, as views of one reused buffer of at most
-    ``max_chunk_keys`` (or a compressed run's block) keys: use each before the next."""
+    ``max_chunk_keys`` (or a compressed run's block) keys: use each before the next.
+    Each chunk is checked before it is yielded (a 1.1 raw run's pages, a compressed
+    run's blocks); a 1.0 run's body only by its last chunk."""
     total = max(1, sum(r.count for r in readers))
     buf = aligned_empty(max([min(max_chunk_keys, whole_blocks(8 * total) // 8)]
                             + [min_buffer_keys(r) for r in readers]))
     for reader in readers:
-        for n in reader.chunks(buf):
+        for n in reader.chunks(buf, check_pages=True):
             yield buf[:n]
 
 
@@ -455,23 +502,36 @@ def iter_range(runs: dict, lo: int = 0, hi: int = 1 << 64,
                chunk_keys: int = 1 << 20) -> Iterator[np.ndarray]:
     """The keys of the live runs ``runs`` (by shard) in [lo, hi), ascending, in chunks
     of at most ``chunk_keys``: views of a raw run's map, or copies. Use a chunk before
-    asking for the next."""
+    asking for the next. Every chunk comes from checked bytes (a raw 1.0 run, which
+    has no page index, is verified whole before its first key is handed out);
+    raises CorruptionError naming the file (and page or block) otherwise."""
     for shard in sorted(runs):
-        live = [r for r in runs[shard]
-                if r.count and first_last(r)[1] >= lo and first_last(r)[0] < hi]
+        live = []
+        for r in runs[shard]:
+            if r.count:
+                first, last = first_last(r)
+                if last >= lo and first < hi:
+                    live.append(r)
+        for r in live:
+            if not compressed(r) and not r.paged:
+                r.verify()
         if len(live) > 1 or (live and compressed(live[0])):
             # tiered runs: the shard's union in order (k-way merge), which also
             # decodes compressed runs block by block
-            for chunk in merged_chunks(live, out_keys=chunk_keys):
+            for chunk in merged_chunks(live, out_keys=chunk_keys, check_pages=True):
                 part = chunk[(chunk >= np.uint64(lo)) & (chunk <= np.uint64(hi - 1))]
                 if len(part):
                     yield part.copy()
             continue
         if not live:
             continue
-        keys = live[0].keys
-        a = int(np.searchsorted(keys, np.uint64(lo))) if lo else 0
-        b = int(np.searchsorted(keys, np.uint64(hi - 1), side="right")) if hi < 1 << 64 \
-            else len(keys)
+        reader = live[0]
+        keys = reader.keys
+        a = reader.search(lo, "left") if lo else 0
+        b = reader.search(hi - 1, "right") if hi < 1 << 64 else len(keys)
+        pk = reader.header.page_keys
         for s in range(a, b, chunk_keys):
-            yield keys[s: min(b, s + chunk_keys)]
+            e = min(b, s + chunk_keys)
+            if reader.paged:
+                reader.check_pages(np.arange(s // pk, (e - 1) // pk + 1))
+            yield keys[s:e]
