@@ -93,7 +93,7 @@ RSS_BASE = 1 << 28  # interpreter, numpy, numba kernels after the warm-up (190 M
 GEN_CHUNK = 1 << 22  # keys per generated chunk of a spilled batch
 GEN_BYTES = 6 * 8 * GEN_CHUNK  # a generated chunk and its temporaries (workload.py)
 COMPACTION_BYTES = 1 << 27  # the compaction beside the spill phase: merge buffers, writer
-IO_BYTES = 2 * 8 * (1 << 20)  # the check's two I/O buffers at most (spill.Budget.io_keys)
+IO_BYTES = 2 * 8 * (1 << 20)  # the check's two I/O buffers at most (buckets.Budget.io_keys)
 # the check's two halves' sweep buffers and scratch (runcodec.SWEEP_BLOCKS blocks each)
 SWEEP_BYTES = 2 * 9 * (1 << 20)
 MIN_SPILL_MEMORY = 1 << 28  # a smaller budget is refused: the Bloom target is raised first
@@ -162,7 +162,7 @@ def spill_peak(memory: int, bloom_bytes: int, io_bytes: int | None = None) -> di
     batches beside it) and the check phase (slice, found mask and the sort's scratch,
     17/32; the run sink's buffers, 4/64; two I/O buffers; the two halves' sweep
     buffers); the deferred Bloom insert (two lots) runs beside both (spill.py)."""
-    from seenstore.store.spill import DEFERRED_CHUNK_KEYS
+    from seenstore.bloom.deferred import DEFERRED_CHUNK_KEYS
 
     io = IO_BYTES if io_bytes is None else io_bytes
     insert = 2 * 8 * DEFERRED_CHUNK_KEYS
@@ -176,7 +176,7 @@ def spill_peak(memory: int, bloom_bytes: int, io_bytes: int | None = None) -> di
 
 def spill_budget(cap: int, bloom_bytes: int) -> int:
     """The largest budget whose ``spill_peak`` stays RSS_MARGIN under ``cap`` (0: none)."""
-    from seenstore.store.spill import DEFERRED_CHUNK_KEYS
+    from seenstore.bloom.deferred import DEFERRED_CHUNK_KEYS
 
     room = cap - RSS_MARGIN - RSS_BASE - HEAP_SLACK - bloom_bytes - 2 * 8 * DEFERRED_CHUNK_KEYS
     by_spill = (room - GEN_BYTES - COMPACTION_BYTES) * 5 // 2
@@ -208,7 +208,7 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
 
     Raises DiskFullError (exit 6) naming what is needed when the disk is short,
     StoreIOError when the Bloom filter alone would not leave memory for batches."""
-    from seenstore.store.spill import Budget
+    from seenstore.store.buckets import Budget
 
     avail = _available_memory()
     total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
