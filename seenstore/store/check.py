@@ -88,7 +88,7 @@ def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.nd
         if reader.paged:  # the pages that can hold [lo, hi], each checked
             read += _window_pages(reader, batch, found, buf)
             continue
-        # a 1.0 run (no page index): the keys in [lo, hi], unchecked
+        reader.check_whole()  # a 1.0 run (no page index): checked whole, once
         j, prev, have = 0, np.uint64(0), False
         raw = memoryview(buf).cast("B")
         with open(reader.path, "rb", buffering=0) as f:

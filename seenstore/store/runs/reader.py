@@ -47,6 +47,7 @@ class RunReader:
         self.name = os.path.basename(path)
         self._pages: PageIndex | None = None
         self._sparse: np.ndarray | None = None  # a 1.0 run's, built on first use
+        self._whole_checked = False  # a 1.0 run's body checked whole (check_whole)
         try:
             with open(path, "rb") as f:
                 raw = f.read(HEADER_SIZE)
@@ -125,15 +126,21 @@ class RunReader:
         the file and the first bad page."""
         self.pages.check(self._keys, pages)
 
-    def check_keys(self, keys: np.ndarray) -> None:
-        """Check the pages that sorted ``keys`` would be looked up in (a 1.1 run)."""
-        self.pages.check(self._keys, self.pages.pages_of(keys))
+    def check_whole(self) -> None:
+        """A 1.0 run (no page index): check it whole (``verify``) once for this reader
+        before its first point read, since its pages cannot be checked one by one:
+        one read of the run per process (``seenstore upgrade`` rewrites it as 1.1).
+        A no-op for a 1.1 run, and once a stream or a check has read it whole."""
+        if not self.paged and not self._whole_checked:
+            self.verify()
+            self._whole_checked = True
 
     def search(self, x: int, side: str = "left") -> int:
         """``np.searchsorted(keys, x, side)``: of a 1.1 run through its page index and
         the one page that can hold ``x``, checked first; of a 1.0 run a binary search
-        in the memory map (unchecked)."""
+        in the memory map (checked whole first, once)."""
         if not self.paged:
+            self.check_whole()
             return int(np.searchsorted(self._keys, np.uint64(x), side))
         pk = self.header.page_keys
         p = int(np.searchsorted(self.pages.first, np.uint64(x), "right")) - 1
@@ -204,6 +211,7 @@ class RunReader:
                 yield n
         if h.intdigest() != self.header.body_checksum:
             raise CorruptionError(f"{self.name}: body checksum mismatch")
+        self._whole_checked = True  # bytes as written: point reads need no more
 
     def _chunks_from_map(self, buf: np.ndarray, step: int, index, h) -> Iterator[int]:
         """``chunks`` from the memory map taken at open (the file may be gone)."""
@@ -216,6 +224,7 @@ class RunReader:
             yield n
         if h.intdigest() != self.header.body_checksum:
             raise CorruptionError(f"{self.name}: body checksum mismatch")
+        self._whole_checked = True
 
     def located(self, e: CorruptionError) -> CorruptionError:
         """``e`` (damage found by a check of the whole body: its checksum, the keys'

@@ -171,3 +171,31 @@ def test_search_and_first_last_use_checked_pages(tmp_path):
     r = runs.open_reader(str(p))
     with pytest.raises(CorruptionError, match="page 3"):
         runs.first_last(r)
+
+
+def test_a_dense_lookup_checks_the_whole_body_as_it_searches(tmp_path, monkeypatch):
+    """Needles in at least half of the pages: one pass hashes the body (a stretch of
+    pages at a time) and searches it; the same answers as a plain search, at every
+    stretch size. A failed body checksum falls back to the pages the call needs: a
+    bad page it does not need leaves it answered, one it needs is named."""
+    keys = keys_of(8 * PAGE_KEYS + 100)
+    p = tmp_path / "r.run"
+    write_run(p, keys)
+    rng = np.random.default_rng(5)
+    needles = np.unique(np.concatenate([keys[rng.integers(0, len(keys), 3000)],
+                                        rng.integers(0, 2**64, 3000, dtype=np.uint64),
+                                        [0, 2**64 - 1], keys[[0, -1]]]))
+    want = np.isin(needles, keys)
+    for stretch in (1, 3, 256):
+        monkeypatch.setattr(runs, "STRETCH_PAGES", stretch)
+        found = np.zeros(len(needles), bool)
+        runs.lookup(runs.open_reader(str(p)), needles, found)
+        assert np.array_equal(found, want)
+    flip(p, HEADER_SIZE + 8 * (8 * PAGE_KEYS + 50))  # page 8, the last
+    r = runs.open_reader(str(p))
+    sound = needles[needles < keys[8 * PAGE_KEYS]]  # pages 0-7: 8 of 9
+    found = np.zeros(len(sound), bool)
+    runs.lookup(r, sound, found)
+    assert np.array_equal(found, np.isin(sound, keys))
+    with pytest.raises(CorruptionError, match="page 8"):
+        runs.lookup(r, needles, np.zeros(len(needles), bool))
