@@ -265,9 +265,11 @@ def _write_parquet(chunks, output: str) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def dump_run_cmd(file, n_keys, verify, as_json):
     """Show a run file's header (format version, key count, layout, shard, policy
-    digest, body checksum; for a compressed 2.x run also its codec, block size and
-    blocks) and its first keys. The header is checked; a foreign or damaged file is
-    refused (exit 4)."""
+    digest, body checksum; for a raw 1.1 run its pages, for a compressed 2.x run
+    its codec, block size and blocks) and its first keys. The header is checked,
+    and the pages or blocks the keys shown come from (a raw 1.0 run, which has no
+    page checksums, is checked whole before its keys are shown); a foreign or
+    damaged file is refused (exit 4)."""
     from seenstore.errors import StoreNotFoundError
     from seenstore.store.runs.codec import open_run
     from seenstore.store.runs import live as runs_live
@@ -277,15 +279,18 @@ def dump_run_cmd(file, n_keys, verify, as_json):
     reader = open_run(file)
     try:
         h = reader.header
-        if verify:
-            reader.verify()
-        first = [f"{k:016x}" for k in _first_keys(reader, n_keys).tolist()]
         compressed = runs_live.compressed(reader)
+        if verify or (n_keys and h.count and not compressed and not reader.paged):
+            reader.verify()
+            verify = True
+        first = [f"{k:016x}" for k in _first_keys(reader, n_keys).tolist()]
     finally:
         reader.close()
     doc = {"file": file, "format": f"{h.major}.{h.minor}", "count": h.count,
            "host_bits": h.host_bits, "shard_bits": h.shard_bits, "shard": h.shard,
            "policy_digest": h.policy_digest.hex(), "body_checksum": f"{h.body_checksum:016x}"}
+    if not compressed and h.paged:
+        doc.update(page_keys=h.page_keys, pages=h.pages)
     if compressed:
         size = os.path.getsize(file)
         doc.update(codec="rice", block_keys=h.block_keys, blocks=h.n_blocks, file_bytes=size,
@@ -302,11 +307,15 @@ def dump_run_cmd(file, n_keys, verify, as_json):
 
 
 def _first_keys(reader, n: int) -> np.ndarray:
-    """The first ``n`` keys of a run: a view of a raw run's memory map, or the first
-    decoded chunks of a compressed one (never the whole run inflated)."""
+    """The first ``n`` keys of a run: a view of a raw run's memory map (a 1.1 run's
+    pages checked first), or the first decoded chunks of a compressed one (each
+    block checked; never the whole run inflated)."""
     from seenstore.store.runs import live as runs_live
 
     if not runs_live.compressed(reader):
+        n = min(n, reader.count)
+        if reader.paged and n:
+            reader.check_pages(np.arange(0, (n - 1) // reader.header.page_keys + 1))
         return np.asarray(reader.keys[:n])
     out = np.empty(min(n, reader.count), dtype=np.uint64)
     buf = np.empty(runs_live.min_buffer_keys(reader), dtype=np.uint64)

@@ -12,7 +12,7 @@ import click
 
 from seenstore.keys.batch import read_batch_file
 from seenstore.errors import InvalidInputError, SeenStoreError, StoreIOError, StoreNotFoundError
-from seenstore.store import SeenStore
+from seenstore.store import SeenStore, manifest
 from seenstore.cli import (COUNT, SIZE, default_store_dir, json_to_stderr, main, store_option,
                            threads_option)
 from seenstore.cli.deliver import Output
@@ -277,7 +277,10 @@ def stats(store_dir, as_json):
         ("generation", str(s["generation"])),
         ("formats", f"run {s['run_format']}, manifest {s['manifest_format']}"
                     + (" (upgraded by the next write or `seenstore upgrade`)"
-                       if s["upgrade_pending"] else "")),
+                       if int(s["manifest_format"].split(".")[0]) < manifest.MAJOR else "")
+                    + (f"; {s['runs_to_upgrade']} runs of format 1.0, lookups in them "
+                       "not checked page by page (`seenstore upgrade` rewrites them)"
+                       if s["runs_to_upgrade"] else "")),
         ("sort", f"{s['sort']['sort']} ({s['sort']['source']}); {s['threads']} threads"),
         ("batches", f"{s['counters']['batches']:,} committed"),
         ("approximate", f"{s['counters']['approx_answered']:,} keys answered seen by the "
@@ -338,17 +341,20 @@ def compact(store_dir, as_json, wait):
 
 @maintenance_command
 def upgrade(store_dir, as_json, wait):
-    """Rewrite the store's manifest in the current format (one atomic rename; the
-    run files stay). Any write does the same; after it, older seenstore versions
-    refuse the store."""
+    """Rewrite the store's manifest in the current format (one atomic rename) and
+    its raw runs of format 1.0 as 1.1 (a checksum per 4 KiB page, checked by every
+    lookup; one commit per shard, as a compaction). Any write rewrites the manifest
+    too; after it, older seenstore versions refuse the store."""
     with _open(store_dir, wait=_wait(wait), bloom=False) as store:
         r = store.upgrade()
     if as_json:
         click.echo(json.dumps(r))
     elif r["upgraded"]:
-        click.echo(f"upgraded: manifest format {r['from']} -> {r['to']}")
+        runs = (f"; {r['runs_rewritten']} runs rewritten as run format 1.1"
+                if r["runs_rewritten"] else "")
+        click.echo(f"upgraded: manifest format {r['from']} -> {r['to']}{runs}")
     else:
-        click.echo(f"nothing to do: manifest format {r['to']} is current")
+        click.echo(f"nothing to do: manifest format {r['to']} and every run are current")
 
 
 @main.command()

@@ -85,6 +85,10 @@ def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.nd
         if runsmod.compressed(reader):  # the blocks that can hold [lo, hi], swept
             read += reader.sweep(batch, found, lo, hi)
             continue
+        if reader.paged:  # the pages that can hold [lo, hi], each checked
+            read += _window_pages(reader, batch, found, buf)
+            continue
+        reader.check_whole()  # a 1.0 run (no page index): checked whole, once
         j, prev, have = 0, np.uint64(0), False
         raw = memoryview(buf).cast("B")
         with open(reader.path, "rb", buffering=0) as f:
@@ -99,6 +103,35 @@ def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.nd
                 if not ok:
                     raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
                 read += 8 * n
+    return read
+
+
+def _window_pages(reader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray) -> int:
+    """``check_window`` of one 1.1 raw run: the pages that can hold keys in
+    [batch[0], batch[-1]] (its page index says which), read whole by positional reads
+    into ``buf``, each checked against the index before its keys are compared.
+    Returns bytes read; raises CorruptionError naming the first bad page."""
+    idx = reader.pages
+    pk = reader.header.page_keys
+    p0 = max(0, int(np.searchsorted(idx.first, batch[0], "right")) - 1)
+    p1 = int(np.searchsorted(idx.first, batch[-1], "right"))
+    a, b = p0 * pk, min(p1 * pk, reader.count)
+    if len(buf) < pk:
+        buf = np.empty(pk, np.uint64)
+    step = len(buf) // pk * pk
+    raw = memoryview(buf).cast("B")
+    j, prev, have, read = 0, np.uint64(0), False, 0
+    with open(reader.path, "rb", buffering=0) as f:
+        for off in range(a, b, step):
+            n = min(step, b - off)
+            if os.preadv(f.fileno(), [raw[: 8 * n]], HEADER_SIZE + 8 * off) != 8 * n:
+                raise CorruptionError(f"{reader.name}: body ends early")
+            idx.check_span(buf, off, n)
+            j, prev, have, ok = _merge_kernels.sweep_step(buf, n, batch, j, found, prev, have)
+            prev = np.uint64(prev)
+            if not ok:
+                raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
+            read += 8 * n
     return read
 
 

@@ -87,6 +87,17 @@ def plan(runs: list, full: bool = False) -> list:
     return jobs
 
 
+def upgrade_jobs(runs: list, old: set) -> list:
+    """Jobs (as ``plan``'s) rewriting the runs named in ``old`` (files of an older
+    minor version of their format): per shard, its old runs merged into one new run
+    (one run: rewritten as is), smallest first."""
+    by_shard: dict[int, list] = {}
+    for r in runs:
+        if r["file"] in old:
+            by_shard.setdefault(r["shard"], []).append(r)
+    return sorted(by_shard.items(), key=lambda j: job_bytes(j[1]))
+
+
 def job_bytes(entries: list) -> int:
     """Bytes a compaction job reads (and, the runs being disjoint, writes)."""
     return sum(8 * r["count"] for r in entries)
@@ -120,14 +131,15 @@ class Compactor:
         self.credit_step = COMPACT_CREDIT * bytes_written
         self.credit += self.credit_step
 
-    def run(self, jobs: list, paid: bool = False) -> dict:
+    def run(self, jobs: list, paid: bool = False, run_format: int | None = None) -> dict:
         """Run compaction ``jobs`` (``plan``) in order. ``paid``: spend the batches'
         credit — stop before a job that does not fit what is left of it, or that
         would take this round past ``credit_step`` (a first job may), or once a
         batch asked it to stop (``join(stop=True)``). Consecutive jobs of at most
         GROUP_JOB_BYTES each and GROUP_BYTES in all merge as one group: one commit,
         their runs fsynced side by side (``_merge_group``); a larger job is a group
-        of its own. A stop is honoured between groups."""
+        of its own. A stop is honoured between groups. ``run_format``: what the new
+        runs are written as (default ``self.run_format``)."""
         t0 = time.perf_counter()
         done = {"jobs": 0, "runs_merged": 0, "bytes_read": 0, "bytes_written": 0,
                 "stopped": False, "commits": 0}
@@ -156,7 +168,7 @@ class Compactor:
                     break
             if not group:
                 break
-            done["bytes_written"] += self._merge_group(group)
+            done["bytes_written"] += self._merge_group(group, run_format or self.run_format)
             done["jobs"] += len(group)
             done["commits"] += 1
             done["runs_merged"] += sum(len(entries) for _, entries in group)
@@ -166,7 +178,7 @@ class Compactor:
         done["seconds"] = time.perf_counter() - t0
         return done
 
-    def _merge_group(self, group: list) -> int:
+    def _merge_group(self, group: list, run_format: int) -> int:
         """Merge the runs of each ``(shard, entries)`` of ``group`` into one new run per
         shard and commit them together (one manifest write: the commit's fixed cost,
         ~3 fsyncs, is paid once); with more than one run, the runs are fsynced side
@@ -189,7 +201,7 @@ class Compactor:
                     continue
                 w = runsmod.new_writer(os.path.join(live.path, run_name(shard, gen)),
                                        host_bits, doc["shard_bits"], shard, pdigest,
-                                       self.run_format, cache=live.cache, keys=count)
+                                       run_format, cache=live.cache, keys=count)
                 writers.append(w)
                 for chunk in runsmod.merged_chunks(readers, cache=live.cache, tally=self.tally):
                     w.write(chunk)

@@ -414,17 +414,26 @@ class SeenStore:
             return self._compactor.run(plan(self._doc["runs"], full=full))
 
     def upgrade(self) -> dict:
-        """Rewrite a format 1 manifest as the current format (crash-safe: one
-        manifest rename; its empty runs are dropped). A no-op on a current store.
-        Any write upgrades too."""
+        """Bring the store to the current formats: a format 1 manifest is rewritten
+        as the current format (one manifest rename; its empty runs are dropped), and
+        every raw run of format 1.0 is rewritten as 1.1, which checks each 4 KiB page
+        a lookup reads (docs/format.md; per shard its 1.0 runs merged into one run,
+        checked as they are read, one commit per shard as a compaction: crash-safe,
+        the extra disk space one shard's old runs). A no-op on a current store. Any
+        write upgrades the manifest too (not the runs). Returns ``from`` / ``to``
+        (manifest formats), ``runs_rewritten`` and ``upgraded`` (anything changed)."""
         self._check_writable()
         with self._mutex:
             self._join_compactor()
             was = self.manifest_format
             if self._doc.get("major", manifest.MAJOR) < manifest.MAJOR:
                 self._commit(self.generation + 1, [], [], {}, step="upgrade-")
-            return {"from": was, "to": self.manifest_format,
-                    "upgraded": was != self.manifest_format}
+            old = {r.name for r in self._all_readers() if runsmod.old_minor(r)}
+            jobs = compactionmod.upgrade_jobs(self._doc["runs"], old)
+            if jobs:
+                self._compactor.run(jobs, run_format=1)
+            return {"from": was, "to": self.manifest_format, "runs_rewritten": len(old),
+                    "upgraded": was != self.manifest_format or bool(old)}
 
     def pending_compaction(self, doc: dict | None = None) -> dict:
         """What the size-tiered policy would merge now (in ``doc``, default the

@@ -106,14 +106,16 @@ def read(directory: str) -> dict:
         raise CorruptionError(f"{path}: manifest is not valid JSON (damaged or foreign)")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise NotSupportedError(f"{path}: not a seenstore manifest")
+    want = doc.pop("checksum", None)
+    sum_ok = want == xxhash.xxh3_64_hexdigest(_canonical(doc))
     major = doc.get("major")
     if not isinstance(major, int) or not OLDEST_MAJOR <= major <= MAJOR:
         how = "newer than" if isinstance(major, int) and major > MAJOR else "not one"
         raise NotSupportedError(
             f"{path}: manifest version {major}.{doc.get('minor')} is {how} this "
-            f"seenstore reads ({OLDEST_MAJOR}.x-{MAJOR}.x); upgrade seenstore")
-    want = doc.pop("checksum", None)
-    if want != xxhash.xxh3_64_hexdigest(_canonical(doc)):
+            f"seenstore reads ({OLDEST_MAJOR}.x-{MAJOR}.x); upgrade seenstore"
+            + ("" if sum_ok else " (or the manifest is damaged: its checksum does not match)"))
+    if not sum_ok:
         raise CorruptionError(f"{path}: manifest checksum mismatch")
     return doc
 

@@ -11,7 +11,9 @@ import numpy as np
 from seenstore.store import manifest, wal as walmod
 from seenstore.errors import CorruptionError, StoreIOError
 from seenstore.layout import Layout
-from seenstore.store.runs.format import MAJOR as RUN_MAJOR, MINOR as RUN_MINOR
+from seenstore.store.runs.format import (COMPRESSED_MAJOR as CODEC_MAJOR,
+                                        COMPRESSED_MINOR as CODEC_MINOR, MAJOR as RUN_MAJOR,
+                                        MINOR as RUN_MINOR)
 from seenstore.keys.sort import describe as sort_description
 from seenstore.store.runs import live as runsmod
 from seenstore.store.compaction import pending
@@ -58,10 +60,15 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
         "policy_id": doc["policy_id"],
         "generation": doc["generation"],
         # what this writer writes new runs as, and the formats of the live runs
-        "run_format": "2.0" if store.run_format == 2 else f"{RUN_MAJOR}.{RUN_MINOR}",
+        "run_format": (f"{CODEC_MAJOR}.{CODEC_MINOR}" if store.run_format == 2
+                       else f"{RUN_MAJOR}.{RUN_MINOR}"),
         "run_formats": runsmod.count_formats(runsmod.all_readers(runs)),
         "manifest_format": f"{doc.get('major', manifest.MAJOR)}.{doc.get('minor', 0)}",
-        "upgrade_pending": doc.get("major", manifest.MAJOR) < manifest.MAJOR,
+        # live runs of an older minor version of their format (raw 1.0: no page index,
+        # so lookups in them are not checked page by page): `seenstore upgrade`
+        "runs_to_upgrade": sum(1 for r in runsmod.all_readers(runs) if runsmod.old_minor(r)),
+        "upgrade_pending": doc.get("major", manifest.MAJOR) < manifest.MAJOR or any(
+            runsmod.old_minor(r) for r in runsmod.all_readers(runs)),
         # batches: every add/merge call of at least one key that committed
         "counters": c,
         # keys a DedupStage handed out but has not merged yet (replayed by the next
@@ -84,8 +91,8 @@ def verify(path: str, doc: dict, runs: dict) -> dict:
     for shard, readers in sorted(runs.items()):
         if len(readers) == 1:
             readers[0].verify()
-        else:  # the k-way merge checks order, disjointness and checksums
-            for _ in merged_chunks(readers):
+        else:  # the k-way merge checks order, disjointness, checksums and pages
+            for _ in merged_chunks(readers, check_pages=True):
                 pass
         for reader in readers:
             if reader.count and sb:

@@ -116,17 +116,19 @@ def read_segment(path: str) -> tuple[np.ndarray, dict]:
     magic, major, minor, header_len, seq = HEADER.unpack_from(data, 0)
     if magic != MAGIC:
         raise NotSupportedError(f"{name}: not a seenstore WAL segment (bad magic)")
+    (stored,) = struct.unpack_from("<Q", data, HEADER_LEN - 8)
+    sum_ok = stored == _xxh3(data[:HEADER_LEN - 8])
     if major != MAJOR:
         raise NotSupportedError(
             f"{name}: WAL format {major}.{minor} is newer than this seenstore "
-            f"reads ({MAJOR}.x): upgrade seenstore")
+            f"reads ({MAJOR}.x): upgrade seenstore"
+            + ("" if sum_ok else " (or the header is damaged: its checksum does not match)"))
+    if not sum_ok:  # before the fields it covers are used (the header length)
+        raise CorruptionError(f"{name}: WAL header checksum mismatch")
     if header_len < HEADER_LEN:
         raise CorruptionError(f"{name}: bad WAL header length {header_len}")
     if header_len > len(data):  # a longer (newer minor) header, torn at creation
         return empty, {"seq": seq, "records": 0, "torn_bytes": len(data)}
-    (stored,) = struct.unpack_from("<Q", data, HEADER_LEN - 8)
-    if stored != _xxh3(data[:HEADER_LEN - 8]):
-        raise CorruptionError(f"{name}: WAL header checksum mismatch")
     parts, records, pos, end = [], 0, header_len, len(data)
     while pos < end:
         if end - pos < RECORD.size:
@@ -141,10 +143,13 @@ def read_segment(path: str) -> tuple[np.ndarray, dict]:
         if body_end > end:
             break  # torn tail: incomplete body
         if body_sum != _xxh3(data[pos + RECORD.size:body_end]):
-            if body_end == end or not any(data[body_end:]):
-                break  # torn tail: the last record
-            raise CorruptionError(f"{name}: WAL record at offset {pos} fails its checksum "
-                                  "and more records follow; " + _ADVICE)
+            last = body_end == end or not any(data[body_end:])
+            if last and _zero_piece(data, pos, body_end):
+                break  # torn tail: the last record, part of it never written
+            raise CorruptionError(
+                f"{name}: WAL record at offset {pos} fails its checksum "
+                + ("(damaged: not a torn write, which leaves zero bytes); " if last
+                   else "and more records follow; ") + _ADVICE)
         if kind == KIND_KEYS:
             if body_len % 8:
                 raise CorruptionError(f"{name}: WAL record at offset {pos}: length {body_len} "
@@ -156,6 +161,21 @@ def read_segment(path: str) -> tuple[np.ndarray, dict]:
         pos = body_end
     keys = np.concatenate(parts) if parts else empty
     return keys, {"seq": seq, "records": records, "torn_bytes": end - pos}
+
+
+SECTOR = 512  # the unit a crash leaves unwritten (zero) in a file that grew
+
+
+def _zero_piece(data: bytes, pos: int, end: int) -> bool:
+    """True when bytes [pos, end) of the segment (its last record) hold a piece a
+    crash leaves: some sector's share of them (a whole SECTOR of the file, or the
+    record's part of its first or last sector) all zero bytes, as where a write
+    reached the file's length but not the disk. A record that fails its checksum
+    without one was damaged after it was written."""
+    cuts = list(range(pos, end, SECTOR)) if pos % SECTOR == 0 else \
+        [pos] + list(range(pos - pos % SECTOR + SECTOR, end, SECTOR))
+    cuts.append(end)
+    return any(b > a and data.count(0, a, b) == b - a for a, b in zip(cuts, cuts[1:]))
 
 
 class WalWriter:

@@ -24,12 +24,13 @@ import xxhash
 from seenstore.errors import CorruptionError, InvalidInputError, NotSupportedError, StoreIOError
 from seenstore.kernels import codec as K
 from seenstore.kernels.merge import is_strictly_increasing
-from seenstore.store.runs.format import HASH_XXH3_64, HEADER_SIZE, MAGIC, RunIdentity
+from seenstore.store.runs.format import (COMPRESSED_MAJOR, COMPRESSED_MINOR, HASH_XXH3_64,
+                                        HEADER_SIZE, MAGIC, RunIdentity)
 from seenstore.store.runs.reader import RunReader
 from seenstore.store.runs.writer import close_with_header, fill_buffer, remove_partial
 
-MAJOR = 2
-MINOR = 0
+MAJOR = COMPRESSED_MAJOR
+MINOR = COMPRESSED_MINOR
 CODEC_RICE = 1  # kernels/codec.py
 BLOCK_KEYS = 4096  # keys per block: 0.01 bytes/key of overhead; a lookup decodes ~10 us
 BUF_KEYS = 1 << 20  # the writer encodes (and the reader decodes) this many keys at a time
@@ -339,11 +340,12 @@ class CompressedRunReader:
         if hasher.intdigest() != self.header.body_checksum:
             raise CorruptionError(f"{self.name}: body checksum mismatch")
 
-    def chunks(self, buf: np.ndarray) -> Iterator[int]:
+    def chunks(self, buf: np.ndarray, check_pages: bool = True) -> Iterator[int]:
         """Stream the keys through ``buf`` (uint64, at least ``block_keys`` long),
         yielding how many keys it holds; whole blocks at a time, each checked by its
-        checksum before its keys are yielded. Raises CorruptionError on damage, at
-        the latest after the last chunk (the checksum of all block checksums)."""
+        checksum before its keys are yielded (``check_pages``: the raw reader's
+        option, always so here). Raises CorruptionError on damage, at the latest
+        after the last chunk (the checksum of all block checksums)."""
         h = self.header
         per = len(buf) // h.block_keys
         if per < 1:

@@ -9,6 +9,15 @@ index. ``merged_chunks`` streams the union of several runs in order (k-way merge
 checking order, disjointness and checksums): compaction writes it to one new run,
 ``verify`` only reads it. ``readers_for`` opens the runs a manifest names, each
 checked against it.
+
+What is checked before it is used (docs/format.md, "Checks and when they run"): a
+point lookup checks the pages (1.1 raw runs) or blocks (2.0) it reads; a sweep or a
+merge checks a raw run's whole body by the time the last chunk is read (its callers
+use nothing before: a batch commits after, a compaction commits its output after),
+and names the bad page on a mismatch; ``iter_range`` and ``iter_keys`` hand chunks
+out as they go, so each chunk's pages are checked before it is yielded. A 1.0 run
+has no page index: it is checked whole once per reader before its first point read
+(``RunReader.check_whole``; ``seenstore upgrade`` rewrites it as 1.1).
 """
 
 from __future__ import annotations
@@ -17,13 +26,13 @@ import os
 from typing import Iterator
 
 import numpy as np
+import xxhash
 
 from seenstore.kernels.dispatch import merge as _kernels  # numpy twins below dispatch.SMALL items
 from seenstore.errors import CorruptionError
 from seenstore.kernels.status import KWAY_BAD, KWAY_DONE
 from seenstore.layout import Layout
-from seenstore.store.runs.format import (HEADER_SIZE, MAGIC, MAJOR as RUN_MAJOR,
-                                         MINOR as RUN_MINOR, SPARSE_STRIDE, policy_digest)
+from seenstore.store.runs.format import MAGIC, SPARSE_STRIDE, policy_digest
 from seenstore.runtime.aligned import ALIGN, aligned_empty, whole_blocks
 from seenstore.store.runs.reader import RunReader
 from seenstore.store.runs.writer import BUF_KEYS, RunWriter
@@ -97,14 +106,15 @@ def finish(writer, sync: bool):
     h = writer.finish(sync=sync)
     if not isinstance(writer, RunWriter):
         return h, None, h.file_size
-    return h, writer.sparse_index(), HEADER_SIZE + 8 * h.count
+    return h, writer.sparse_index(), h.file_size
 
 
-def open_reader(path: str, sparse: np.ndarray | None = None):
-    """A reader of either format (a raw run given its writer's sparse index). The
-    codec (and numba with it) is imported only when a compressed run is there, so a
-    store of raw runs opens without the JIT (kernels/dispatch.py)."""
-    if sparse is None:
+def open_reader(path: str, index=None):
+    """A reader of either format (a raw run given what its writer handed over:
+    ``RunWriter.sparse_index()``). The codec (and numba with it) is imported only
+    when a compressed run is there, so a store of raw runs opens without the JIT
+    (kernels/dispatch.py)."""
+    if index is None:
         try:
             with open(path, "rb") as f:
                 head = f.read(10)
@@ -114,27 +124,43 @@ def open_reader(path: str, sparse: np.ndarray | None = None):
             from seenstore.store.runs.codec import open_run
 
             return open_run(path)
-    return RunReader(path, sparse)
+    return RunReader(path, index)
 
 
 def compressed(reader) -> bool:
     return not isinstance(reader, RunReader)
 
 
+def paged(reader) -> bool:
+    """True for a raw run with a page index (1.1): its pages are checked one by one."""
+    return not compressed(reader) and reader.paged
+
+
+def old_minor(reader) -> bool:
+    """True for a run of an older minor version than this code writes in its format
+    (a raw 1.0 run: no page index), which ``SeenStore.upgrade`` rewrites."""
+    return not compressed(reader) and not reader.paged
+
+
 def run_bytes(reader) -> int:
     """Bytes of the run's file (what a sweep reads)."""
-    return reader.header.file_size if compressed(reader) else HEADER_SIZE + 8 * reader.count
+    return reader.header.file_size
 
 
 def min_buffer_keys(reader) -> int:
-    """The smallest buffer ``reader.chunks`` takes (a compressed run: one block)."""
-    return reader.header.block_keys if compressed(reader) else 1
+    """The smallest buffer ``reader.chunks`` takes, its pages checked as they go (a
+    compressed run: one block; a 1.1 raw run: one page)."""
+    if compressed(reader):
+        return reader.header.block_keys
+    return reader.min_chunk(check_pages=True)
 
 
 def sample_keys(reader, m: int) -> np.ndarray:
     """Up to ``m`` stored keys spread over the run (first, last and evenly between):
-    of a compressed run the first keys of its blocks (no block decoded)."""
-    keys = reader._first if compressed(reader) else reader.keys
+    of a compressed run the first keys of its blocks (no block decoded), of a 1.1 raw
+    run the first keys of its pages (its checked page index)."""
+    keys = (reader._first if compressed(reader)
+            else reader.sparse if reader.paged else reader.keys)
     n = len(keys)
     if not n:
         return np.empty(0, np.uint64)
@@ -154,20 +180,75 @@ MERGE_BUFFER_BYTES = 64 << 20  # the k-way merge's read buffers, all rows togeth
 
 def lookup(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
     """Set ``found`` where sorted unique ``needles`` are in the run (point lookups):
-    a compressed run decodes only the blocks the needles fall in; a raw run goes
-    through its sparse index and one page each when it has one (runs this process
-    wrote), else by a binary search in its memory map (log2 N page touches per key,
-    the top levels cached) rather than reading the whole run to build the index."""
+    a compressed run decodes only the blocks the needles fall in (each checked by its
+    checksum); a 1.1 raw run checks the pages the needles fall in (each once) against
+    its page index, then searches its sparse index (the index's first keys) and one
+    page each; a 1.0 raw run, which has no page index, is checked whole once per
+    reader first (``check_whole``: one read of it), then looked up through the
+    sparse index its writer handed over, else by a binary search in its memory map.
+    Raises CorruptionError naming the file and the first bad page or block, before
+    any answer is set."""
     if not (reader.count and len(needles)):
         return
     if compressed(reader):
         found |= reader.lookup(needles)
-    elif reader.has_sparse:
-        sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
+    elif reader.paged:
+        _lookup_paged(reader, needles, found)
     else:
-        keys = reader.keys
-        pos = np.minimum(np.searchsorted(keys, needles), reader.count - 1)
-        found |= np.asarray(keys[pos]) == needles
+        reader.check_whole()  # a 1.0 run: no page index to check a page by
+        if reader.has_sparse:
+            sparse_member(np.asarray(reader.keys), reader.sparse, SPARSE_STRIDE, needles, found)
+        else:
+            keys = reader.keys
+            pos = np.minimum(np.searchsorted(keys, needles), reader.count - 1)
+            found |= np.asarray(keys[pos]) == needles
+
+
+# A lookup needing at least 1/DENSE_PAGES of a run's pages checks the whole body
+# against its checksum as it searches it, instead of each page: the body streams
+# through the hash at ~30 GB/s (800 MB, a 1e8-key store, in 27 ms of CPU here),
+# where pages picked at random cost ~0.6 us each (a DRAM read and a C call): the
+# whole body wins from about a quarter of the pages on.
+DENSE_PAGES = 4
+# A dense lookup walks the run a stretch of this many pages at a time:
+# hashed into the body checksum, then searched while it is in the cache (1 MiB)
+STRETCH_PAGES = 256
+
+
+def _lookup_paged(reader: RunReader, needles: np.ndarray, found: np.ndarray) -> None:
+    """``lookup`` of a 1.1 raw run: the pages the needles fall in are checked before
+    any answer is set. Few pages (below 1/DENSE_PAGES of the run's): each checked
+    against the page index, then searched. Many: the whole body checked against its
+    checksum in one pass that also searches it, a stretch at a time while the
+    stretch is in the cache (hashing brought it there), its answers kept aside
+    until the checksum holds; if it does not, the pages needed are checked one by
+    one (raising for the first bad one) and the answer taken from them."""
+    idx = reader.pages
+    pk = reader.header.page_keys
+    keys = np.asarray(reader.keys)
+    pages = idx.pages_of(needles)
+    if len(pages) * DENSE_PAGES < len(idx.sums):
+        idx.check(keys, pages)
+        sparse_member(keys, idx.first, pk, needles, found)
+        return
+    got = np.zeros(len(needles), np.bool_)
+    h = xxhash.xxh3_64()
+    step = STRETCH_PAGES * pk
+    j = int(np.searchsorted(needles, idx.first[0]))  # below the run: not in it
+    for a in range(0, reader.count, step):
+        b = min(a + step, reader.count)
+        h.update(keys[a:b])
+        e = len(needles) if b == reader.count else int(
+            np.searchsorted(needles, idx.first[b // pk]))
+        if e > j:
+            sparse_member(keys[a:b], idx.first[a // pk: -(-b // pk)], pk, needles[j:e],
+                          got[j:e])
+            j = e
+    if h.intdigest() != reader.header.body_checksum:
+        idx.check(keys, pages)  # raises, unless the bad pages are not this call's
+        got[:] = False
+        sparse_member(keys, idx.first, pk, needles, got)
+    found |= got
 
 
 def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray,
@@ -179,14 +260,15 @@ def sweep(reader: RunReader, batch: np.ndarray, found: np.ndarray, buf: np.ndarr
     if compressed(reader):  # decoded and compared block by block (codec.py)
         reader.sweep(batch, found)
         return run_bytes(reader)
-    if len(buf) < min_buffer_keys(reader):
-        buf = aligned_empty(min_buffer_keys(reader))
     j, prev, have = 0, np.uint64(0), False
+    # the whole body is checked by the last chunk (a batch uses ``found`` after), not
+    # page by page: its checksum costs a quarter of the pages' (pages.py)
     for n in reader.chunks(buf):
         j, prev, have, ok = _kernels.sweep_step(buf, n, batch, j, found, prev, have)
         prev = np.uint64(prev)  # numba hands uint64 back as a Python int
         if not ok:
-            raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
+            raise reader.located(CorruptionError(
+                f"{reader.name}: keys are not sorted and unique"))
         if builder is not None:
             builder.add(buf[:n])
     if builder is not None:
@@ -289,15 +371,17 @@ def _cached_chunks(entry: Entry, buf: np.ndarray, cache: RunCache) -> Iterator[i
 def merged_chunks(readers: list, out_keys: int = 1 << 20,
                   buffer_bytes: int = MERGE_BUFFER_BYTES,
                   cache: RunCache | None = None,
-                  tally: dict | None = None) -> Iterator[np.ndarray]:
+                  tally: dict | None = None, check_pages: bool = False) -> Iterator[np.ndarray]:
     """The union of ``readers`` (disjoint sorted runs of one shard), ascending, as
     successive views of one output buffer (use each before asking for the next).
 
     Reads each run sequentially (O_DIRECT where allowed) through its row of one
     ``buffer_bytes`` block; raises CorruptionError when a run fails its checksum, is
-    out of order, or two runs share a key. ``cache``: runs it holds are read from
-    memory (compaction's inputs: no disk read; ``tally["cached"]`` grows by their
-    bytes)."""
+    out of order, or two runs share a key: a raw run's whole body by its last chunk
+    (the caller must not use what it had before then: compaction, verify), or with
+    ``check_pages`` each chunk's pages as it is read (export). ``cache``: runs it
+    holds are read from memory (compaction's inputs: no disk read;
+    ``tally["cached"]`` grows by their bytes)."""
     k = len(readers)
     if k == 0:
         return
@@ -317,7 +401,7 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
     if tally is not None:
         tally["cached"] = tally.get("cached", 0) + sum(
             8 * r.count for r, e in zip(readers, entries) if e is not None)
-    gens = [r.chunks(bufs[i]) if e is None else _cached_chunks(e, bufs[i], cache)
+    gens = [r.chunks(bufs[i], check_pages) if e is None else _cached_chunks(e, bufs[i], cache)
             for i, (r, e) in enumerate(zip(readers, entries))]
     seen = [0] * k
 
@@ -335,7 +419,13 @@ def merged_chunks(readers: list, out_keys: int = 1 << 20,
         yield from _kway_lots(_kernels.kway_step, bufs, pos, fill, last, refill, out_keys)
     except _KwayBad:
         names = ", ".join(r.name for r in readers)
-        raise CorruptionError(f"{names}: keys out of order or held by two runs") from None
+        err = CorruptionError(f"{names}: keys out of order or held by two runs")
+        for r, e in zip(readers, entries):  # a damaged page, where one can be named
+            if e is None and paged(r):
+                located = r.located(err)
+                if located is not err:
+                    raise located from None
+        raise err from None
 
 
 class _KwayBad(Exception):
@@ -418,8 +508,13 @@ def all_readers(runs: dict) -> list:
 
 def first_last(reader) -> tuple[int, int]:
     """The first and last key of a non-empty run (of a compressed run: its last
-    block decoded, through its checked lookup path)."""
+    block decoded, through its checked lookup path; of a 1.1 raw run: its page index
+    and its last page, checked; a 1.0 run checked whole first, once)."""
+    if paged(reader):
+        reader.check_pages(np.array([reader.header.pages - 1]))
+        return int(reader.sparse[0]), int(reader.keys[-1])
     if not compressed(reader):
+        reader.check_whole()
         return int(reader.keys[0]), int(reader.keys[-1])
     return int(reader._first[0]), int(reader.last_key())
 
@@ -428,7 +523,7 @@ def count_formats(readers: list) -> dict:
     """``{"major.minor": runs}`` of ``readers``."""
     out: dict = {}
     for r in readers:
-        v = f"{r.header.major}.{r.header.minor}" if compressed(r) else f"{RUN_MAJOR}.{RUN_MINOR}"
+        v = f"{r.header.major}.{r.header.minor}"
         out[v] = out.get(v, 0) + 1
     return out
 
@@ -444,12 +539,14 @@ def spread_samples(readers: list, m: int) -> Iterator[np.ndarray]:
 
 def iter_keys(readers: list, max_chunk_keys: int) -> Iterator[np.ndarray]:
     """Every key of ``readers``, run by run, as views of one reused buffer of at most
-    ``max_chunk_keys`` (or a compressed run's block) keys: use each before the next."""
+    ``max_chunk_keys`` (or a compressed run's block) keys: use each before the next.
+    Each chunk is checked before it is yielded (a 1.1 raw run's pages, a compressed
+    run's blocks); a 1.0 run's body only by its last chunk."""
     total = max(1, sum(r.count for r in readers))
     buf = aligned_empty(max([min(max_chunk_keys, whole_blocks(8 * total) // 8)]
                             + [min_buffer_keys(r) for r in readers]))
     for reader in readers:
-        for n in reader.chunks(buf):
+        for n in reader.chunks(buf, check_pages=True):
             yield buf[:n]
 
 
@@ -457,23 +554,33 @@ def iter_range(runs: dict, lo: int = 0, hi: int = 1 << 64,
                chunk_keys: int = 1 << 20) -> Iterator[np.ndarray]:
     """The keys of the live runs ``runs`` (by shard) in [lo, hi), ascending, in chunks
     of at most ``chunk_keys``: views of a raw run's map, or copies. Use a chunk before
-    asking for the next."""
+    asking for the next. Every chunk comes from checked bytes (a raw 1.0 run, which
+    has no page index, is checked whole before its first key is handed out);
+    raises CorruptionError naming the file (and page or block) otherwise."""
     for shard in sorted(runs):
-        live = [r for r in runs[shard]
-                if r.count and first_last(r)[1] >= lo and first_last(r)[0] < hi]
+        live = []
+        for r in runs[shard]:
+            if r.count:
+                first, last = first_last(r)  # a 1.0 run checked whole first
+                if last >= lo and first < hi:
+                    live.append(r)
         if len(live) > 1 or (live and compressed(live[0])):
             # tiered runs: the shard's union in order (k-way merge), which also
             # decodes compressed runs block by block
-            for chunk in merged_chunks(live, out_keys=chunk_keys):
+            for chunk in merged_chunks(live, out_keys=chunk_keys, check_pages=True):
                 part = chunk[(chunk >= np.uint64(lo)) & (chunk <= np.uint64(hi - 1))]
                 if len(part):
                     yield part.copy()
             continue
         if not live:
             continue
-        keys = live[0].keys
-        a = int(np.searchsorted(keys, np.uint64(lo))) if lo else 0
-        b = int(np.searchsorted(keys, np.uint64(hi - 1), side="right")) if hi < 1 << 64 \
-            else len(keys)
+        reader = live[0]
+        keys = reader.keys
+        a = reader.search(lo, "left") if lo else 0
+        b = reader.search(hi - 1, "right") if hi < 1 << 64 else len(keys)
+        pk = reader.header.page_keys
         for s in range(a, b, chunk_keys):
-            yield keys[s: min(b, s + chunk_keys)]
+            e = min(b, s + chunk_keys)
+            if reader.paged:
+                reader.check_pages(np.arange(s // pk, (e - 1) // pk + 1))
+            yield keys[s:e]

@@ -52,7 +52,7 @@ def test_merge_counts_json_and_new_out(tmp_path, batch, store_dir):
     assert np.fromfile(newfile, dtype="<u8").tolist() == [7, 8]
     code, out, _ = run("stats", "--store", store_dir, "--json")
     s = json.loads(out)
-    assert s["keys"] == 6 and s["layout"].startswith("xxh3_64") and s["run_format"] == "1.0"
+    assert s["keys"] == 6 and s["layout"].startswith("xxh3_64") and s["run_format"] == "1.1"
     code, out, _ = run("verify", "--store", store_dir)
     assert code == 0 and out.startswith("ok: 6 keys")
 

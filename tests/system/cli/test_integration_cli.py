@@ -170,7 +170,7 @@ def test_export_all_and_one_host_and_dump_run(tmp_path):
     run = sorted(glob.glob(os.path.join(s, "*.run")) + glob.glob(os.path.join(s, "run*")))
     assert run, os.listdir(s)
     doc = json.loads(_cli("dump-run", run[0], "-n", "3", "--verify", "--json").stdout)
-    assert doc["format"] == "1.0" and doc["verified"] and len(doc["first_keys"]) <= 3
+    assert doc["format"] == "1.1" and doc["pages"] >= 1 and doc["verified"] and len(doc["first_keys"]) <= 3
     assert [int(k, 16) for k in doc["first_keys"]] == sorted(int(k, 16) for k in
                                                              doc["first_keys"])
     text = _cli("dump-run", run[0]).stdout.decode()

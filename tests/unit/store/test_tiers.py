@@ -192,6 +192,11 @@ def _stored(s):
     return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
 
 
+def run_file_bytes(counts) -> int:
+    """Bytes of raw 1.1 run files of ``counts`` keys: header, body, page index."""
+    return sum(4096 + 8 * c + 16 * -(-c // 512) for c in counts)
+
+
 def test_batch_writes_only_its_new_keys(tmp_path, rng):
     keys = rng.integers(0, 2**64, 100_000, dtype=np.uint64)
     # no run cache: the runs are swept from disk (test_runcache.py checks it from memory)
@@ -199,13 +204,17 @@ def test_batch_writes_only_its_new_keys(tmp_path, rng):
                         cache_bytes=0) as s:
         s.compact_between_batches = False
         s.add_new(keys)
-        assert s.last_timings["bytes_written"] == 8 * 100_000 + 4 * 4096
+        first = [r["count"] for r in s._doc["runs"]]
+        assert s.last_timings["bytes_written"] == run_file_bytes(first) == (
+            8 * 100_000 + 4 * 4096 + 16 * sum(-(-c // 512) for c in first))
         fresh = rng.integers(0, 2**64, 1000, dtype=np.uint64)
         new = s.add_new(np.concatenate([keys[:50_000], fresh]))
         assert sorted(new.tolist()) == sorted(set(fresh.tolist()))
         # only the 1000 new keys were written, as one more run per shard
-        assert s.last_timings["bytes_written"] == 8 * 1000 + 4 * 4096
-        assert s.last_timings["bytes_read"] == 8 * 100_000 + 4 * 4096  # one sweep per run
+        second = [r["count"] for r in s._doc["runs"] if r["file"].endswith("2.run")]
+        assert sum(second) == 1000
+        assert s.last_timings["bytes_written"] == run_file_bytes(second)
+        assert s.last_timings["bytes_read"] == run_file_bytes(first)  # one sweep per run
         assert s.stats()["runs"] == 8 and s.stats()["max_runs_per_shard"] == 2
         small = s.add_new(keys[:10])  # few keys: point lookups, nothing swept
         assert len(small) == 0 and s.last_timings["bytes_read"] == 0
@@ -273,8 +282,13 @@ def test_compaction_merges_runs_and_keeps_every_key(tmp_path, rng):
         assert done["jobs"] == 2 and done["runs_merged"] == 12
         st_ = s.stats()
         assert st_["runs"] == 2 and st_["pending_compaction"]["jobs"] == 0
+        batches = [r for r in manifest.read(path)["runs"]]  # the 2 compacted runs
         assert st_["write_amplification"] == pytest.approx(
-            (2 * 8 * len(everything) + 14 * 4096) / (8 * len(everything)))
+            (s._doc["counters"]["bytes_written"] + run_file_bytes([r["count"] for r in batches]))
+            / (8 * len(everything)))
+        n = len(everything)  # 12 batch runs: headers, keys, page index (a page per 512)
+        assert 8 * n + 12 * 4096 + 16 * n // 512 <= s._doc["counters"]["bytes_written"] \
+            <= 8 * n + 12 * 4096 + 16 * (n // 512 + 12)
         assert np.array_equal(_stored(s), everything)
         assert s.contains(everything).all()
         s.verify()
@@ -351,11 +365,16 @@ def test_upgrade_command_and_old_code_refuses_format2(tmp_path):
     path, want = _v1_copy(tmp_path)
     r = CliRunner().invoke(main, ["upgrade", "--store", path, "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output) == {"from": "1.0", "to": "2.0", "upgraded": True}
+    # the manifest, and the 3 non-empty runs of format 1.0 rewritten as 1.1
+    assert json.loads(r.output) == {"from": "1.0", "to": "2.0", "runs_rewritten": 3,
+                                    "upgraded": True}
     r = CliRunner().invoke(main, ["upgrade", "--store", path, "--json"])
     assert json.loads(r.output)["upgraded"] is False
     with SeenStore.open(path, readonly=True) as s:
         assert s.contains(np.array(want["stored"], np.uint64)).all()
+        assert not s.contains(np.array(want["absent"], np.uint64)).any()
+        assert s.stats()["run_formats"] == {"1.1": 3} and not s.stats()["upgrade_pending"]
+        s.verify()
     # a format 1 reader refuses format 2 (the check the old code makes)
     doc = manifest.read(path)
     assert doc["major"] == 2
@@ -491,10 +510,10 @@ def _slow_compaction(s, monkeypatch, seconds):
     merge = s._compactor._merge_group
     started = threading.Event()
 
-    def slow(group):
+    def slow(group, *rest):
         started.set()
         time.sleep(seconds)
-        return merge(group)
+        return merge(group, *rest)
 
     monkeypatch.setattr(s._compactor, "_merge_group", slow)
     return started

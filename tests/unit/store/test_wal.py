@@ -59,21 +59,52 @@ def test_any_truncation_keeps_exactly_the_whole_records(tmp_path_factory, record
     assert info["records"] == len(whole)
 
 
+nonzero_key_lists = st.lists(st.lists(st.integers(1, 2**64 - 1), min_size=1, max_size=80),
+                             min_size=1, max_size=6)
+
+
 @settings(max_examples=40, deadline=None)
-@given(records=key_lists, data=st.data())
-def test_damaged_last_body_is_a_torn_tail(tmp_path_factory, records, data):
+@given(records=nonzero_key_lists, data=st.data())
+def test_unwritten_sector_of_the_last_record_is_a_torn_tail(tmp_path_factory, records, data):
+    """A crash after the file grew leaves a sector (or the last record's share of
+    one) of its body unwritten, reading as zero bytes: a torn tail, ignored."""
     path = write_segment(tmp_path_factory.mktemp("w"), records)
     ends = offsets(records)
     start = ends[-2] if len(ends) > 1 else wal.HEADER_LEN
-    at = data.draw(st.integers(start + wal.RECORD.size, ends[-1] - 1))
+    body = start + wal.RECORD.size
+    bounds = list(range(body + -body % wal.SECTOR, ends[-1], wal.SECTOR))
+    if bounds:  # a sector of the body (or its share of the last one) never written
+        a = data.draw(st.sampled_from(bounds))
+        b = min(ends[-1], a + wal.SECTOR)
+    else:  # the record within one sector: none of it written (zero fill from there)
+        a, b = start, ends[-1]
+    with open(path, "r+b") as f:
+        f.seek(a)
+        f.write(b"\0" * (b - a))
+    keys, info = wal.read_segment(path)
+    assert keys.tolist() == [k for r in records[:-1] for k in r]
+    assert info["torn_bytes"] == ends[-1] - start
+
+
+@settings(max_examples=40, deadline=None)
+@given(records=nonzero_key_lists, data=st.data(), zero=st.booleans())
+def test_damaged_last_record_is_corruption(tmp_path_factory, records, data, zero):
+    """One byte of the last record changed (flipped, or zeroed) without a sector of
+    zeros is damage, not a torn write: refused, never read as fewer keys."""
+    path = write_segment(tmp_path_factory.mktemp("w"), records)
+    ends = offsets(records)
+    start = ends[-2] if len(ends) > 1 else wal.HEADER_LEN
+    at = data.draw(st.integers(start, ends[-1] - 1))
     with open(path, "r+b") as f:
         f.seek(at)
         b = f.read(1)
         f.seek(at)
-        f.write(bytes([b[0] ^ 0x40]))
-    keys, info = wal.read_segment(path)
-    assert keys.tolist() == [k for r in records[:-1] for k in r]
-    assert info["torn_bytes"] == ends[-1] - start
+        f.write(bytes([0 if zero else b[0] ^ 0x40]))
+    if zero and b == b"\0":
+        assert wal.read_segment(path)[0].tolist() == [k for r in records for k in r]
+        return
+    with pytest.raises(CorruptionError, match="fails its checksum"):
+        wal.read_segment(path)
 
 
 def test_zero_fill_after_records_is_a_torn_tail(tmp_path):

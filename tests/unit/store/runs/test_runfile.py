@@ -25,7 +25,7 @@ def test_round_trip(tmp_path):
     assert r.header == h and r.count == 4
     assert r.keys.tolist() == keys.tolist()
     r.verify()
-    assert os.path.getsize(tmp_path / "r.run") == HEADER_SIZE + 32
+    assert os.path.getsize(tmp_path / "r.run") == HEADER_SIZE + 32 + 16  # one page's entry
 
 
 def test_empty_run(tmp_path):
@@ -39,7 +39,7 @@ def test_body_is_little_endian_uint64(tmp_path):
     write_run(tmp_path / "r.run", [1, 258])
     raw = (tmp_path / "r.run").read_bytes()
     assert raw[:8] == MAGIC
-    assert raw[HEADER_SIZE:] == struct.pack("<QQ", 1, 258)
+    assert raw[HEADER_SIZE:HEADER_SIZE + 16] == struct.pack("<QQ", 1, 258)
 
 
 def corrupt(path, offset, value: bytes):
@@ -134,15 +134,16 @@ def test_round_trip_through_the_aligned_buffer(tmp_path, direct, n):
         w.write(keys[a:b])
     h = w.finish()
     assert not direct and not w.direct or direct
-    assert os.path.getsize(tmp_path / "r.run") == HEADER_SIZE + 8 * n
+    assert os.path.getsize(tmp_path / "r.run") == HEADER_SIZE + 8 * n + 16 * -(-n // 512)
     r = RunReader(str(tmp_path / "r.run"))
     assert r.header == h and np.array_equal(r.keys, keys)
     for buf in (aligned_empty(4096), np.empty(1000, np.uint64)[1:]):
-        got, at = [], 0
-        for m in r.chunks(buf):
-            got.append(buf[:m].copy())
-            at += m
-        assert at == n and (not got or np.array_equal(np.concatenate(got), keys))
+        for check_pages in (False, True):
+            got, at = [], 0
+            for m in r.chunks(buf, check_pages):
+                got.append(buf[:m].copy())
+                at += m
+            assert at == n and (not got or np.array_equal(np.concatenate(got), keys))
     r.verify()
 
 
