@@ -26,8 +26,8 @@ from click.testing import CliRunner
 
 from seenstore.cli import main
 from seenstore.errors import CorruptionError, NotSupportedError
-from seenstore.store import SeenStore, wal as walmod
-from seenstore.store import buckets
+from seenstore.store import SeenStore, buckets
+from seenstore.store import wal as walmod
 from seenstore.store.runs.reader import RunReader
 from seenstore.store.runs.writer import RunWriter
 
@@ -131,7 +131,7 @@ class Stores:
         for name in only:
             try:
                 out[name] = _PATHS[name](self, path, file)
-            except Exception as e:  # noqa: BLE001  (sorted by outcome())
+            except Exception as e:
                 if pristine:
                     raise
                 out[name] = e
@@ -378,7 +378,7 @@ def table(counts: dict, kinds=KINDS) -> str:
             row.append("-" if not c else "/".join(str(c.get(o, 0)) for o in OUTCOMES))
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    fmt = "  ".join("{:<%d}" % w for w in widths)
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*r) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) + "\n(each cell: right / clear error / wrong)"
@@ -407,4 +407,4 @@ def run(stores: Stores, damages: int, seed: int = 0, kinds=KINDS, log=None):
     return counts, per_kind, wrong
 
 
-__all__ = ["KINDS", "PATHS", "Stores", "trial", "run", "table"]
+__all__ = ["KINDS", "PATHS", "Stores", "run", "table", "trial"]

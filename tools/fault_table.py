@@ -27,7 +27,7 @@ import time
 os.environ.setdefault("SEENSTORE_JIT_MIN", "0")  # the kernels on every path, as in the tests
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests"))
-import faults  # noqa: E402  (tests/faults.py: the fault seam)
+import faults
 
 
 def main() -> int:

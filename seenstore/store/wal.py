@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+from itertools import pairwise
 import re
 import struct
 import threading
@@ -175,7 +176,7 @@ def _zero_piece(data: bytes, pos: int, end: int) -> bool:
     cuts = list(range(pos, end, SECTOR)) if pos % SECTOR == 0 else \
         [pos] + list(range(pos - pos % SECTOR + SECTOR, end, SECTOR))
     cuts.append(end)
-    return any(b > a and data.count(0, a, b) == b - a for a, b in zip(cuts, cuts[1:]))
+    return any(b > a and data.count(0, a, b) == b - a for a, b in pairwise(cuts))
 
 
 class WalWriter:

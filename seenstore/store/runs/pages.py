@@ -37,7 +37,7 @@ class PageIndex:
         self.first, self.sums, self.page_keys, self.name = first, sums, page_keys, name
 
     @classmethod
-    def from_words(cls, words: np.ndarray, page_keys: int, name: str) -> "PageIndex":
+    def from_words(cls, words: np.ndarray, page_keys: int, name: str) -> PageIndex:
         """The index as stored (first key, checksum per page), already checked."""
         pairs = np.asarray(words, dtype=np.uint64).reshape(-1, 2)
         return cls(np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]),

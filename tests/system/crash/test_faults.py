@@ -6,13 +6,13 @@ tools/fault_table.py)."""
 import os
 import random
 
+import faults
 import numpy as np
 import pytest
 
-import faults
 from seenstore.store.runs.reader import RunReader
 
-DAMAGES = int(os.environ.get("SEENSTORE_FAULT_DAMAGES", 210))  # 35 per kind, ~17 s here
+DAMAGES = int(os.environ.get("SEENSTORE_FAULT_DAMAGES", "210"))  # 35 per kind, ~17 s here
 
 
 @pytest.fixture(scope="module")
