@@ -89,20 +89,32 @@ def check_window(readers: list, batch: np.ndarray, found: np.ndarray, buf: np.nd
             read += _window_pages(reader, batch, found, buf)
             continue
         reader.check_whole()  # a 1.0 run (no page index): checked whole, once
-        j, prev, have = 0, np.uint64(0), False
-        raw = memoryview(buf).cast("B")
         with open(reader.path, "rb", buffering=0) as f:
             a = _bisect(f.fileno(), reader.count, lo, lambda k, x: k < x)
             b = _bisect(f.fileno(), reader.count, hi, lambda k, x: k <= x)
-            for off in range(a, b, len(buf)):
-                n = min(len(buf), b - off)
-                if os.preadv(f.fileno(), [raw[: 8 * n]], HEADER_SIZE + 8 * off) != 8 * n:
-                    raise CorruptionError(f"{reader.name}: body ends early")
-                j, prev, have, ok = _merge_kernels.sweep_step(buf, n, batch, j, found, prev, have)
-                prev = np.uint64(prev)
-                if not ok:
-                    raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
-                read += 8 * n
+            read += _sweep_span(reader.name, f, a, b, len(buf), batch, found, buf)
+    return read
+
+
+def _sweep_span(name: str, f, a: int, b: int, step: int, batch: np.ndarray,
+                found: np.ndarray, buf: np.ndarray, check=None) -> int:
+    """Sweep keys ``[a, b)`` of the raw run open as ``f`` through ``buf``, ``step`` keys
+    per positional read, marking in ``found`` the keys of ``batch`` they hold;
+    ``check(buf, off, n)`` first, where given (a 1.1 run's pages). Returns bytes
+    read; raises CorruptionError on a short body or keys out of order."""
+    j, prev, have, read = 0, np.uint64(0), False, 0
+    raw = memoryview(buf).cast("B")
+    for off in range(a, b, step):
+        n = min(step, b - off)
+        if os.preadv(f.fileno(), [raw[: 8 * n]], HEADER_SIZE + 8 * off) != 8 * n:
+            raise CorruptionError(f"{name}: body ends early")
+        if check is not None:
+            check(buf, off, n)
+        j, prev, have, ok = _merge_kernels.sweep_step(buf, n, batch, j, found, prev, have)
+        prev = np.uint64(prev)
+        if not ok:
+            raise CorruptionError(f"{name}: keys are not sorted and unique")
+        read += 8 * n
     return read
 
 
@@ -119,20 +131,8 @@ def _window_pages(reader, batch: np.ndarray, found: np.ndarray, buf: np.ndarray)
     if len(buf) < pk:
         buf = np.empty(pk, np.uint64)
     step = len(buf) // pk * pk
-    raw = memoryview(buf).cast("B")
-    j, prev, have, read = 0, np.uint64(0), False, 0
     with open(reader.path, "rb", buffering=0) as f:
-        for off in range(a, b, step):
-            n = min(step, b - off)
-            if os.preadv(f.fileno(), [raw[: 8 * n]], HEADER_SIZE + 8 * off) != 8 * n:
-                raise CorruptionError(f"{reader.name}: body ends early")
-            idx.check_span(buf, off, n)
-            j, prev, have, ok = _merge_kernels.sweep_step(buf, n, batch, j, found, prev, have)
-            prev = np.uint64(prev)
-            if not ok:
-                raise CorruptionError(f"{reader.name}: keys are not sorted and unique")
-            read += 8 * n
-    return read
+        return _sweep_span(reader.name, f, a, b, step, batch, found, buf, idx.check_span)
 
 
 def check_slice(readers: list, keys: np.ndarray, found: np.ndarray, buf: np.ndarray,
