@@ -283,6 +283,32 @@ class _Commits:
             self.pool.shutdown(wait=True)
 
 
+# ------------------------------------------------- a policy with rules, URLs kept
+def add_kept(stream, store, out, counts: dict[str, int], *, base, max_length: int,
+             batch_lines: int) -> tuple[int, int]:
+    """``seenstore add`` for a store that keeps URLs under a policy with rules: each
+    batch through the store's URL call (safe-rule forms kept, keys under the
+    policy); the new canonical URLs go to ``out`` as in ``add_fast``. Returns (URLs
+    read, new)."""
+    from seenstore.store.urls import add_normalised, normalised
+
+    read = new = 0
+    policy = store.policy
+    for chunk in chunks(input_lines(["-"], max_length, stdin=stream), batch_lines):
+        nz = normalised(chunk, base, policy, store.layout, store.threads)
+        for _, reason in nz.rejected:
+            counts[reason.value] = counts.get(reason.value, 0) + 1
+        read += len(chunk)
+        if not len(nz.keys):
+            continue
+        out.check()
+        mask = add_normalised(store, nz)
+        lines = [u for u, m in zip(nz.canonical, mask.tolist()) if m]
+        out.send("".join(u + "\n" for u in lines).encode("utf-8"))
+        new += len(lines)
+    return read, new
+
+
 # ------------------------------------------------------------------ one commit
 def add_batches(batches: Iterable, store, out, counts: dict[str, int],
                 seconds: dict[str, float] | None = None) -> tuple[int, int]:
@@ -311,7 +337,16 @@ def admit_batch(fbs, store, out, counts: dict[str, int], seconds: dict[str, floa
         return 0
     out.check()
     t2 = time.perf_counter()
-    mask = store.add(keys)
+    if getattr(store, "keep_urls", False) is not False:  # canonical = safe forms here
+        from seenstore.store.urls import kept_lines_hook
+        store._on_new = kept_lines_hook(store, keys, lambda sel: b"".join(
+            fb.lines(m) for fb, m in zip(fbs, np.split(sel, np.cumsum(
+                [len(fb.keys) for fb in fbs])[:-1]))))
+    try:
+        mask = store.add(keys)
+    finally:
+        if hasattr(store, "_on_new"):
+            store._on_new = None
     t3 = time.perf_counter()
     cuts = np.cumsum([len(fb.keys) for fb in fbs])[:-1]
     out.send(b"".join(fb.lines(m) for fb, m in zip(fbs, np.split(mask, cuts))))
@@ -320,5 +355,5 @@ def admit_batch(fbs, store, out, counts: dict[str, int], seconds: dict[str, floa
     return int(mask.sum())
 
 
-__all__ = ["SUB_LINES", "add_batches", "add_fast", "add_scalar", "admit_batch",
+__all__ = ["SUB_LINES", "add_batches", "add_fast", "add_kept", "add_scalar", "admit_batch",
            "check_input_options", "chunks", "input_batches", "input_lines"]

@@ -35,12 +35,14 @@ from seenstore.keys.sort import sort_keys, sort_unique_keys
 from seenstore.url.normalise import all_strs_or_bytes
 from seenstore.url.fastpath import normalise_many
 from seenstore.runtime.parallel import check_threads
-from seenstore.url.policy import DEFAULT_POLICY, Policy
+from seenstore.url.policy import Policy
 from seenstore.store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
+from seenstore.store import urls as urlcalls
 
 unique_sorted = _kernels.unique_sorted  # numpy twin below dispatch.SMALL keys
 
 MODES = ("exact", "approximate")
+DEFAULT_LEARN_EVERY = 200        # record_fetch calls between online learning rounds
 DEFAULT_BUDGET_BYTES = 64 << 20  # keys of one buffer, 8 bytes each: 8 Mi keys
 DEFAULT_CACHE_KEYS = 1 << 22     # recent-key cache entries, 8 bytes each: 32 MiB
 CLAIM_FPR = 1e-3                 # a buffer's claim filter; a false positive only holds a key
@@ -135,6 +137,11 @@ class DedupStage:
         if self.cache_keys:
             self._cache = np.zeros(self.cache_keys, dtype=np.uint64)
             self._cache[0] = 1  # empty slot s holds a key whose slot is not s (slot(0) = 0)
+        self._spellings: dict[int, str] = {}  # key -> safe-rule URL, until merged
+        self.learning = False
+        self.learn_every = DEFAULT_LEARN_EVERY
+        self._since_learn = 0
+        self.last_findings: list = []
         self.host_cap = host_cap
         self._cap_bits = min(self.layout.host_bits, MAX_CAP_BITS)
         self._counts = (np.zeros(1 << self._cap_bits, dtype=np.int64)
@@ -153,7 +160,9 @@ class DedupStage:
              host_cap: int | None = None, wal_sync: str | float = walmod.SYNC_ALWAYS,
              policy: Policy | None = None, layout=None, shard_bits: int | None = None,
              sync: bool = True, wait: float | None = 0.0, bloom_fpr: float = DEFAULT_BLOOM_FPR,
-             bloom_capacity: int | None = None, threads: int | None = None) -> DedupStage:
+             bloom_capacity: int | None = None, threads: int | None = None,
+             learn: bool = False, learn_every: int = DEFAULT_LEARN_EVERY,
+             keep_urls: bool | None = None) -> DedupStage:
         """Open the store at ``store_dir`` as its one writer; the store's open
         replays the WAL (``SeenStore.open``, figures in ``stats()["replay"]``).
 
@@ -164,9 +173,13 @@ class DedupStage:
         ``host_cap``: refuse keys of a host bucket beyond this many admitted since
         open (None = no cap). ``wal_sync``: "always" | seconds | "never"
         (docs/stage.md). ``policy``: the URL policy (its identity must be the
-        store's). ``threads``: threads of the URL kernels (None: the cores; results
-        do not depend on it). Other arguments go to ``SeenStore.open``. Raises what it raises
-        (LockedError for a second writer) and InvalidInputError."""
+        store's; by default the policy the store holds). ``learn``: learn rules
+        online from ``record_fetch`` (every ``learn_every`` records: the store's
+        ``learn(apply=True)``, so later offers use them). ``keep_urls``: as for
+        ``SeenStore.open`` (URL offers keep their new URLs for rebuilds).
+        ``threads``: threads of the URL kernels (None: the cores; results do not
+        depend on it). Other arguments go to ``SeenStore.open``. Raises what it
+        raises (LockedError for a second writer) and InvalidInputError."""
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
         for name, v, lo in (("budget_bytes", budget_bytes, 8), ("cache_keys", cache_keys, 0)):
@@ -179,15 +192,20 @@ class DedupStage:
             raise InvalidInputError(f"cache_keys too large: {cache_keys}")
         # The store always runs exact: the stage answers Bloom positives itself in
         # approximate mode, so every key it hands the store is merged (docs/stage.md).
+        if not isinstance(learn_every, int) or learn_every < 1:
+            raise InvalidInputError(f"learn_every must be an int >= 1, got {learn_every!r}")
         store = SeenStore.open(store_dir, create, layout=layout, shard_bits=shard_bits,
-                               policy_id=policy.identity if policy else None, wait=wait,
+                               policy=policy, keep_urls=keep_urls, wait=wait,
                                mode="exact", bloom=True, bloom_fpr=bloom_fpr,
                                bloom_capacity=bloom_capacity, sync=sync)
         try:
             replay = store.wal_replay
-            return cls(store, mode=mode, budget_bytes=int(budget_bytes),
-                       cache_keys=int(cache_keys), host_cap=host_cap, wal_sync=wal_sync,
-                       policy=policy, replay=replay, threads=threads)
+            stage = cls(store, mode=mode, budget_bytes=int(budget_bytes),
+                        cache_keys=int(cache_keys), host_cap=host_cap, wal_sync=wal_sync,
+                        policy=policy, replay=replay, threads=threads)
+            stage.learning = bool(learn)
+            stage.learn_every = learn_every
+            return stage
         except BaseException:
             store.close(save_bloom=False)
             raise
@@ -267,7 +285,14 @@ class DedupStage:
             keys = as_keys(items)
             return keys, (list(payloads) if payloads is not None else None), []
         policy = self._url_policy()
-        if len(items) >= FAST_PATH_MIN_URLS:
+        if self.store.keep_urls is not False:  # safe forms kept beside the keys
+            nz = urlcalls.normalised(items, base, policy, self.layout, self.threads)
+            keys, positions, canonical, rejected = nz.keys, nz.positions, nz.canonical, \
+                nz.rejected
+            with self._lock:
+                for k, u in zip(keys.tolist(), nz.safe):
+                    self._spellings.setdefault(k, u)
+        elif len(items) >= FAST_PATH_MIN_URLS:
             fb = normalise_urls(items, base, policy, self.layout, threads=self.threads)
             keys, positions, canonical, rejected = fb.keys, fb.positions, fb.urls, fb.rejected
         else:
@@ -282,13 +307,13 @@ class DedupStage:
         return keys, [payloads[i] for i in np.asarray(positions).tolist()], rejected
 
     def _url_policy(self) -> Policy:
-        if self.policy is not None:
-            return self.policy
-        if self.store.policy_id != DEFAULT_POLICY.identity:
+        """The store's policy (it follows what ``learn`` applies)."""
+        policy = self.store.policy
+        if policy is None:
             raise MismatchError(
                 f"{self.store.path}: store was built with policy {self.store.policy_id!r}; "
                 "open the stage with that policy to offer URLs")
-        return DEFAULT_POLICY
+        return policy
 
     def _check(self) -> None:
         """Requires: lock held. Raise the error that stopped the stage, if any."""
@@ -524,7 +549,13 @@ class DedupStage:
         every = np.concatenate([certain, held])
         uniq = every[:sort_unique_keys(every, self.store.threads)]
         del every
-        is_new = self.store.add_sorted(uniq, approx_answered=buf.n_approx)
+        if self._spellings:
+            self.store._on_new = self._keep_spellings
+        try:
+            is_new = self.store.add_sorted(uniq, approx_answered=buf.n_approx)
+        finally:
+            self.store._on_new = None
+            self._forget_spellings(uniq)
         sort_keys(certain, self.store.threads)
         # a certainly-new key the store already held: must never happen (counted)
         anomalies = int(len(certain) - is_new[np.searchsorted(uniq, certain)].sum())
@@ -538,6 +569,20 @@ class DedupStage:
         order = np.sort(first[new])
         payloads = [buf.held_payloads[i] for i in order.tolist()] if buf.any_payload else None
         return held[order], payloads, anomalies, len(uniq), int(len(hu) - new.sum())
+
+    def _keep_spellings(self, new_keys: np.ndarray, gen: int) -> None:
+        """A merge's hook (store/urls.py): the new keys' URLs, as first offered, go to
+        the store's kept-URL file for the batch. Keys offered as keys have none."""
+        with self._lock:
+            got = [(k, self._spellings.get(k)) for k in new_keys.tolist()]
+        got = [(k, u) for k, u in got if u is not None]
+        if got:
+            urlcalls.keep_new(self.store, [u for _, u in got], gen)
+
+    def _forget_spellings(self, keys: np.ndarray) -> None:
+        with self._lock:
+            for k in keys.tolist():
+                self._spellings.pop(k, None)
 
     def _merge_spilled(self, certain: np.ndarray, held: np.ndarray, buf: _Buffer):
         """``_merge`` of a backlog larger than the stage's memory budget (one offer of
@@ -591,6 +636,47 @@ class DedupStage:
         for k, p in ready:
             pl.extend(p if p is not None else [None] * len(k))
         return Admitted(keys, pl, len(now_keys), rejected)
+
+    # --------------------------------------------------------------- evidence
+    def record_fetch(self, url, status, *, location=None, canonical=None, digest=None,
+                     body=None, simhash=None, link_header=None):
+        """Keep what fetching ``url`` revealed (``SeenStore.record_fetch``). With
+        ``learn=True``, every ``learn_every`` records the stage learns (``learn``)."""
+        with self._lock:
+            self._check()
+        rec = self.store.record_fetch(url, status, location=location, canonical=canonical,
+                                      digest=digest, body=body, simhash=simhash,
+                                      link_header=link_header)
+        self._since_learn += 1
+        if self.learning and self._since_learn >= self.learn_every:
+            self.learn()
+        return rec
+
+    def learn(self, apply: bool = True, config=None) -> list:
+        """Learn rules from the evidence recorded (``SeenStore.learn``). With ``apply``:
+        everything offered so far is merged first (what it hands out is kept for the
+        next offer or ``poll``), the store's policy changes and rebuilds what it
+        changes, and the recent-key cache is emptied (its keys were made under the
+        old policy); later offers use the new rules. Returns the findings."""
+        self._since_learn = 0
+        while True:
+            if apply:
+                target = self._flush_target()
+                while (fut := self._flush_step(target)) is not None:
+                    self._wait(fut, "flush_wait_s")
+            with self._lock:
+                self._check()
+                fut = self._future if self._merging is not None else None
+                if fut is None:  # no merge holds the store (its hook takes our lock)
+                    before = self.store.policy_id
+                    findings = self.store.learn(apply=apply, config=config)
+                    if self.store.policy_id != before and self._cache is not None:
+                        self._cache[:] = 0
+                        self._cache[0] = 1
+                    break
+            self._wait(fut, "flush_wait_s")
+        self.last_findings = findings
+        return findings
 
     # ------------------------------------------------------------ maintenance
     def stats(self) -> dict:

@@ -23,8 +23,8 @@ from seenstore.url.normalise import DEFAULT_MAX_LENGTH, check_base
 from seenstore.url.fastpath import normalise_many
 from seenstore.runtime.parallel import keep_freed_memory
 from seenstore.url.policy import load_policy
-from seenstore.pipeline import (add_batches, add_fast, add_scalar, check_input_options, chunks,
-                                input_batches, input_lines)
+from seenstore.pipeline import (add_batches, add_fast, add_kept, add_scalar,
+                                check_input_options, chunks, input_batches, input_lines)
 from seenstore.cli import (USAGE_EXIT, default_store_dir, fail, main, report_warc, store_option,
                            threads_option)
 from seenstore.cli.deliver import Output
@@ -151,10 +151,13 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     command drops into a crawl pipeline as a filter. Blank lines are skipped;
     rejected lines are counted on stderr. Input is processed in batches of
     --batch-lines, each committed durably before its new URLs are printed, so
-    memory stays bounded. The store records the policy identity: opening it with
-    another policy is refused.
+    memory stays bounded. The store holds its policy (given with --policy when
+    it is created; learned or set with 'seenstore policy'): a --policy other
+    than the store's is refused. A store fed URLs keeps them (safe-rule form) so
+    a policy change can rebuild its hosts (docs/policy.md).
     """
     from seenstore.store import SeenStore
+    from seenstore.store.urls import store_policy
 
     sources = (source, *more)
     if more and not warc:
@@ -162,7 +165,7 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     if (warc or parquet) and (scalar or pairs):
         fail("--scalar/--pairs do not go with --warc/--parquet", USAGE_EXIT)
     check_base(base)
-    policy = load_policy(policy_file)
+    given = load_policy(policy_file) if policy_file else None
     if warc or parquet:
         try:
             check_input_options(sources, warc=warc, parquet=parquet, base=base)
@@ -171,8 +174,9 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     counts: dict[str, int] = {}
     with (nullcontext(sys.stdin.buffer) if source == "-" else open(source, "rb")) as stream, \
             SeenStore.open(store_dir or default_store_dir(), create=True,
-                           policy_id=policy.identity, wait=None if wait < 0 else wait,
+                           policy=given, wait=None if wait < 0 else wait,
                            threads=threads) as store:
+        policy = store_policy(store)
         # stdout is checked before every commit (a reader gone: stop, commit nothing
         # more); new URLs of a committed batch that cannot be written are saved in a
         # recovery file and reported (deliver.py): none is lost.
@@ -194,6 +198,9 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
             read, new = add_batches(batches, store, out, counts)
             if report is not None:
                 report_warc(report, False)
+        elif policy.rules and store.keep_urls is not False and not pairs:
+            read, new = add_kept(stream, store, out, counts, base=base, max_length=max_length,
+                                 batch_lines=batch_lines)
         else:
             keep_freed_memory()
             read, new = add_fast(stream, store, out, counts, pairs=pairs, threads=threads, **kw)

@@ -326,7 +326,7 @@ class Admission:
             return []
         gen = self._store.generation + 1
         target = Target(self._store.path, gen, self._store.layout.host_bits,
-                        self._store.shard_bits, policy_digest(self._store.policy_id),
+                        self._store.shard_bits, policy_digest(self._store.runs_policy_id),
                         self._store.run_format, self._store.sync)
         try:
             out = write_shards(keys, bounds, jobs, self._store._runs, target, self._store._buffers,
@@ -344,6 +344,10 @@ class Admission:
         timings["merge_parts"] = out.parts
         n_new = out.n_new
         try:
+            if self._store._on_new is not None:  # a URL batch keeps its new URLs
+                self._store._on_new(np.concatenate(  # a sorter moved the new keys first
+                    [keys[lo:lo + k] if sort_parts else keys[lo:lo + m][mask]
+                     for lo, m, mask, k in out.segs] or [keys[:0]]), gen)
             self._store._publish(gen, out.added, n_new, out.bytes_written,
                                  timings["approx_answered"])
         except BaseException:

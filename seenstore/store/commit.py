@@ -32,9 +32,10 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def create(path: str, layout: Layout, policy_id: str, shard_bits: int, sync: bool) -> None:
+def create(path: str, layout: Layout, policy_id: str, shard_bits: int, sync: bool,
+           fields: dict | None = None) -> None:
     """Write the first MANIFEST of an empty store (no run at all: a shard's runs
-    appear with its keys)."""
+    appear with its keys); ``fields``: more manifest fields (the policy, keep_urls)."""
     if not 0 <= shard_bits <= MAX_SHARD_BITS:
         raise InvalidInputError(f"shard_bits must be in 0..{MAX_SHARD_BITS}")
     try:
@@ -43,7 +44,7 @@ def create(path: str, layout: Layout, policy_id: str, shard_bits: int, sync: boo
             "store_id": manifest.new_store_id(), "generation": 0,
             "layout": layout.to_dict(), "policy_id": policy_id,
             "shard_bits": shard_bits, "runs": [], "created": now, "updated": now,
-            "counters": dict(manifest.NEW_COUNTERS),
+            "counters": dict(manifest.NEW_COUNTERS), **(fields or {}),
         }, sync=sync)
     except OSError as e:
         raise io_error(e, f"{path}: cannot create store") from e
@@ -102,7 +103,7 @@ class Live:
                 self.doc, self.runs = doc, runs
             return
 
-    def commit_counters(self, n_approx: int, batches: int = 1) -> None:
+    def commit_counters(self, n_approx: int, batches: int = 1, fields: dict | None = None) -> None:
         """Record a batch that changed no run (every key was stored already) and the
         keys answered by the Bloom filter alone: a manifest with the same runs and
         generation, new counters (upgraded to the current format, as every commit)."""
@@ -116,6 +117,7 @@ class Live:
             c["approx_answered"] = c.get("approx_answered", 0) + n_approx
         doc["counters"] = c
         doc["updated"] = _now()
+        doc.update(fields or {})
         try:
             manifest.write(self.path, doc, sync=self.sync)
         except OSError as e:
@@ -128,13 +130,14 @@ class Live:
             self._retire([os.path.join(self.path, name) for name in sorted(gone)])
 
     def commit(self, gen: int, added: list, removed: list, counters: dict,
-               step: str = "") -> None:
+               step: str = "", fields: dict | None = None) -> None:
         """Make generation ``gen`` the store: the runs ``added`` (``(shard, header,
         sparse index)``, files already written and fsynced) join the live runs, the
         files ``removed`` leave them, ``counters`` are added to the manifest's. A
         format 1 manifest is upgraded in the same commit (manifest.upgraded: its
         empty runs leave too). ``step``: prefix of the fault points ("" for a batch,
-        "compact-", "upgrade-")."""
+        "compact-", "upgrade-"). ``fields``: other manifest fields this commit sets
+        (the kept-URL files, the policy: they change with the runs, atomically)."""
         self.join_retire()
         try:
             if self.sync:
@@ -154,6 +157,7 @@ class Live:
                 if v:
                     c[k] = c.get(k, 0) + v
             doc["counters"] = c
+            doc.update(fields or {})
             manifest.write(self.path, doc, sync=self.sync)
         except OSError as e:
             raise io_error(e, f"{self.path}: committing") from e

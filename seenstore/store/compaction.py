@@ -19,6 +19,7 @@ import time
 import warnings
 
 from seenstore.layout import Layout
+from seenstore.store import manifest
 from seenstore.store.runs.format import policy_digest
 from seenstore.store.runs import live as runsmod
 from seenstore.store.commit import Live
@@ -187,7 +188,7 @@ class Compactor:
         doc = live.doc
         gen = live.generation + 1
         host_bits = Layout.from_dict(doc["layout"]).host_bits
-        pdigest = policy_digest(doc["policy_id"])
+        pdigest = policy_digest(manifest.runs_policy_id(doc))
         side_by_side = live.sync and len(group) > 1
         added, removed, writers, written = [], [], [], 0
         shard = group[0][0]

@@ -31,6 +31,9 @@ from seenstore.store import commit as commitmod, compaction as compactionmod, re
 from seenstore.store.runs import live as runsmod
 from seenstore.store import check, opening
 from seenstore.store.admission import Admission
+from seenstore.store.policyheld import held_policy, policy_fields, policy_version
+from seenstore.store import rebuild as rebuildmod, urls as urlcalls
+from seenstore.url.policy import Policy
 from seenstore.store.opening import MODES
 from seenstore.store.compaction import Compactor, plan
 from seenstore.store.files import BLOOM_NAME
@@ -78,6 +81,14 @@ class SeenStore:
         self._pending = walmod.PendingKeys(path)  # keys a stage logged, not merged yet
         self.wal_replay: dict | None = None  # what the writer's open replayed
         self._admission = Admission(self)  # the write path: add, add_new, ...
+        # set by a URL batch (store/urls.py): called with a batch's new keys before
+        # its commit, it writes their kept URLs and stages the manifest fields
+        self._on_new = None
+        self._batch_fields: dict | None = None
+        self._given_policy: Policy | None = None  # open(policy=) of an identity-only store
+        self._policy_cache: tuple | None = None
+        self._evidence = None  # fetch evidence (store/learning.py), read on first use
+        self.last_learn: dict | None = None
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -87,7 +98,8 @@ class SeenStore:
              mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
              bloom_capacity: int | None = None, sync: bool = True,
              run_format: int = runsmod.DEFAULT_RUN_FORMAT,
-             threads: int | None = None, cache_bytes: int | None = None) -> "SeenStore":
+             threads: int | None = None, cache_bytes: int | None = None,
+             policy: Policy | None = None, keep_urls: bool | None = None) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
 
         ``layout``/``policy_id``: when given, must match the store's (MismatchError
@@ -114,13 +126,40 @@ class SeenStore:
         depend on it. ``cache_bytes``: memory a writer may keep live runs' keys in,
         so a batch checks them without reading the disk (store/runcache.py; default
         a quarter of the memory available at open, 0 turns it off; the
-        ``cache_bytes`` attribute changes it later); answers never depend on it."""
+        ``cache_bytes`` attribute changes it later); answers never depend on it.
+        ``policy``: the URL policy (a Policy; its identity is ``policy_id``); a new
+        store holds it whole (``policy``), an existing one must hold the same
+        (MismatchError; change it with ``set_policy``), and one that recorded only
+        its identity learns the whole policy from it. ``keep_urls``: keep the URLs
+        admitted by ``add_urls`` (safe-rule form, for ``rebuild``); None: decided by
+        a new store's first batch (kept when it is a URL batch)."""
         return opening.open_store(cls, path, create, readonly=readonly, layout=layout,
                                   policy_id=policy_id, shard_bits=shard_bits, wait=wait,
                                   mode=mode, bloom=bloom, bloom_fpr=bloom_fpr,
                                   bloom_capacity=bloom_capacity, sync=sync,
                                   run_format=run_format, threads=threads,
-                                  cache_bytes=cache_bytes)
+                                  cache_bytes=cache_bytes, policy=policy,
+                                  keep_urls=keep_urls)
+
+    def _adopt_settings(self, policy: Policy | None, keep_urls: bool | None) -> None:
+        """At open, after the identity check: a store that records only its policy's
+        identity takes the whole ``policy`` (held from its next commit; a read-only
+        one uses it); ``keep_urls`` given for a store that has not decided yet."""
+        doc = self._doc
+        if policy is not None and doc.get("policy") is None and held_policy(doc) is None:
+            self._given_policy = policy
+            if self._lock is not None:
+                self._batch_fields = {**(self._batch_fields or {}),
+                                      **policy_fields(doc, policy, bump=False)}
+        have = doc.get("keep_urls")
+        if keep_urls is not None and have is None and self._lock is not None:
+            if self._live.n_keys() and keep_urls:
+                raise InvalidInputError(f"{self.path}: keep_urls=True needs an empty store "
+                                        "(its keys' URLs were not kept)")
+            self._batch_fields = {**(self._batch_fields or {}), "keep_urls": keep_urls}
+        elif keep_urls is not None and have is not None and have != keep_urls:
+            raise MismatchError(f"{self.path}: store was created with keep_urls={have}, "
+                                f"not {keep_urls}")
 
     def _check_identity(self, layout, policy_id, shard_bits) -> None:
         d = self._doc
@@ -170,7 +209,38 @@ class SeenStore:
 
     @property
     def policy_id(self) -> str:
+        """The identity of the policy the store's keys are made under."""
         return self._doc["policy_id"]
+
+    @property
+    def policy(self) -> Policy | None:
+        """The policy the store holds (None: it records only its identity and was
+        opened without the policy)."""
+        doc = self._doc
+        cached = self._policy_cache
+        if cached is not None and cached[0] == doc["policy_id"]:
+            return cached[1]
+        policy = held_policy(doc) or self._given_policy
+        if policy is not None and policy.identity == doc["policy_id"]:
+            self._policy_cache = (doc["policy_id"], policy)
+            return policy
+        return None
+
+    @property
+    def policy_version(self) -> int:
+        """0 for the policy the store was created with, one more at every change."""
+        return policy_version(self._doc)
+
+    @property
+    def keep_urls(self) -> bool | None:
+        """Whether ``add_urls`` keeps the URLs it admits (None: not decided yet)."""
+        fields = self._batch_fields or {}
+        return fields.get("keep_urls", self._doc.get("keep_urls"))
+
+    @property
+    def runs_policy_id(self) -> str:
+        """The identity its run headers carry (the one it was created with)."""
+        return manifest.runs_policy_id(self._doc)
 
     @property
     def shard_bits(self) -> int:
@@ -300,11 +370,17 @@ class SeenStore:
             self._live.refresh()
 
     def _commit(self, gen: int, added: list, removed: list, counters: dict,
-                step: str = "") -> None:
-        self._live.commit(gen, added, removed, counters, step)
+                step: str = "", fields: dict | None = None) -> None:
+        self._live.commit(gen, added, removed, counters, step, fields)
 
     def _commit_counters(self, n_approx: int, batches: int = 1) -> None:
-        self._live.commit_counters(n_approx, batches)
+        self._live.commit_counters(n_approx, batches, self._take_fields())
+
+    def _take_fields(self) -> dict | None:
+        """The manifest fields a batch's URL hook staged (its kept-URL file): taken
+        by the batch's commit, whichever it is."""
+        fields, self._batch_fields = self._batch_fields, None
+        return fields
 
     def _join_retire(self) -> None:
         self._live.join_retire()
@@ -386,10 +462,66 @@ class SeenStore:
         if added:
             self._commit(gen, added, [], {"batches": 1, "new": n_new,
                                           "bytes_written": bytes_written,
-                                          "approx_answered": approx_answered})
+                                          "approx_answered": approx_answered},
+                         fields=self._take_fields())
             self._compactor.earn(bytes_written)
         else:  # nothing new: no run changes, but the batch and its counts are recorded
             self._commit_counters(approx_answered)
+
+    # ------------------------------------------------------------------- URLs
+    def add_urls(self, urls, base: str | None = None) -> np.ndarray:
+        """Admit URLs (str/bytes; relative ones resolved against ``base``) under the
+        store's policy; return a bool mask aligned with ``urls``: True for the first
+        occurrence of each URL whose key was new (rejected URLs: False). A store that
+        keeps URLs writes the new ones (safe-rule form) with the batch."""
+        return urlcalls.add_urls(self, urls, base)
+
+    def contains_urls(self, urls, base: str | None = None) -> np.ndarray:
+        """Mask aligned with ``urls``: True where the URL's key (under the store's
+        policy) is stored; rejected URLs: False."""
+        return urlcalls.contains_urls(self, urls, base)
+
+    def set_policy(self, policy: Policy, hosts=None, notes=None) -> dict:
+        """Make ``policy`` the store's (one version up) and rebuild the hosts whose
+        rules changed (``hosts``: these host_keys instead; store/rebuild.py), in one
+        commit. ``notes``: host -> a comment kept with its rules. Raises
+        NotSupportedError for a store that keeps no URLs. Returns the figures."""
+        return rebuildmod.apply(self, policy, hosts, notes)
+
+    def rebuild(self, hosts=None) -> dict:
+        """Remake the keys of ``hosts`` (host_keys; None: every host) from the kept
+        URLs under the store's policy (store/rebuild.py). Returns the figures."""
+        if self.policy is None:
+            urlcalls.store_policy(self)
+        return rebuildmod.apply(self, self.policy, hosts, bump=False)
+
+    # --------------------------------------------------------------- evidence
+    def record_fetch(self, url, status, *, location=None, canonical=None, digest=None,
+                     body=None, simhash=None, link_header=None):
+        """Keep what fetching ``url`` revealed: its HTTP ``status``, the redirect target
+        (``location``), the declared canonical (``canonical``; else taken from
+        ``body``'s HTML or ``link_header``), the content digest (``digest``; else
+        computed from ``body``, with its SimHash). Bounded per host (docs/evidence.md).
+        Returns the ``Fetch`` kept; InvalidInputError for a URL with no canonical form."""
+        from seenstore.store import learning
+        return learning.record_fetch(self, url, status, location=location,
+                                     canonical=canonical, digest=digest, body=body,
+                                     simhash=simhash, link_header=link_header)
+
+    def record_fetches(self, records) -> dict:
+        """``record_fetch`` for many: an iterable of dicts with those argument names, or
+        an Arrow table with those columns. A bad record is rejected, not raised:
+        returns ``{"recorded": n, "rejected": [(index, reason), ...]}``."""
+        from seenstore.store import learning
+        return learning.record_fetches(self, records)
+
+    def learn(self, apply: bool = True, config=None) -> list:
+        """Propose per-host rules from the evidence (seenstore/evidence/learn.py); with
+        ``apply``, make the adopted ones (and the withdrawal of contradicted ones)
+        the store's policy, rebuilding the hosts they change (``set_policy``).
+        Returns the findings: host, rule, support, counter-evidence, status."""
+        from seenstore.store import learning
+        return learning.learn(self, apply, learning.check_config(config))
 
     # ----------------------------------------------------------------- queries
     def _shard_bounds(self, sorted_keys: np.ndarray) -> np.ndarray:
@@ -482,6 +614,13 @@ class SeenStore:
         # is its own commit): what is left waits for the next writer's batches
         self._join_compactor(stop=True)
         self._join_retire()
+        if self._batch_fields and self._lock is not None:  # settings staged at open
+            try:
+                self._live.commit_counters(0, batches=0, fields=self._take_fields())
+            except SeenStoreError as e:
+                warnings.warn(f"store settings not recorded ({e}); give them again on open")
+        if self._evidence is not None:
+            self._evidence.close()  # its log is replayed by the next open
         try:
             if save_bloom:
                 self.checkpoint()

@@ -25,7 +25,12 @@ NAME = "MANIFEST"
 TMP_NAME = "MANIFEST.tmp"
 FORMAT = "seenstore-manifest"
 MAJOR = 2
-MINOR = 0
+MINOR = 1
+# Minor 1 adds optional fields older readers ignore safely: "runs_policy_id" (the
+# identity run headers carry; absent: "policy_id"), "policy" (the whole policy the
+# store holds), "keep_urls", "url_files", "evidence". A store whose policy changed
+# has "policy_id" != "runs_policy_id", which a 2.0 reader refuses (run headers do
+# not match), so it never answers under the wrong policy.
 OLDEST_MAJOR = 1  # format 1 (one run per shard) is read and upgraded
 # "store_id" (a store's random identity; the Bloom file is bound to it) is in every
 # format 1.1 and 2 manifest; upgrading a 1.0 manifest gives it one.
@@ -137,3 +142,17 @@ def runs_digest(doc: dict) -> int:
     text = ";".join(f"{r['shard']}:{r['file']}:{r['count']}:{r['checksum']}"
                     for r in sorted(doc["runs"], key=lambda r: (r["shard"], r["file"])))
     return xxhash.xxh3_64_intdigest(text.encode("utf-8"))
+
+
+def runs_policy_id(doc: dict) -> str:
+    """The policy identity every run header of the store carries: the identity the
+    store was created with (a policy change replaces ``policy_id`` only)."""
+    return doc.get("runs_policy_id", doc["policy_id"])
+
+
+def named_files(doc: dict) -> set:
+    """Every file name ``doc`` names: runs, kept-URL files, the evidence snapshot."""
+    names = {r["file"] for r in doc["runs"]} | {e["file"] for e in doc.get("url_files", ())}
+    if doc.get("evidence"):
+        names.add(doc["evidence"]["file"])
+    return names

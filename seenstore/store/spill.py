@@ -81,7 +81,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     sb = store.shard_bits
-    pd = policy_digest(store.policy_id)
+    pd = policy_digest(store.runs_policy_id)
     writers: dict = {}
     early = None  # this batch's Bloom insert (_start_insert), until the commit
     syncer = None  # the new runs' fsyncs (Syncer), until they are waited for

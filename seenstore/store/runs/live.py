@@ -32,6 +32,7 @@ from seenstore.kernels.dispatch import merge as _kernels  # numpy twins below di
 from seenstore.errors import CorruptionError
 from seenstore.kernels.status import KWAY_BAD, KWAY_DONE
 from seenstore.layout import Layout
+from seenstore.store import manifest
 from seenstore.store.runs.format import MAGIC, SPARSE_STRIDE, policy_digest
 from seenstore.runtime.aligned import ALIGN, aligned_empty, whole_blocks
 from seenstore.store.runs.reader import RunReader
@@ -486,7 +487,7 @@ def readers_for(path: str, doc: dict, have: dict | None = None) -> dict:
     by shard, oldest first, each checked against it (CorruptionError otherwise);
     ``have``: readers already open by file name (kept: their sparse index is built)."""
     runs: dict[int, list] = {}
-    pd = policy_digest(doc["policy_id"])
+    pd = policy_digest(manifest.runs_policy_id(doc))
     host_bits = Layout.from_dict(doc["layout"]).host_bits
     for r in doc["runs"]:
         reader = (have or {}).get(r["file"])

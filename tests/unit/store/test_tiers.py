@@ -347,7 +347,7 @@ def test_format1_store_opens_answers_and_upgrades_on_first_write(tmp_path):
     with SeenStore.open(path, bloom=False) as s:  # opening does not write
         assert manifest.read(path)["major"] == 1
         assert s.add_new(np.array(want["absent"][:1], np.uint64)).tolist() == want["absent"][:1]
-        assert s.manifest_format == "2.0"
+        assert s.manifest_format == f"{manifest.MAJOR}.{manifest.MINOR}"
     doc = manifest.read(path)
     assert doc["major"] == 2 and all(r["count"] for r in doc["runs"])  # empty runs dropped
     assert doc["counters"]["bytes_written"] > 0
@@ -366,7 +366,8 @@ def test_upgrade_command_and_old_code_refuses_format2(tmp_path):
     r = CliRunner().invoke(main, ["upgrade", "--store", path, "--json"])
     assert r.exit_code == 0, r.output
     # the manifest, and the 3 non-empty runs of format 1.0 rewritten as 1.1
-    assert json.loads(r.output) == {"from": "1.0", "to": "2.0", "runs_rewritten": 3,
+    now = f"{manifest.MAJOR}.{manifest.MINOR}"
+    assert json.loads(r.output) == {"from": "1.0", "to": now, "runs_rewritten": 3,
                                     "upgraded": True}
     r = CliRunner().invoke(main, ["upgrade", "--store", path, "--json"])
     assert json.loads(r.output)["upgraded"] is False
