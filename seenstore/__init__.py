@@ -5,7 +5,12 @@ Data flows one way: normalise -> fingerprint -> batch -> bloom -> merge -> store
 The package face::
 
     from seenstore import (SeenStore, DedupStage, normalise, try_normalise,
-                           normalise_many, fingerprint, fingerprint_many, Policy, errors)
+                           normalise_many, fingerprint, fingerprint_many, Policy, errors,
+                           page_digest, page_simhash)
+
+``fingerprint``/``fingerprint_many`` here normalise first (any URL in, or
+URLRejected); ``seenstore.url.fingerprint`` has the reference hash over URLs
+already canonical.
 
 Names are imported on first use (PEP 562), so ``import seenstore`` stays cheap
 (about 10 ms) and numba loads only with the store, the stage or a batch kernel.
@@ -27,14 +32,17 @@ _LAZY = {
     "try_normalise": "seenstore.url.normalise",
     "normalise_many": "seenstore.url.fastpath",
     "Rejection": "seenstore.url.normalise",
-    "fingerprint": "seenstore.url.fingerprint",
-    "fingerprint_many": "seenstore.url.fingerprint",
+    "fingerprint": "seenstore.url.urlkeys",
+    "fingerprint_many": "seenstore.url.urlkeys",
+    "page_digest": "seenstore.evidence.digest",
+    "page_simhash": "seenstore.evidence.digest",
     "Policy": "seenstore.url.policy",
     "load_policy": "seenstore.url.policy",
 }
 
 __all__ = ["SeenStore", "DedupStage", "normalise", "try_normalise", "normalise_many",
            "Rejection", "fingerprint", "fingerprint_many", "Policy", "load_policy", "errors",
+           "page_digest", "page_simhash",
            "SeenStoreError", "Layout", "DEFAULT_LAYOUT", "__version__"]
 
 

@@ -58,7 +58,7 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
     if readonly:
         store = cls(path, manifest.read(path), None)
         store._check_identity(layout, policy_id, None)
-        store._adopt_settings(policy, None)
+        store._adopt_settings(policy, keep_urls)
         store._live.refresh(force=True)
         store.threads = threads or store.threads
         return store
