@@ -263,6 +263,8 @@ _COMMAND_MODULES = {
     "bench": "bench_cmd", "cluster": "cluster_cmds",
     "links": "integration_cmds", "check": "integration_cmds", "export": "integration_cmds",
     "dump-run": "integration_cmds",
+    "policy": "policy_cmds", "rebuild": "policy_cmds", "learn": "policy_cmds",
+    "duplicates": "policy_cmds",
 }
 
 

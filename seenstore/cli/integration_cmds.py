@@ -78,7 +78,7 @@ def links_cmd(files, no_flag, follow_only, as_json):
                    "(the format of 'seenstore merge'), '-' for stdin.")
 @click.option("--base", default=None, metavar="URL", help="Resolve relative URLs against URL.")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False), default=None,
-              metavar="FILE", help="The store's policy TOML (default: safe rules, 'safe-v1').")
+              metavar="FILE", help="The store's policy TOML (default: the policy the store holds).")
 @click.option("--seen-only", is_flag=True, help="Print only the items already seen.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per item ({input, canonical, key, seen} or {input, "
@@ -146,10 +146,13 @@ def _check_urls(urls, store_dir, base, policy_file, counts, seen_only, as_json) 
     from seenstore.store import SeenStore
     from seenstore.pipeline import chunks, input_lines
 
+    from seenstore.store.urls import store_policy
+
     check_base(base)
-    policy = load_policy(policy_file)
+    given = load_policy(policy_file) if policy_file else None
     with SeenStore.open(store_dir or default_store_dir(), readonly=True,
-                        policy_id=policy.identity) as store:
+                        policy=given) as store:
+        policy = store_policy(store)
         for chunk in chunks(input_lines(urls, DEFAULT_MAX_LENGTH), 65536):
             fb = normalise_urls(chunk, base, policy, store.layout)
             seen = store.contains(fb.keys).tolist()

@@ -55,9 +55,17 @@ def _summary(command: str, counts: dict[str, int], extra: str = "") -> None:
         click.echo(f"seenstore {command}: {extra}{rej}", err=True)
 
 
-def _per_line(command: str, urls, base, policy_file, max_length, threads, render) -> None:
+def _per_line(command: str, urls, base, policy_file, max_length, threads, render,
+              store_dir=None) -> None:
     check_base(base)
     policy = load_policy(policy_file)
+    if store_dir is not None:  # the policy the store holds (a --policy must be it)
+        from seenstore.store import SeenStore
+        from seenstore.store.urls import store_policy
+
+        with SeenStore.open(store_dir, readonly=True,
+                            policy=policy if policy_file else None) as store:
+            policy = store_policy(store)
     counts: dict[str, int] = {}
     # a chunk of dispatch.SMALL lines or more takes the kernels (and loads them for the
     # chunks after it); smaller chunks of a long stream each took the scalar path
@@ -78,16 +86,19 @@ def _per_line(command: str, urls, base, policy_file, max_length, threads, render
 @click.argument("urls", nargs=-1)
 @base_option
 @policy_option
+@click.option("--store", "store_dir", type=click.Path(file_okay=False), default=None,
+              help="Normalise under the policy this store holds (learned rules included).")
 @max_length_option
 @threads_option
-def normalise_cmd(urls, base, policy_file, max_length, threads):
+def normalise_cmd(urls, base, policy_file, store_dir, max_length, threads):
     """Print the canonical form of each URL (arguments, or stdin lines with none or '-').
 
     One output line per input line: the canonical URL, or '# rejected: REASON'
     (encoding, too-long, control-char, unparsable, scheme). Rejection counts go
     to stderr. The canonical form is the one the store fingerprints.
     """
-    _per_line("normalise", urls, base, policy_file, max_length, threads, lambda u: u)
+    _per_line("normalise", urls, base, policy_file, max_length, threads, lambda u: u,
+              store_dir)
 
 
 @main.command("fingerprint")

@@ -85,8 +85,10 @@ def snapshot(store) -> None:
     log.committed(entry)
 
 
-def learn(store, apply: bool = True, config: LearnConfig | None = None) -> list:
-    """``SeenStore.learn``'s body (its docstring)."""
+def learn(store, apply: bool = True, config: LearnConfig | None = None,
+          extra: Iterable = ()) -> list:
+    """``SeenStore.learn``'s body (its docstring). ``extra``: more fetches to learn
+    from, not recorded (``seenstore learn --dry-run``)."""
     if apply:
         store._check_writable()
     else:
@@ -95,13 +97,14 @@ def learn(store, apply: bool = True, config: LearnConfig | None = None) -> list:
     base = getattr(policy, "base", policy)
     previous = getattr(policy, "learned", {}) or {}
     with store._mutex:
-        fetches = list(evidence(store))
+        fetches = list(evidence(store)) + list(extra)
     rules, findings = learn_rules(fetches, base, config or LearnConfig(), previous)
+    new = base.with_learned(rules)
     store.last_learn = {"fetches": len(fetches), "hosts": len({f.host for f in fetches}),
-                        "rules": len(rules), "rebuild": None}
+                        "rules": len(rules), "rebuild": None, "policy": new,
+                        "notes": _notes(findings)}
     if not apply:
         return findings
-    new = base.with_learned(rules)
     if new.identity != policy.identity:
         store.last_learn["rebuild"] = store.set_policy(new, notes=_notes(findings))
     with store._mutex:

@@ -1,0 +1,141 @@
+"""A policy change rebuilds: afterwards the store answers as a fresh store fed the
+kept URLs under the new policy (hypothesis, against that oracle and a set of
+keys); a store without kept URLs refuses; a kill at any step of a rebuild
+leaves the old policy with the old keys or the new policy with the new keys."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import REPO, request_cleanup
+from seenstore.errors import NotSupportedError
+from seenstore.store import SeenStore
+from seenstore.store.urls import kept_files
+from seenstore.url.fingerprint import fingerprint_many
+from seenstore.url.normalise import Rejection, try_normalise
+from seenstore.url.policy import DEFAULT_POLICY, parse_policy
+
+RULES = [
+    'strip_params = ["sid"]', "sort_query = true", 'trailing_slash = "remove"',
+    'trailing_slash = "add"', "strip_www = true", "strip_tracking = true",
+]
+HOSTS = ["a.test", "www.a.test", "b.test", "www.c.test", "c.test"]
+PATHS = ["/", "/x", "/x/", "/x?b=1&a=2", "/x?a=2&b=1", "/y?sid=1", "/y?sid=2", "/y",
+         "/z?utm_source=q", "/z"]
+
+
+def policy_of(picks: list[int], hosts: str = "*"):
+    if not picks:
+        return DEFAULT_POLICY
+    body = "\n".join(RULES[i] for i in sorted(set(picks)) if not (
+        i == 3 and 2 in picks))  # one trailing_slash mode
+    return parse_policy(f'version = "p"\n[[rule]]\nhosts = ["{hosts}"]\n{body}\n')
+
+
+def kept(store) -> list[str]:
+    return [u.decode() for f in kept_files(store) for b in f.iter_all() for u in b]
+
+
+def stored(store) -> set:
+    return set(np.concatenate(list(store.iter_keys()) or [np.empty(0, np.uint64)]).tolist())
+
+
+def keys_under(urls, policy) -> set:
+    forms = [try_normalise(u, None, policy) for u in urls]
+    return set(fingerprint_many([f for f in forms if not isinstance(f, Rejection)]).tolist())
+
+
+url_st = st.builds(lambda h, p: f"http://{h}{p}", st.sampled_from(HOSTS), st.sampled_from(PATHS))
+
+
+@settings(max_examples=30, deadline=None)
+@given(batches=st.lists(st.lists(url_st, min_size=1, max_size=25), min_size=1, max_size=3),
+       old=st.lists(st.integers(0, len(RULES) - 1), max_size=3),
+       new=st.lists(st.integers(0, len(RULES) - 1), max_size=3),
+       shard_bits=st.sampled_from([0, 2, 4]))
+def test_rebuild_equals_a_fresh_store_fed_the_kept_urls(tmp_path_factory, batches, old, new,
+                                                        shard_bits):
+    base = request_cleanup(tmp_path_factory.mktemp("r"))
+    p_old, p_new = policy_of(old), policy_of(new)
+    with SeenStore.open(str(base / "s"), create=True, sync=False, policy=p_old,
+                        shard_bits=shard_bits) as store:
+        for b in batches:
+            store.add_urls(b)
+        urls = kept(store)
+        assert stored(store) == keys_under(urls, p_old)
+        fig = store.set_policy(p_new)
+        assert store.policy.identity == p_new.identity
+        assert store.policy_version == 1
+        assert stored(store) == keys_under(urls, p_new), fig
+        probe = [f"http://{h}{p}" for h in HOSTS for p in PATHS]
+        answer = store.contains_urls(probe).tolist()
+    with SeenStore.open(str(base / "fresh"), create=True, sync=False, policy=p_new) as fresh:
+        fresh.add_urls(urls)
+        assert fresh.contains_urls(probe).tolist() == answer
+    with SeenStore.open(str(base / "s"), sync=False) as again:  # the policy is held
+        assert again.policy.identity == p_new.identity
+        assert again.contains_urls(probe).tolist() == answer
+        again.verify()
+
+
+def test_a_store_that_keeps_no_urls_refuses_a_policy_change(tmp_path):
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as store:
+        store.add([1, 2, 3])
+        with pytest.raises(NotSupportedError, match="keeps no URLs"):
+            store.set_policy(policy_of([1]))
+        assert store.policy_id == DEFAULT_POLICY.identity and len(store) == 3
+
+
+def test_rebuild_of_named_hosts_leaves_the_others(tmp_path):
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as store:
+        store.add_urls([f"http://{h}{p}" for h in HOSTS for p in PATHS])
+        store.add([5])  # a key without a URL, on no host of ours
+        before = stored(store)
+        fig = store.rebuild(["b.test"])
+        after = stored(store)
+        assert after == before and fig["keys_removed"] == fig["keys_added"] > 0
+        assert fig["shards_rewritten"] >= 1
+
+
+KILL_SCRIPT = r"""
+import sys, json
+from seenstore.store import SeenStore
+from seenstore.url.policy import parse_policy
+path, point = sys.argv[1], sys.argv[2]
+from seenstore.store.files import arm_fault
+with SeenStore.open(path, sync=True) as store:
+    arm_fault(point)
+    store.set_policy(parse_policy(sys.argv[3]))
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("point", ["rebuild-write", "rebuild-written",
+                                   "rebuild-before-manifest", "rebuild-after-manifest"])
+def test_kill_inside_a_rebuild_leaves_policy_and_keys_agreeing(tmp_path, point):
+    path = str(tmp_path / "s")
+    urls = [f"http://{h}{p}" for h in HOSTS for p in PATHS]
+    new_text = 'version = "n"\n[[rule]]\nhosts = ["*"]\nsort_query = true\nstrip_www = true\n'
+    with SeenStore.open(path, create=True) as store:
+        store.add_urls(urls)
+        old_id = store.policy_id
+    r = subprocess.run([sys.executable, "-c", KILL_SCRIPT, path, point, new_text],
+                       capture_output=True, text=True, cwd=REPO,
+                       env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == -9, r.stderr
+    with SeenStore.open(path) as store:
+        keys = stored(store)
+        policy = store.policy
+        assert store.policy_id in (old_id, parse_policy(new_text).identity)
+        assert keys == keys_under(urls, policy)
+        store.verify()
+        leftovers = {n for n in os.listdir(path) if n.endswith((".run", ".url"))}
+        doc = store._doc
+        assert leftovers == {r["file"] for r in doc["runs"]} | {
+            e["file"] for e in doc["url_files"]}
