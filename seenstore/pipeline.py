@@ -9,13 +9,19 @@ to stop (nothing more is committed); after the commit the batch's new canonical
 URLs (first occurrences, in input order, one per line) go to ``out.send(bytes)``,
 so a URL is handed on only once it is committed (cli/deliver.py's Output meets this
 contract). Rejections are counted by reason into ``counts``. ``input_lines`` and
-``chunks`` give URLs from arguments or stdin lines in bounded chunks. Failures are
-seenstore.errors' typed errors; this module prints nothing. docs/fastpath.md.
+``chunks`` give URLs from arguments or stdin lines in bounded chunks. ``add_live``
+runs ``add_fast`` over a pipe that stays open (``tail -f | seenstore add -``): a
+``LiveInput`` ends a segment, so its batch is committed and its new URLs sent,
+once its first line has waited ``interval`` seconds and no more input is at hand.
+Failures are seenstore.errors' typed errors; this module prints nothing.
+docs/fastpath.md.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import select
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -309,6 +315,117 @@ def add_kept(stream, store, out, counts: dict[str, int], *, base, max_length: in
     return read, new
 
 
+# -------------------------------------------------------------------- live input
+_BOM = b"\xef\xbb\xbf"
+_READ = 1 << 20  # bytes per read of a live input
+_HOLD = 16 << 20  # an unfinished line longer than this is handed on unfinished
+
+
+class LiveInput:
+    """A binary stream (``readinto1``, ``readinto``, ``read``) over the file descriptor
+    ``fd`` of a pipe, socket or terminal, in segments: a segment ends (a read returns
+    0, as at the end of a file) once its first line was handed out ``interval``
+    seconds ago and no complete line is at hand, or at the real end of the input.
+    ``next_segment()`` starts the next; ``more`` says whether one may follow. Only
+    whole lines end a segment (an unfinished last line waits for its newline, or is
+    handed on once longer than _HOLD bytes, and then the segment runs on to the end
+    of that line). While waiting for input, ``out.gone()`` (deliver.Output) is
+    watched: when the reader of the output has gone, ``out.check()`` raises."""
+
+    def __init__(self, fd: int, interval: float, out=None) -> None:
+        self.fd, self.interval, self.out = fd, interval, out
+        self.pending = bytearray()  # read from fd, not handed out yet
+        self.eof = False
+        self.first: float | None = None  # when this segment's first bytes were handed out
+        self.mid_line = False  # the bytes handed out end inside a line
+        self.segment = 0
+        self.poll = select.poll()
+        self.poll.register(fd, select.POLLIN)
+        self.out_fd = getattr(out, "fd", None) if getattr(out, "pipe", 0) else None
+        if self.out_fd is not None:
+            self.poll.register(self.out_fd, 0)  # errors only: the reader has gone
+
+    @property
+    def more(self) -> bool:
+        return not self.eof or bool(self.pending)
+
+    def next_segment(self) -> None:
+        self.segment += 1
+        self.first = None
+
+    def readinto1(self, buffer) -> int:
+        with memoryview(buffer) as mv:
+            while True:
+                n = self._hand_out(mv)
+                if n or self.eof:
+                    return n
+                wait = None
+                if self.first is not None and not self.mid_line:
+                    wait = self.first + self.interval - time.monotonic()
+                    if wait <= 0:
+                        return 0  # the segment ends here
+                self._fill(wait)
+
+    readinto = readinto1
+
+    def read(self, size: int = -1) -> bytes:
+        buf = bytearray(size if size > 0 else _READ)
+        return bytes(buf[:self.readinto1(buf)])
+
+    def _hand_out(self, mv) -> int:
+        """Copy the whole lines at hand (all of it at the end, or a long unfinished
+        line) into ``mv``; return how many bytes."""
+        p = self.pending
+        if self.first is None and self.segment and p.startswith(_BOM):
+            p[:0] = b"\n"  # a later segment's first line is no byte order mark
+        end = len(p) if self.eof or len(p) > _HOLD else p.rfind(b"\n") + 1
+        n = min(end, len(mv))
+        if n:
+            mv[:n] = p[:n]
+            del p[:n]
+            self.mid_line = mv[n - 1] != 10
+            if self.first is None:
+                self.first = time.monotonic()
+        return n
+
+    def _fill(self, wait: float | None) -> None:
+        """Wait up to ``wait`` seconds (None: as long as it takes) for input, and read
+        what is at hand."""
+        timeout = -1 if wait is None else max(1, int(wait * 1000 + 0.999))
+        for fd, ev in self.poll.poll(timeout):
+            if fd == self.out_fd:
+                self.out.check()  # raises: the reader of the output has gone
+                continue
+            while True:
+                chunk = os.read(self.fd, _READ)
+                if not chunk:
+                    self.eof = True
+                    return
+                self.pending += chunk
+                if len(chunk) < _READ or len(self.pending) >= _HOLD \
+                        or not self.poll.poll(0):
+                    return
+
+
+def add_live(fd: int, store, out, counts: dict[str, int], *, interval: float,
+             scalar: bool = False, **kw) -> tuple[int, int]:
+    """``add_fast`` (``scalar``: ``add_scalar``) over a pipe that may stay open: the
+    lines of ``fd`` in LiveInput segments, each run to its end, so what arrived is
+    committed and its new URLs sent within about ``interval`` seconds of arriving
+    (plus the commit); ``kw`` as add_fast's (add_scalar's). Returns (URLs read, new)."""
+    src = LiveInput(fd, interval, out)
+    read = new = 0
+    while True:
+        if scalar:
+            r, n = add_scalar(src, store, out, counts, **kw)
+        else:
+            r, n = add_fast(src, store, out, counts, **kw)
+        read, new = read + r, new + n
+        if not src.more:
+            return read, new
+        src.next_segment()
+
+
 # ------------------------------------------------------------------ one commit
 def add_batches(batches: Iterable, store, out, counts: dict[str, int],
                 seconds: dict[str, float] | None = None) -> tuple[int, int]:
@@ -357,3 +474,7 @@ def admit_batch(fbs, store, out, counts: dict[str, int], seconds: dict[str, floa
 
 __all__ = ["SUB_LINES", "add_batches", "add_fast", "add_kept", "add_scalar", "admit_batch",
            "check_input_options", "chunks", "input_batches", "input_lines"]
+
+
+__all__ = ["SUB_LINES", "LiveInput", "add_batches", "add_fast", "add_live", "add_scalar",
+           "admit_batch", "check_input_options", "chunks", "input_batches", "input_lines"]

@@ -260,6 +260,7 @@ _COMMAND_MODULES = {
     "add": "url_cmds", "normalise": "url_cmds", "fingerprint": "url_cmds",
     "merge": "store_cmds", "stats": "store_cmds", "verify": "store_cmds",
     "compact": "store_cmds", "upgrade": "store_cmds", "warmup": "store_cmds",
+    "replay": "store_cmds",
     "bench": "bench_cmd", "cluster": "cluster_cmds",
     "links": "integration_cmds", "check": "integration_cmds", "export": "integration_cmds",
     "dump-run": "integration_cmds",

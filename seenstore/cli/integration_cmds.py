@@ -211,27 +211,44 @@ def host_range(host: str, layout: Layout) -> tuple[int, int]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary on stderr as JSON.")
 def export_cmd(store_dir, fmt, host, output, as_json):
     """Stream the stored keys, ascending (all, or one host's range), without
-    loading them into memory. Opens the store read-only."""
+    loading them into memory. Opens the store read-only.
+
+    Every key comes from checked bytes (a run's page checksums, a compressed
+    block's, a format 1.0 run checked whole first): damage stops the export
+    with a one-line error naming the file and page (exit 4). -o FILE then
+    leaves no file (it is written beside and renamed when complete); on
+    stdout the keys before the damaged page have been written.
+    """
     from seenstore.store import SeenStore
 
     if output == "-" and sys.stdout.isatty():
         _fail_usage("refusing to write binary keys to a terminal; use -o FILE or a pipe")
     n = 0
-    with SeenStore.open(store_dir or default_store_dir(), readonly=True) as store:
-        lo, hi = host_range(host, store.layout) if host else (0, 1 << 64)
-        chunks = store.iter_keys(lo, hi)
-        if fmt == "raw":
-            f = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
-            try:
-                for c in chunks:
-                    f.write(np.ascontiguousarray(c, dtype="<u8").tobytes())
-                    n += len(c)
-                f.flush()
-            finally:
-                if f is not sys.stdout.buffer:
-                    f.close()
-        else:
-            n = _write_parquet(chunks, output)
+    # a file appears complete or not at all: written beside, renamed when every key
+    # read has passed its checks (a damaged run: exit 4, no file)
+    target = output if output == "-" else os.path.join(
+        os.path.dirname(os.path.abspath(output)), f".{os.path.basename(output)}.{os.getpid()}.tmp")
+    try:
+        with SeenStore.open(store_dir or default_store_dir(), readonly=True) as store:
+            lo, hi = host_range(host, store.layout) if host else (0, 1 << 64)
+            chunks = store.iter_keys(lo, hi)  # every page checked before its keys are used
+            if fmt == "raw":
+                f = sys.stdout.buffer if target == "-" else open(target, "wb")  # noqa: SIM115
+                try:
+                    for c in chunks:
+                        f.write(np.ascontiguousarray(c, dtype="<u8").tobytes())
+                        n += len(c)
+                    f.flush()
+                finally:
+                    if f is not sys.stdout.buffer:
+                        f.close()
+            else:
+                n = _write_parquet(chunks, target)
+        if target != "-":
+            os.replace(target, output)
+    finally:
+        if target != "-" and os.path.exists(target):
+            os.unlink(target)
     summary = {"keys": n, "format": fmt, "host": host,
                "range": [f"{lo:016x}", f"{hi - 1:016x}"]}
     if as_json:

@@ -1,5 +1,6 @@
 """Store commands: ``merge`` a batch file of keys, ``stats``, ``verify``, ``compact``,
-``upgrade``."""
+``upgrade``, ``replay`` (print what an output could not deliver: deliver.py's
+recovery files)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import time
 import click
 
 from seenstore.keys.batch import read_batch_file
-from seenstore.errors import InvalidInputError, SeenStoreError, StoreIOError, StoreNotFoundError
+from seenstore.errors import (InvalidInputError, SeenStoreError, StoreIOError,
+                              StoreNotFoundError, UndeliveredError)
 from seenstore.store import SeenStore, manifest
 from seenstore.cli import (COUNT, SIZE, default_store_dir, json_to_stderr, main, store_option,
                            threads_option)
-from seenstore.cli.deliver import Output
+from seenstore.cli.deliver import Output, recovery_files
 
 wait_option = click.option(
     "--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
@@ -121,6 +123,7 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacit
     if out is not None:  # committed: deliver, or save what could not be delivered
         out.send(keys[mask].astype("<u8").tobytes())
         out.close()
+        out.finish()
     result = {
         "batch": batch, "offered": int(len(keys)), "unique": int(timings.get("unique", 0)),
         "new": n_new, "already_seen": int(timings.get("unique", 0)) - n_new,
@@ -201,6 +204,7 @@ def _deliver_file(out, tmp: str, store_dir: str) -> None:
             while piece := f.read(8 << 20):
                 out.send(piece)
         out.close()
+        out.finish()
     except (OSError, SeenStoreError) as e:
         keep = os.path.join(store_dir, time.strftime("undelivered-%Y%m%dT%H%M%SZ", time.gmtime())
                             + f"-{os.getpid()}.bin")
@@ -383,4 +387,67 @@ def warmup(as_json):
         click.echo(f"kernels ready in {seconds:.1f} s")
 
 
-__all__ = ["merge", "stats", "verify", "compact", "upgrade", "warmup"]
+@main.command()
+@store_option
+@click.option("--keys", is_flag=True,
+              help="Replay the key files (.bin: raw little-endian uint64 of 'merge "
+                   "--new-out') instead of the URL files (.txt of 'add').")
+def replay(store_dir, keys):
+    """Print what was committed but not delivered, then delete it.
+
+    'seenstore add' (and 'merge --new-out') save the committed new URLs (keys)
+    that their reader did not read, also those left in the pipe when it went
+    away, in undelivered-*.txt (.bin) files in the store directory. replay
+    writes them to stdout, oldest first, and deletes the files once all of it
+    is read (it waits while the reader reads). If the reader goes away first,
+    what it did not read is saved in one new undelivered file (exit 6), as add
+    does: replay again.
+    """
+    path = store_dir or default_store_dir()
+    _open(path, readonly=True).close()  # a store, or the one-line error (exit 3)
+    if keys and sys.stdout.isatty():
+        raise click.UsageError("refusing to write binary keys to a terminal; use a pipe or "
+                               "redirect")
+    files = recovery_files(path, "bin" if keys else "txt")
+    what = "keys" if keys else "URLs"
+    out = Output("-", path, 8 if keys else 0, what).open()  # refused if the reader has gone
+    at = {"file": -1, "open": None}
+
+    def remainder():
+        """What a rescue saves after the undelivered bytes: the rest of the file
+        being written, then the files not begun."""
+        if at["open"] is not None:
+            yield at["open"].read()
+        for name in files[at["file"] + 1:]:
+            with open(name, "rb") as g:
+                yield g.read()
+
+    out.remainder = remainder
+    sent = 0
+    try:
+        for i, name in enumerate(files):
+            at["file"] = i
+            with open(name, "rb") as f:
+                at["open"] = f
+                while piece := f.read(8 << 20):
+                    out.send(piece)
+                    sent += len(piece) // 8 if keys else piece.count(b"\n")
+                at["open"] = None
+        out.finish(patience=None)
+    except UndeliveredError:
+        _remove(files)  # what was not read is in the new file the error names
+        raise
+    _remove(files)
+    click.echo(f"seenstore replay: {sent:,} {what} from {len(files)} undelivered files "
+               "delivered; files removed", err=True)
+
+
+def _remove(paths: list[str]) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+__all__ = ["merge", "stats", "verify", "compact", "upgrade", "warmup", "replay"]

@@ -4,12 +4,15 @@ Each reads URLs from its arguments or, with none or ``-``, one per line from std
 (bytes; a trailing CR is dropped). ``normalise``/``fingerprint`` print one line per
 input (``# rejected: REASON`` for a URL without a canonical form); ``add`` prints only
 the new canonical URLs and counts rejections on stderr: it runs the library's add
-pipeline (seenstore/pipeline.py) with stdout as its output (deliver.py).
-docs/normalise.md.
+pipeline (seenstore/pipeline.py) with stdout as its output (deliver.py); from a
+pipe or terminal (``add -``) as a live filter (``--flush-interval``,
+pipeline.add_live), from a file at the fast path's full speed. docs/normalise.md.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from contextlib import nullcontext
 
@@ -23,7 +26,7 @@ from seenstore.url.normalise import DEFAULT_MAX_LENGTH, check_base
 from seenstore.url.fastpath import normalise_many
 from seenstore.runtime.parallel import keep_freed_memory
 from seenstore.url.policy import load_policy
-from seenstore.pipeline import (add_batches, add_fast, add_kept, add_scalar,
+from seenstore.pipeline import (add_batches, add_fast, add_kept, add_live, add_scalar,
                                 check_input_options, chunks, input_batches, input_lines)
 from seenstore.cli import (USAGE_EXIT, default_store_dir, fail, main, report_warc, store_option,
                            threads_option)
@@ -127,6 +130,15 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url, th
     _per_line("fingerprint", urls, base, policy_file, max_length, threads, render)
 
 
+def _live(stream) -> bool:
+    """Whether stdin may pause (a pipe, socket or terminal), not a file read to its end."""
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):
+        return False  # no descriptor (a test's captured stdin)
+    return not (stat.S_ISREG(mode) or stat.S_ISBLK(mode))
+
+
 @main.command("add")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @store_option
@@ -143,6 +155,13 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url, th
                    "batch fast path (docs/fastpath.md); same output, slower.")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
+@click.option("--flush-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              metavar="SECONDS",
+              help="Reading '-' from a pipe or terminal: commit and print what has arrived "
+                   "once its first line has waited this long and no more input is at hand, "
+                   "so each URL comes out within about SECONDS (plus the commit) of going "
+                   "in ('tail -f links | seenstore add - | fetcher'). 0: batches of "
+                   "--batch-lines only.")
 @click.argument("more", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.option("--warc", is_flag=True,
               help="SOURCE and MORE are WARC files (plain or gzipped): admit the outlinks of "
@@ -154,7 +173,7 @@ def fingerprint_cmd(urls, base, policy_file, max_length, host_bits, with_url, th
               help="--parquet: a column holding each URL's base (null: none).")
 @threads_option
 def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait,
-            more, warc, parquet, column, base_column, threads):
+            flush_interval, more, warc, parquet, column, base_column, threads):
     """Admit the URLs of SOURCE (a file, or '-' for stdin) and print the new ones.
 
     Each URL is normalised and fingerprinted, and the store admits the keys; only
@@ -162,10 +181,16 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
     command drops into a crawl pipeline as a filter. Blank lines are skipped;
     rejected lines are counted on stderr. Input is processed in batches of
     --batch-lines, each committed durably before its new URLs are printed, so
-    memory stays bounded. The store holds its policy (given with --policy when
-    it is created; learned or set with 'seenstore policy'): a --policy other
-    than the store's is refused. A store fed URLs keeps them (safe-rule form) so
-    a policy change can rebuild its hosts (docs/policy.md).
+    memory stays bounded; from a pipe, a batch also ends --flush-interval
+    seconds after its first line when no more input is at hand. The store holds
+    its policy (given with --policy when it is created; learned or set with
+    'seenstore policy'): a --policy other than the store's is refused. A store
+    fed URLs keeps them (safe-rule form) so a policy change can rebuild its
+    hosts (docs/policy.md).
+
+    Every committed new URL is printed or, if the reader of stdout goes away
+    (also with lines still unread in the pipe), saved in an undelivered file in
+    the store (exit 6); 'seenstore replay' prints those.
     """
     from seenstore.store import SeenStore
     from seenstore.store.urls import store_policy
@@ -194,8 +219,14 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
         out = Output("-", store.path, 0, "URLs").open()
         kw = {"base": base, "policy": policy, "max_length": max_length,
               "batch_lines": batch_lines}
+        live = source == "-" and flush_interval > 0 and _live(stream)
         # the batch fast path prints what --scalar prints (tests/system/cli/test_fastpath_cli.py)
-        if scalar:
+        if live:  # a pipe that may pause: segments, each committed when it ends
+            keep_freed_memory()
+            read, new = add_live(stream.fileno(), store, out, counts, interval=flush_interval,
+                                 scalar=scalar, pairs=pairs,
+                                 **(kw if scalar else {**kw, "threads": threads}))
+        elif scalar:
             read, new = add_scalar(stream, store, out, counts, pairs=pairs, **kw)
         elif warc or parquet:
             report = None
@@ -215,5 +246,7 @@ def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs
         else:
             keep_freed_memory()
             read, new = add_fast(stream, store, out, counts, pairs=pairs, threads=threads, **kw)
+    # what is still in the pipe: waited for while the reader reads, saved if it leaves
+    out.finish()
     rejected = sum(counts.values())
     _summary("add", counts, f"read {read}, new {new}, seen {read - new - rejected}, ")
