@@ -202,3 +202,36 @@ def _learn_extra(store, config, extra: list) -> list:
     from seenstore.store import learning
 
     return learning.learn(store, False, config, extra)
+
+
+@main.command("duplicates")
+@store_option
+@click.option("--top", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Only the N hosts with most duplicate fetches.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def duplicates_cmd(store_dir, top, as_json):
+    """Show what the crawl still fetches twice, per host.
+
+    From the fetch evidence the store holds: 2xx fetches whose content digest was
+    already fetched under another URL that the store's policy keeps apart,
+    grouped by the rule that would have merged them (or "no rule explains it":
+    different URLs of one page no rule vocabulary folds), with examples.
+    """
+    from seenstore.store.learning import duplicate_report
+
+    with _open(store_dir, readonly=True) as store:
+        report = duplicate_report(store)
+    if top:
+        report = report[:top]
+    if as_json:
+        click.echo(json.dumps({"hosts": report,
+                               "duplicates": sum(h["duplicates"] for h in report)}))
+        return
+    for h in report:
+        rules = ", ".join(f"{r} {n}" for r, n in h["by_rule"].items())
+        click.echo(f"{h['host']}\t{h['duplicates']} of {h['fetches']} fetches\t{rules}")
+        for ex in h["examples"]:
+            click.echo(f"  {ex['url']}  =  {ex['first']}  ({ex['rule']})")
+    total = sum(h["duplicates"] for h in report)
+    click.echo(f"seenstore duplicates: {total} duplicate fetches on {len(report)} hosts",
+               err=True)

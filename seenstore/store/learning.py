@@ -126,3 +126,67 @@ def check_config(config) -> LearnConfig:
     if config is not None and not isinstance(config, LearnConfig):
         raise InvalidInputError("config must be a seenstore.evidence.learn.LearnConfig")
     return config or LearnConfig()
+
+
+def duplicate_report(store, examples: int = 3) -> list[dict]:
+    """``seenstore duplicates``: per host, the 2xx fetches whose content digest was
+    fetched already under another URL that the store's policy keeps apart, grouped
+    by the one rule that would have merged each with the first URL of its digest
+    (the rule's name, "several rules" when only their sum does, or "no rule
+    explains it"). Hosts with most duplicates first; each with up to ``examples``
+    (url, first url, rule)."""
+    from seenstore.evidence.learn import INDEX_DOCUMENTS, fold
+    from seenstore.url.normalise import try_normalise
+    from seenstore.url.policy import Policy
+
+    policy = urlcalls.store_policy(store)
+    with store._mutex:
+        fetches = list(evidence(store))
+    by_host: dict[str, dict[int, list[str]]] = {}
+    for f in fetches:
+        if 200 <= f.status < 300 and f.digest is not None:
+            by_host.setdefault(f.host, {}).setdefault(f.digest, []).append(f.url)
+    out = []
+    for host, groups in by_host.items():
+        counts: dict[str, int] = {}
+        shown: list = []
+        fetched = sum(len(u) for u in groups.values())
+        for urls in groups.values():
+            canon = {try_normalise(u, None, policy): u for u in sorted(set(urls))}
+            if len(canon) < 2:
+                continue
+            first, *rest = list(canon.values())
+            for u in rest:
+                rule = _explaining_rule(host, first, u, fold, INDEX_DOCUMENTS, Policy)
+                counts[rule] = counts.get(rule, 0) + 1
+                if len(shown) < examples:
+                    shown.append({"url": u, "first": first, "rule": rule})
+        if counts:
+            out.append({"host": host, "fetches": fetched, "duplicates": sum(counts.values()),
+                        "by_rule": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+                        "examples": shown})
+    out.sort(key=lambda d: (-d["duplicates"], d["host"]))
+    return out
+
+
+def _explaining_rule(host, a: str, b: str, fold, documents, policy_cls) -> str:
+    from urllib.parse import urlsplit
+
+    from seenstore.url.normalise import try_normalise
+
+    names = set()
+    for u in (a, b):
+        q = urlsplit(u).query
+        names |= {p.split("=", 1)[0] for p in q.split("&") if p} if q else set()
+    atoms = ([("strip_params", n) for n in sorted(names)]
+             + [("sort_query", ""), ("trailing_slash", "remove"), ("strip_www", ""),
+                ("lowercase_path", "")] + [("index_documents", d) for d in documents])
+    for atom in atoms:
+        p = policy_cls("explain", (fold(host, [atom]),))
+        if try_normalise(a, None, p) == try_normalise(b, None, p):
+            kind, name = atom
+            return f"{kind}={name}" if name else kind
+    p = policy_cls("explain", (fold(host, [x for x in atoms if x[1] != "add"]),))
+    if try_normalise(a, None, p) == try_normalise(b, None, p):
+        return "several rules"
+    return "no rule explains it"
