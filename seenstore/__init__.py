@@ -5,7 +5,8 @@ Data flows one way: normalise -> fingerprint -> batch -> bloom -> merge -> store
 The package face::
 
     from seenstore import (SeenStore, DedupStage, normalise, try_normalise,
-                           normalise_many, fingerprint, fingerprint_many, Policy, errors)
+                           normalise_many, fingerprint, fingerprint_many, Policy, errors,
+                           Client, AsyncClient)
 
 Names are imported on first use (PEP 562), so ``import seenstore`` stays cheap
 (about 10 ms) and numba loads only with the store, the stage or a batch kernel.
@@ -31,10 +32,13 @@ _LAZY = {
     "fingerprint_many": "seenstore.url.fingerprint",
     "Policy": "seenstore.url.policy",
     "load_policy": "seenstore.url.policy",
+    "Client": "seenstore.serve.client",
+    "AsyncClient": "seenstore.serve.client",
 }
 
 __all__ = ["SeenStore", "DedupStage", "normalise", "try_normalise", "normalise_many",
-           "Rejection", "fingerprint", "fingerprint_many", "Policy", "load_policy", "errors",
+           "Rejection", "fingerprint", "fingerprint_many", "Policy", "load_policy", "Client",
+           "AsyncClient", "errors",
            "SeenStoreError", "Layout", "DEFAULT_LAYOUT", "__version__"]
 
 

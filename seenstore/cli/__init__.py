@@ -262,7 +262,7 @@ _COMMAND_MODULES = {
     "compact": "store_cmds", "upgrade": "store_cmds", "warmup": "store_cmds",
     "bench": "bench_cmd", "cluster": "cluster_cmds",
     "links": "integration_cmds", "check": "integration_cmds", "export": "integration_cmds",
-    "dump-run": "integration_cmds",
+    "dump-run": "integration_cmds", "serve": "serve_cmd",
 }
 
 
