@@ -96,6 +96,10 @@ class RemoteSet:
         return not bool(self.client.add(np.array([key], dtype=np.uint64))[0])
 
     def close(self) -> None:
+        if self.client.retries:
+            logging.getLogger(__name__).info(
+                "seenstore: %d calls to %s were sent again (same batch id) after a failure",
+                self.client.retries, self.client.url)
         self.client.close()
 
 
@@ -158,13 +162,7 @@ class SeenStoreDupeFilter:
                  flush_keys=s.getint("SEENSTORE_FLUSH_KEYS", DEFAULT_FLUSH_KEYS),
                  fingerprinter=getattr(crawler, "request_fingerprinter", None),
                  server_url=s.get("SEENSTORE_URL"), token=_token(s))
-        if df.locked_by_another:
-            from scrapy import signals
-
-            def close_at_once(spider):
-                crawler.engine.close_spider(spider, "seenstore_store_locked")
-
-            crawler.signals.connect(close_at_once, signal=signals.spider_opened)
+        df._crawler = crawler
         return df
 
     def _open(self) -> None:
@@ -181,7 +179,18 @@ class SeenStoreDupeFilter:
 
     # ------------------------------------------------------------ the interface
     def open(self) -> None:
-        """Scrapy calls this when the spider opens (the store is open already)."""
+        """Scrapy calls this when the spider opens (the store is open already). When
+        another process holds the store, the spider is closed at once (reason
+        ``seenstore_store_locked``; the error line was logged when the store refused)."""
+        crawler = getattr(self, "_crawler", None)
+        if self.locked_by_another and crawler is not None:
+            from twisted.internet import reactor
+
+            def close() -> None:
+                if crawler.engine is not None and crawler.engine.spider is not None:
+                    crawler.engine.close_spider(crawler.engine.spider, "seenstore_store_locked")
+
+            reactor.callLater(0, close)
 
     def request_seen(self, request) -> bool:
         """True when an equivalent request was seen before (and so is dropped);
