@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import os
 import signal
 import subprocess
 import sys

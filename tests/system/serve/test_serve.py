@@ -6,7 +6,6 @@ recovery rules, and the status page in headless Chromium."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import threading
