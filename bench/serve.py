@@ -150,12 +150,13 @@ def run_clients(fn, target, clients: int, n: int, req: int) -> dict:
             "exactly_once": len(uniq) == len(new) and set(uniq.tolist()) == expect}
 
 
-def bench_seenstore(work: str, clients: int, n: int, req: int, max_delay: float) -> dict:
+def bench_seenstore(work: str, clients: int, n: int, req: int, max_delay: float,
+                    server_args: list[str]) -> dict:
     store = os.path.join(work, "store")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, *sys.path]))
     proc = subprocess.Popen([sys.executable, "-m", "seenstore.cli", "serve", "--store", store,
                              "--create", "--warm", "--listen", "127.0.0.1:0",
-                             "--max-delay", str(max_delay)],
+                             "--max-delay", str(max_delay), *server_args],
                             stdout=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline()
@@ -215,13 +216,16 @@ def main() -> None:
     ap.add_argument("--request", type=int, default=10_000, help="URLs per request")
     ap.add_argument("--max-delay", type=float, default=5.0, help="server --max-delay, ms")
     ap.add_argument("--skip-redis", action="store_true")
+    ap.add_argument("--server-args", default="", help="more `seenstore serve` options, "
+                                                       "e.g. '--cache-bytes 0'")
     a = ap.parse_args()
     n = parse_count(a.urls)
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); {a.clients} clients x {n:,} URLs, "
-          f"50% shared, requests of {a.request:,} URLs")
+          f"50% shared, requests of {a.request:,} URLs; server options: "
+          f"{a.server_args or '(defaults)'}")
     work = tempfile.mkdtemp(prefix="seenstore-bench-serve-")
     try:
-        s = bench_seenstore(work, a.clients, n, a.request, a.max_delay)
+        s = bench_seenstore(work, a.clients, n, a.request, a.max_delay, a.server_args.split())
     finally:
         shutil.rmtree(work, ignore_errors=True)
     r = None if a.skip_redis else bench_redis(a.clients, n, a.request)

@@ -39,10 +39,13 @@ from seenstore.cli import SIZE, USAGE_EXIT, fail, main, store_option, default_st
 @click.option("--warm", is_flag=True,
               help="Compile or load every kernel before listening (seenstore warmup), so "
                    "small groups run compiled kernels from the first request.")
+@click.option("--cache-bytes", type=SIZE, default=None,
+              help="Memory for live runs' keys (the run cache; default a quarter of the "
+                   "memory available; 0 off: batches read the runs from disk).")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
 def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max_body, warm,
-              wait):
+              cache_bytes, wait):
     """Serve the store to many clients (HTTP/1.1): group commit, exactly-once answers.
 
     Endpoints: POST /v1/urls/add, /v1/urls/contains, /v1/keys/add, /v1/keys/contains;
@@ -76,7 +79,7 @@ def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max
 
         warm_up(os.path.dirname(os.path.abspath(path)) or None, child=True)
     store = SeenStore.open(path, create=create, policy_id=policy.identity,
-                           wait=None if wait < 0 else wait)
+                           wait=None if wait < 0 else wait, cache_bytes=cache_bytes)
     try:
         server = Server(store, policy, token=token, max_delay=max_delay / 1000,
                         max_body=max_body)
