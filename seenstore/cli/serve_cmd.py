@@ -39,7 +39,7 @@ from seenstore.cli import SIZE, USAGE_EXIT, fail, main, store_option, default_st
 @click.option("--warm", is_flag=True,
               help="Compile or load every kernel before listening (seenstore warmup), so "
                    "small groups run compiled kernels from the first request.")
-@click.option("--cache-bytes", type=SIZE, default=None,
+@click.option("--cache-bytes", default=None, metavar="SIZE",
               help="Memory for live runs' keys (the run cache; default a quarter of the "
                    "memory available; 0 off: batches read the runs from disk).")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
@@ -78,6 +78,8 @@ def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max
         from seenstore.warmup import warm_up
 
         warm_up(os.path.dirname(os.path.abspath(path)) or None, child=True)
+    if cache_bytes is not None:
+        cache_bytes = 0 if cache_bytes.strip() == "0" else SIZE.convert(cache_bytes, None, None)
     store = SeenStore.open(path, create=create, policy_id=policy.identity,
                            wait=None if wait < 0 else wait, cache_bytes=cache_bytes)
     try:
