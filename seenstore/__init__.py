@@ -6,7 +6,7 @@ The package face::
 
     from seenstore import (SeenStore, DedupStage, normalise, try_normalise,
                            normalise_many, fingerprint, fingerprint_many, Policy, errors,
-                           page_digest, page_simhash)
+                           page_digest, page_simhash, Client, AsyncClient)
 
 ``fingerprint``/``fingerprint_many`` here normalise first (any URL in, or
 URLRejected); ``seenstore.url.fingerprint`` has the reference hash over URLs
@@ -38,11 +38,13 @@ _LAZY = {
     "page_simhash": "seenstore.evidence.digest",
     "Policy": "seenstore.url.policy",
     "load_policy": "seenstore.url.policy",
+    "Client": "seenstore.serve.client",
+    "AsyncClient": "seenstore.serve.client",
 }
 
 __all__ = ["SeenStore", "DedupStage", "normalise", "try_normalise", "normalise_many",
            "Rejection", "fingerprint", "fingerprint_many", "Policy", "load_policy", "errors",
-           "page_digest", "page_simhash",
+           "page_digest", "page_simhash", "Client", "AsyncClient",
            "SeenStoreError", "Layout", "DEFAULT_LAYOUT", "__version__"]
 
 

@@ -263,7 +263,7 @@ _COMMAND_MODULES = {
     "replay": "store_cmds",
     "bench": "bench_cmd", "cluster": "cluster_cmds",
     "links": "integration_cmds", "check": "integration_cmds", "export": "integration_cmds",
-    "dump-run": "integration_cmds",
+    "dump-run": "integration_cmds", "serve": "serve_cmd",
     "policy": "policy_cmds", "rebuild": "policy_cmds", "learn": "policy_cmds",
     "duplicates": "policy_cmds",
 }

@@ -14,6 +14,14 @@ What makes two requests the same: a GET without a body is its canonical URL
 body, or a URL seenstore rejects) is Scrapy's own request fingerprint (method,
 canonical URL, body), kept in a second store so the two key spaces never mix.
 ``dont_filter`` is Scrapy's scheduler's business: it never calls the filter then.
+
+With the ``SEENSTORE_URL`` setting (a ``seenstore serve`` address) the filter is
+a ``seenstore.Client`` of that server instead (``RemoteSet``), so any number of
+Scrapy processes share one store: a GET's URL goes to ``add_urls`` (the server
+normalises it under the store's policy), any other request's Scrapy fingerprint
+to ``add`` as a raw key in the same store. Without it, a second process on a
+``SEENSTORE_DIR`` another one holds logs one error line naming ``seenstore serve``
+and closes its spider at once (reason ``seenstore_store_locked``), no traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import tempfile
 
 import numpy as np
 
+from seenstore.errors import LockedError
 from seenstore.url.normalise import Rejection, try_normalise
 from seenstore.url.policy import load_policy
 from seenstore.store import SeenStore
@@ -71,16 +80,51 @@ class LiveSet:
             self.store.close()
 
 
+class RemoteSet:
+    """The filter's set on a ``seenstore serve`` server: one ``Client`` call per
+    request (its answer is durable on the server when it returns)."""
+
+    def __init__(self, url: str, token: str | None):
+        from seenstore.serve.client import Client
+
+        self.client = Client(url, token)
+
+    def seen_url(self, url: str) -> bool:
+        return not bool(self.client.add_urls([url])[0])
+
+    def seen(self, key: int) -> bool:
+        return not bool(self.client.add(np.array([key], dtype=np.uint64))[0])
+
+    def close(self) -> None:
+        if self.client.retries:
+            logging.getLogger(__name__).info(
+                "seenstore: %d calls to %s were sent again (same batch id) after a failure",
+                self.client.retries, self.client.url)
+        self.client.close()
+
+
+def _token(settings) -> str | None:
+    token = settings.get("SEENSTORE_TOKEN")
+    path = settings.get("SEENSTORE_TOKEN_FILE")
+    if not token and path:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    return token or None
+
+
 class SeenStoreDupeFilter:
     """Scrapy settings: ``SEENSTORE_DIR`` (default ``JOBDIR/seenstore`` when JOBDIR
     is set, else a temporary store removed on close, like Scrapy's in-memory
     filter), ``SEENSTORE_POLICY`` (a policy TOML file, default the safe rules),
     ``SEENSTORE_MODE`` ("exact" or "approximate"), ``SEENSTORE_FLUSH_KEYS``
-    (commit every this many new keys, default 1000), ``DUPEFILTER_DEBUG``."""
+    (commit every this many new keys, default 1000), ``DUPEFILTER_DEBUG``;
+    ``SEENSTORE_URL`` (a ``seenstore serve`` address: use it instead of a local
+    store) with ``SEENSTORE_TOKEN`` or ``SEENSTORE_TOKEN_FILE`` (its bearer token)."""
 
     def __init__(self, path: str | None = None, debug: bool = False, *, policy_file=None,
                  mode: str = "exact", flush_keys: int = DEFAULT_FLUSH_KEYS,
-                 fingerprinter=None) -> None:
+                 fingerprinter=None, server_url: str | None = None,
+                 token: str | None = None) -> None:
         from scrapy.utils.request import RequestFingerprinter
 
         self._tmp = None
@@ -98,7 +142,12 @@ class SeenStoreDupeFilter:
         self.layout = None
         self._get: LiveSet | None = None
         self._other: LiveSet | None = None
-        self._open()
+        self._remote: RemoteSet | None = None
+        self.locked_by_another = False
+        if server_url:
+            self._remote = RemoteSet(server_url, token)
+        else:
+            self._open()
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -108,22 +157,48 @@ class SeenStoreDupeFilter:
             from scrapy.utils.job import job_dir
 
             path = os.path.join(job_dir(s), "seenstore")
-        return cls(path, s.getbool("DUPEFILTER_DEBUG"), policy_file=s.get("SEENSTORE_POLICY"),
-                   mode=s.get("SEENSTORE_MODE", "exact"),
-                   flush_keys=s.getint("SEENSTORE_FLUSH_KEYS", DEFAULT_FLUSH_KEYS),
-                   fingerprinter=getattr(crawler, "request_fingerprinter", None))
+        df = cls(path, s.getbool("DUPEFILTER_DEBUG"), policy_file=s.get("SEENSTORE_POLICY"),
+                 mode=s.get("SEENSTORE_MODE", "exact"),
+                 flush_keys=s.getint("SEENSTORE_FLUSH_KEYS", DEFAULT_FLUSH_KEYS),
+                 fingerprinter=getattr(crawler, "request_fingerprinter", None),
+                 server_url=s.get("SEENSTORE_URL"), token=_token(s))
+        df._crawler = crawler
+        return df
 
     def _open(self) -> None:
-        self._get = LiveSet(self.path, self.policy.identity, self.mode, self.flush_keys)
+        try:
+            self._get = LiveSet(self.path, self.policy.identity, self.mode, self.flush_keys)
+        except LockedError as e:
+            self.locked_by_another = True
+            self.logger.error(
+                "seenstore: %s. One process writes a store: to share it among several "
+                "Scrapy processes, run `seenstore serve --store %s --listen 127.0.0.1:PORT` "
+                "and set SEENSTORE_URL=http://127.0.0.1:PORT in each.", e, self.path)
+            return
         self.layout = self._get.store.layout
 
     # ------------------------------------------------------------ the interface
     def open(self) -> None:
-        """Scrapy calls this when the spider opens (the store is open already)."""
+        """Scrapy calls this when the spider opens (the store is open already). When
+        another process holds the store, the spider is closed at once (reason
+        ``seenstore_store_locked``; the error line was logged when the store refused)."""
+        crawler = getattr(self, "_crawler", None)
+        if self.locked_by_another and crawler is not None:
+            from twisted.internet import reactor
+
+            def close() -> None:
+                if crawler.engine is not None and crawler.engine.spider is not None:
+                    crawler.engine.close_spider(crawler.engine.spider, "seenstore_store_locked")
+
+            reactor.callLater(0, close)
 
     def request_seen(self, request) -> bool:
         """True when an equivalent request was seen before (and so is dropped);
         otherwise remember it and return False."""
+        if self.locked_by_another:
+            return True  # the spider is being closed: schedule nothing
+        if self._remote is not None:
+            return self._remote_seen(request)
         key = self._get_key(request)
         if key is not None:
             return self._get.seen(key)
@@ -131,6 +206,13 @@ class SeenStoreDupeFilter:
             self._other = LiveSet(self.path + NONGET_SUFFIX, None, self.mode, self.flush_keys)
         fp = self.fingerprinter.fingerprint(request)
         return self._other.seen(int.from_bytes(fp[:8], "little"))
+
+    def _remote_seen(self, request) -> bool:
+        if request.method == "GET" and not request.body and not isinstance(
+                try_normalise(request.url, None, self.policy), Rejection):
+            return self._remote.seen_url(request.url)
+        fp = self.fingerprinter.fingerprint(request)
+        return self._remote.seen(int.from_bytes(fp[:8], "little"))
 
     def _get_key(self, request) -> int | None:
         """The seenstore key of a body-less GET with a canonical URL, else None."""
@@ -146,11 +228,11 @@ class SeenStoreDupeFilter:
     def close(self, reason: str) -> None:
         """Commit every key claimed and close the stores (removing a temporary one)."""
         try:
-            for live in (self._get, self._other):
+            for live in (self._get, self._other, self._remote):
                 if live is not None:
                     live.close()
         finally:
-            self._get = self._other = None
+            self._get = self._other = self._remote = None
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -171,4 +253,4 @@ class SeenStoreDupeFilter:
         spider.crawler.stats.inc_value("dupefilter/filtered")
 
 
-__all__ = ["SeenStoreDupeFilter", "LiveSet"]
+__all__ = ["SeenStoreDupeFilter", "LiveSet", "RemoteSet"]

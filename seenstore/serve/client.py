@@ -1,0 +1,280 @@
+"""Clients of ``seenstore serve``: ``Client`` (stdlib http.client) and ``AsyncClient``
+(aiohttp), with the store's calls (docs/serve.md).
+
+``add(keys)`` / ``contains(keys)`` take uint64 keys, ``add_urls(urls, base=None)`` /
+``contains_urls(urls, base=None)`` take URLs (normalised by the server under the
+store's policy); each returns a bool mask aligned with its input. Every admitting
+call carries a new batch id; after a connection failure, or a 503 from a server
+that is shutting down, the call is sent again with the same id until
+``retry_seconds`` pass, and the server answers a batch id it has seen with the
+answer it gave (its answer log survives a crash), so each URL is answered new
+exactly once across retries. One keep-alive connection per client; a client is
+not for two threads at once.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.parse
+import uuid
+
+import numpy as np
+
+from seenstore.errors import InvalidInputError, SeenStoreError
+
+DEFAULT_RETRY_SECONDS = 60.0
+RETRY_PAUSE = (0.05, 1.0)  # first pause between attempts, longest pause
+
+
+class ServerError(SeenStoreError):
+    """The server refused a request (a 4xx: the reason it gave) or failed (5xx), or
+    could not be reached within ``retry_seconds``."""
+
+    exit_code = 6
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def _keys_body(keys) -> tuple[bytes, int]:
+    arr = np.asarray(keys)
+    if arr.dtype != np.uint64:
+        if arr.size and arr.dtype.kind not in "iu":
+            raise InvalidInputError(f"keys must be unsigned 64-bit integers, got {arr.dtype}")
+        if arr.size and arr.dtype.kind == "i" and int(arr.min()) < 0:
+            raise InvalidInputError("keys must be unsigned 64-bit integers, got a negative one")
+        arr = arr.astype(np.uint64)
+    arr = arr.reshape(-1)
+    return arr.astype("<u8", copy=False).tobytes(), len(arr)
+
+
+def _urls_body(urls) -> tuple[bytes, int]:
+    if isinstance(urls, (str, bytes)):
+        urls = [urls]
+    out = []
+    for u in urls:
+        if isinstance(u, str):
+            u = u.encode("utf-8", "surrogatepass")
+        elif not isinstance(u, bytes):
+            raise InvalidInputError(f"URLs must be str or bytes, got {type(u).__name__}")
+        # a line break would split the item in two: send an empty line (rejected: False)
+        out.append(b"" if b"\n" in u or b"\r" in u else u)
+    return (b"\n".join(out) + b"\n" if out else b""), len(out)
+
+
+def _mask(body: bytes, n: int) -> np.ndarray:
+    if len(body) != n:
+        raise ServerError(f"the server answered {len(body)} items for {n}")
+    return np.frombuffer(body, dtype=np.uint8).astype(bool)
+
+
+def _url_path(kind: str, op: str, base: str | None) -> str:
+    q = "?" + urllib.parse.urlencode({"base": base}) if base else ""
+    return f"/v1/{kind}/{op}{q}"
+
+
+def _split(url: str) -> tuple[str, str, int, str]:
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise InvalidInputError(f"a server URL is http://HOST:PORT, got {url!r}")
+    return u.scheme, u.hostname, u.port or (443 if u.scheme == "https" else 80), u.path.rstrip("/")
+
+
+class Client:
+    """``Client("http://HOST:PORT", token=None)``: a blocking client of one server."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 120.0,
+                 retry_seconds: float = DEFAULT_RETRY_SECONDS):
+        self.url = url
+        self.scheme, self.host, self.port, self.prefix = _split(url)
+        self.token = token
+        self.timeout = timeout
+        self.retry_seconds = retry_seconds
+        self.retries = 0  # attempts sent again after a failure (all calls)
+        self._conn: http.client.HTTPConnection | None = None
+
+    # -------------------------------------------------------------- calls
+    def add(self, keys) -> np.ndarray:
+        """Admit uint64 ``keys``; True where the key is new (first occurrence, never
+        answered new to any client before)."""
+        body, n = _keys_body(keys)
+        return _mask(self._call("POST", "/v1/keys/add", body, new_id=True), n)
+
+    def contains(self, keys) -> np.ndarray:
+        body, n = _keys_body(keys)
+        return _mask(self._call("POST", "/v1/keys/contains", body), n)
+
+    def add_urls(self, urls, base: str | None = None) -> np.ndarray:
+        """Admit ``urls`` (normalised by the server); True where the canonical URL is
+        new; False where seen or rejected."""
+        body, n = _urls_body(urls)
+        return _mask(self._call("POST", _url_path("urls", "add", base), body, new_id=True), n)
+
+    def contains_urls(self, urls, base: str | None = None) -> np.ndarray:
+        body, n = _urls_body(urls)
+        return _mask(self._call("POST", _url_path("urls", "contains", base), body), n)
+
+    def stats(self) -> dict:
+        return json.loads(self._call("GET", "/v1/stats", None))
+
+    def healthz(self) -> bool:
+        return json.loads(self._call("GET", "/healthz", None)).get("ok", False)
+
+    # ---------------------------------------------------------- transport
+    def _connect(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = (http.client.HTTPSConnection if self.scheme == "https"
+                   else http.client.HTTPConnection)
+            self._conn = cls(self.host, self.port, timeout=self.timeout)
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _call(self, method: str, path: str, body: bytes | None, new_id: bool = False,
+              batch_id: str | None = None) -> bytes:
+        """One request, sent again (same batch id) after a connection failure or a 503
+        until ``retry_seconds`` pass; the body of a 200."""
+        batch_id = batch_id or (uuid.uuid4().hex if new_id else None)
+        headers = _headers(self.token, batch_id)
+        deadline = time.monotonic() + self.retry_seconds
+        pause, attempt = RETRY_PAUSE[0], 0
+        while True:
+            why = None
+            try:
+                conn = self._connect()
+                conn.request(method, self.prefix + path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                if resp.status == 200:
+                    return data
+                if resp.status != 503:
+                    raise ServerError(_reason(resp.status, data), resp.status)
+                why = _reason(resp.status, data)
+                self._drop()
+            except (ConnectionError, http.client.HTTPException, TimeoutError, OSError) as e:
+                if isinstance(e, ServerError):
+                    raise
+                why = f"{type(e).__name__}: {e}"
+                self._drop()
+            if time.monotonic() + pause > deadline:
+                raise ServerError(f"{self.url}: no answer within {self.retry_seconds:g} s "
+                                  f"({attempt + 1} attempts; last: {why})")
+            time.sleep(pause)
+            pause = min(pause * 2, RETRY_PAUSE[1])
+            attempt += 1
+            self.retries += 1
+
+    def close(self) -> None:
+        self._drop()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _headers(token: str | None, batch_id: str | None) -> dict:
+    h = {"Content-Type": "application/octet-stream"}
+    if token:
+        h["Authorization"] = f"Bearer {token}"
+    if batch_id:
+        h["Seenstore-Batch-Id"] = batch_id
+    return h
+
+
+def _reason(status: int, data: bytes) -> str:
+    try:
+        return f"HTTP {status}: {json.loads(data)['error']}"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {status}: {data[:200]!r}"
+
+
+class AsyncClient:
+    """``AsyncClient("http://HOST:PORT", token=None)``: the same calls as ``Client``,
+    awaitable, on an aiohttp session (keep-alive, any number of calls at once).
+    Use ``async with`` or ``await close()``."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 120.0,
+                 retry_seconds: float = DEFAULT_RETRY_SECONDS):
+        _split(url)
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retry_seconds = retry_seconds
+        self.retries = 0
+        self._session = None
+
+    def _sess(self):
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout))
+        return self._session
+
+    async def add(self, keys) -> np.ndarray:
+        body, n = _keys_body(keys)
+        return _mask(await self._call("POST", "/v1/keys/add", body, new_id=True), n)
+
+    async def contains(self, keys) -> np.ndarray:
+        body, n = _keys_body(keys)
+        return _mask(await self._call("POST", "/v1/keys/contains", body), n)
+
+    async def add_urls(self, urls, base: str | None = None) -> np.ndarray:
+        body, n = _urls_body(urls)
+        return _mask(await self._call("POST", _url_path("urls", "add", base), body,
+                                      new_id=True), n)
+
+    async def contains_urls(self, urls, base: str | None = None) -> np.ndarray:
+        body, n = _urls_body(urls)
+        return _mask(await self._call("POST", _url_path("urls", "contains", base), body), n)
+
+    async def stats(self) -> dict:
+        return json.loads(await self._call("GET", "/v1/stats", None))
+
+    async def _call(self, method: str, path: str, body: bytes | None,
+                    new_id: bool = False) -> bytes:
+        import asyncio
+
+        import aiohttp
+
+        headers = _headers(self.token, uuid.uuid4().hex if new_id else None)
+        deadline = time.monotonic() + self.retry_seconds
+        pause, attempt = RETRY_PAUSE[0], 0
+        while True:
+            try:
+                async with self._sess().request(method, self.url + path, data=body,
+                                                headers=headers) as resp:
+                    data = await resp.read()
+                    if resp.status == 200:
+                        return data
+                    if resp.status != 503:
+                        raise ServerError(_reason(resp.status, data), resp.status)
+                    why = _reason(resp.status, data)
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
+                why = f"{type(e).__name__}: {e}"
+            if time.monotonic() + pause > deadline:
+                raise ServerError(f"{self.url}: no answer within {self.retry_seconds:g} s "
+                                  f"({attempt + 1} attempts; last: {why})")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_PAUSE[1])
+            attempt += 1
+            self.retries += 1
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

@@ -1,0 +1,329 @@
+"""The HTTP/1.1 face of ``seenstore serve`` on aiohttp (docs/serve.md).
+
+``Server`` owns the store (its single writer), the answer log and the batcher;
+``make_app`` routes the endpoints; ``serve`` runs it until SIGTERM or SIGINT,
+then stops accepting, commits and answers every request already queued, closes
+the store and returns (the command exits 0). Every client error is a 4xx with a
+one-line JSON body ``{"error": "...", "status": N}``. A bearer token is required
+when one is configured, and one must be configured unless the server listens on
+loopback (``check_listen``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import re
+import signal
+import time
+
+import numpy as np
+import xxhash
+from aiohttp import web
+
+from seenstore.errors import InvalidInputError, SeenStoreError
+from seenstore.serve import page
+from seenstore.serve.answers import AnswerLog
+from seenstore.serve.batcher import Batcher, Committer, Item, ShuttingDown
+from seenstore.serve.urls import url_batch
+from seenstore.store import manifest
+
+DEFAULT_MAX_BODY = 64 << 20           # bytes of one request body
+DEFAULT_MAX_ITEMS = 4_000_000         # URLs or keys of one request
+BATCH_ID_HEADER = "Seenstore-Batch-Id"
+_BATCH_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_OPEN_PATHS = {"/healthz"}
+
+
+def is_loopback(host: str) -> bool:
+    """True for a host name or address that only this machine reaches."""
+    if host in ("localhost", "localhost.", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(host: str, token: str | None) -> None:
+    """Raise InvalidInputError when listening on ``host`` needs a token and none is given."""
+    if token is None and not is_loopback(host):
+        raise InvalidInputError(f"listening on {host} (not loopback) needs a bearer token: "
+                                f"--token-file FILE")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port); InvalidInputError otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InvalidInputError(f"--listen wants HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+class ClientError(Exception):
+    """A request the server refuses: HTTP ``status`` with a one-line reason."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+
+
+def _json_error(status: int, reason: str) -> web.Response:
+    reason = " ".join(str(reason).split())
+    return web.Response(status=status, text=json.dumps({"error": reason, "status": status}),
+                        content_type="application/json")
+
+
+class Server:
+    """The store, its answer log, the committer and the batcher of one server."""
+
+    def __init__(self, store, policy, *, token: str | None = None, max_delay: float = 0.005,
+                 max_body: int = DEFAULT_MAX_BODY, max_items: int = DEFAULT_MAX_ITEMS,
+                 sync: bool = True):
+        self.store = store
+        self.policy = policy
+        self.token = token
+        self.max_body = max_body
+        self.max_items = max_items
+        doc = manifest.read(store.path)
+        self.log = AnswerLog(store.path, doc.get("store_id", ""),
+                             int(doc["counters"].get("batches", 0)), sync=sync)
+        self.committer = Committer(store, self.log)
+        self.max_delay = max_delay
+        self.batcher: Batcher | None = None
+        self.started = time.time()
+        self.requests = 0
+        self.client_errors = 0
+        self.req_latency = {}
+
+    # ------------------------------------------------------------- plumbing
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body,
+                              middlewares=[self._errors, self._auth])
+        r = app.router
+        r.add_post("/v1/urls/add", self.urls_add)
+        r.add_post("/v1/urls/contains", self.urls_contains)
+        r.add_post("/v1/keys/add", self.keys_add)
+        r.add_post("/v1/keys/contains", self.keys_contains)
+        r.add_get("/v1/stats", self.stats)
+        r.add_get("/v1/series", self.series)
+        r.add_get("/metrics", self.metrics)
+        r.add_get("/healthz", self.healthz)
+        r.add_get("/", self.status_page)
+        app.on_startup.append(self._on_startup)
+        return app
+
+    async def _on_startup(self, app) -> None:
+        self.batcher = Batcher(self.committer, self.max_delay)
+        self.batcher.start()
+
+    @web.middleware
+    async def _errors(self, request, handler):
+        self.requests += 1
+        try:
+            return await handler(request)
+        except ClientError as e:
+            self.client_errors += 1
+            return _json_error(e.status, str(e))
+        except web.HTTPException as e:
+            if e.status >= 400:
+                if e.status < 500:
+                    self.client_errors += 1
+                return _json_error(e.status, e.reason)
+            raise
+        except ShuttingDown as e:
+            return _json_error(503, str(e))
+        except InvalidInputError as e:
+            self.client_errors += 1
+            return _json_error(400, str(e))
+        except SeenStoreError as e:
+            return _json_error(500, f"{type(e).__name__}: {e}")
+
+    @web.middleware
+    async def _auth(self, request, handler):
+        if self.token is not None and request.path not in _OPEN_PATHS:
+            got = request.headers.get("Authorization", "")
+            tok = got[7:] if got.startswith("Bearer ") else request.query.get("token", "")
+            if not hmac.compare_digest(tok.encode(), self.token.encode()):
+                raise ClientError(401, "missing or wrong bearer token (Authorization: "
+                                       "Bearer TOKEN)")
+        return await handler(request)
+
+    async def _body(self, request) -> bytes:
+        if request.content_length is not None and request.content_length > self.max_body:
+            raise ClientError(413, f"request body of {request.content_length} bytes is over "
+                                   f"the limit of {self.max_body}")
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ClientError(413, f"request body over the limit of {self.max_body} "
+                                   f"bytes") from None
+
+    def _batch_id(self, request, kind: str, body: bytes, extra: str = "") -> tuple[str, int]:
+        bid = request.headers.get(BATCH_ID_HEADER) or request.query.get("batch_id")
+        if bid is None:
+            bid = "server-" + xxhash.xxh3_128_hexdigest(
+                f"{time.time_ns()}-{id(request)}".encode())[:32]
+        elif not _BATCH_ID.match(bid):
+            raise ClientError(400, f"{BATCH_ID_HEADER} must be 1-64 characters of "
+                                   f"[A-Za-z0-9._:-]")
+        h = xxhash.xxh3_64()
+        h.update(f"{kind}\0{extra}\0".encode())
+        h.update(body)
+        return bid, h.intdigest()
+
+    def _lines(self, body: bytes) -> list[bytes]:
+        if not body:
+            return []
+        lines = body.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        if len(lines) > self.max_items:
+            raise ClientError(413, f"{len(lines)} URLs in one request, over the limit of "
+                                   f"{self.max_items}")
+        return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+
+    def _keys(self, body: bytes) -> np.ndarray:
+        if len(body) % 8:
+            raise ClientError(400, f"a keys body is little-endian uint64s: {len(body)} bytes "
+                                   f"is not a multiple of 8")
+        if len(body) // 8 > self.max_items:
+            raise ClientError(413, f"{len(body) // 8} keys in one request, over the limit of "
+                                   f"{self.max_items}")
+        return np.frombuffer(body, dtype="<u8").astype(np.uint64)
+
+    def _base(self, request) -> str | None:
+        base = request.query.get("base")
+        return base or None
+
+    async def _urls(self, request, body: bytes):
+        lines = self._lines(body)
+        base = self._base(request)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, url_batch, lines, self.store.layout,
+                                              self.policy, base)
+        except InvalidInputError as e:
+            raise ClientError(400, str(e)) from None
+
+    @staticmethod
+    def _mask_response(mask: np.ndarray, **counts) -> web.Response:
+        headers = {f"Seenstore-{k.capitalize()}": str(v) for k, v in counts.items()}
+        return web.Response(body=mask.astype(np.uint8).tobytes(), headers=headers,
+                            content_type="application/octet-stream")
+
+    # ------------------------------------------------------------ endpoints
+    async def urls_add(self, request) -> web.Response:
+        answer = request.query.get("answer", "mask")
+        if answer not in ("mask", "urls"):
+            raise ClientError(400, f"answer must be mask or urls, got {answer!r}")
+        body = await self._body(request)
+        base = self._base(request) or ""
+        bid, digest = self._batch_id(request, "urls", body, base)
+        fb = await self._urls(request, body)
+        ans = await self.batcher.submit(Item(bid, digest, fb.keys, fb.n, fb.positions))
+        counts = {"items": fb.n, "new": int(ans.mask.sum()), "rejected": len(fb.rejected)}
+        if answer == "urls":
+            sel = ans.mask[fb.positions] if len(fb.positions) else np.zeros(0, dtype=bool)
+            headers = {f"Seenstore-{k.capitalize()}": str(v) for k, v in counts.items()}
+            return web.Response(body=fb.lines(sel), headers=headers,
+                                content_type="text/plain", charset="utf-8")
+        return self._mask_response(ans.mask, **counts)
+
+    async def urls_contains(self, request) -> web.Response:
+        body = await self._body(request)
+        fb = await self._urls(request, body)
+        loop = asyncio.get_running_loop()
+        m = await loop.run_in_executor(None, self.committer.contains, fb.keys)
+        mask = np.zeros(fb.n, dtype=bool)
+        if len(fb.positions):
+            mask[fb.positions] = m
+        return self._mask_response(mask, items=fb.n, rejected=len(fb.rejected))
+
+    async def keys_add(self, request) -> web.Response:
+        body = await self._body(request)
+        bid, digest = self._batch_id(request, "keys", body)
+        keys = self._keys(body)
+        ans = await self.batcher.submit(Item(bid, digest, keys, len(keys)))
+        return self._mask_response(ans.mask, items=len(keys), new=int(ans.mask.sum()))
+
+    async def keys_contains(self, request) -> web.Response:
+        body = await self._body(request)
+        keys = self._keys(body)
+        loop = asyncio.get_running_loop()
+        m = await loop.run_in_executor(None, self.committer.contains, keys)
+        return self._mask_response(m, items=len(keys))
+
+    async def healthz(self, request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def _store_stats(self) -> dict:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.committer.pool, self.committer.stats)
+
+    def figures(self, st: dict) -> dict:
+        """The server's figures beside the store's (what /v1/stats, /metrics and the
+        status page show)."""
+        c = self.committer
+        with c.lock:
+            lat = c.latency
+            out = {"keys": c.n_keys, "groups": c.groups, "requests_admitted": c.requests,
+                   "keys_offered": c.keys_offered, "keys_new": c.keys_new,
+                   "batch_latency_mean_s": lat.sum / lat.count if lat.count else 0.0}
+        out.update(store=self.store.path, policy=self.policy.identity,
+                   policy_id=self.store.policy_id, layout=self.store.layout.describe(),
+                   uptime_s=time.time() - self.started, queue_depth=self.batcher.depth,
+                   requests=self.requests, client_errors=self.client_errors,
+                   max_delay_ms=self.max_delay * 1000,
+                   answer_log={"records": self.log.records, "ids": len(self.log.answers)},
+                   store_stats=st)
+        return out
+
+    async def stats(self, request) -> web.Response:
+        return web.json_response(self.figures(await self._store_stats()))
+
+    async def series(self, request) -> web.Response:
+        with self.committer.lock:
+            pts = list(self.committer.series)
+        return web.json_response({"t": [p[0] for p in pts], "keys": [p[1] for p in pts],
+                                  "latency_ms": [p[2] * 1000 for p in pts],
+                                  "group_keys": [p[3] for p in pts]})
+
+    async def metrics(self, request) -> web.Response:
+        from seenstore.serve.metrics import prometheus
+
+        return web.Response(text=prometheus(self.figures(await self._store_stats()),
+                                            self.committer.latency),
+                            content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Format": "prometheus-0.0.4"})
+
+    async def status_page(self, request) -> web.Response:
+        return web.Response(text=page.HTML, content_type="text/html", charset="utf-8")
+
+
+async def serve(server: Server, host: str, port: int, announce=print) -> None:
+    """Listen on ``host:port`` until SIGTERM or SIGINT; then drain and return.
+    ``announce(url)`` is called once listening. Raises OSError when the address
+    cannot be bound."""
+    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None,
+                           shutdown_timeout=30)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    sock = runner.addresses[0] if runner.addresses else (host, port)
+    shown = f"[{host}]" if ":" in host else host
+    announce(f"http://{shown}:{sock[1]}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await site.stop()          # no new connections
+    await server.batcher.drain()  # every queued request committed and answered
+    await runner.cleanup()     # in-flight handlers finish writing their answers

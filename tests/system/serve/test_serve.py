@@ -1,0 +1,261 @@
+"""``seenstore serve`` as a real subprocess on 127.0.0.1: exactly-once answers to
+concurrent clients, 4xx JSON errors, the token rule, SIGTERM (drain, exit 0),
+SIGKILL + restart (a retried batch id gets its first answer), the answer log's
+recovery rules, and the status page in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import threading
+import urllib.request
+
+import numpy as np
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from seenstore import Client, normalise  # noqa: E402
+from seenstore.serve.client import ServerError  # noqa: E402
+from seenstore.serve.server import check_listen, is_loopback  # noqa: E402
+from serveproc import ServerProc  # noqa: E402
+
+
+@pytest.fixture
+def server(tmp_path):
+    with ServerProc(tmp_path / "store", "--max-delay", "5", "--max-body", "1M") as s:
+        yield s
+
+
+def _urls(client_id: int, n: int) -> list[str]:
+    """URLs of client ``client_id``: half its own, half shared with every client, in
+    spellings that normalise alike (case, default port)."""
+    own = [f"http://c{client_id}.example/p/{i}" for i in range(n // 2)]
+    shared = [f"HTTP://Shared.Example:80/p/{i}" if (i + client_id) % 2 else
+              f"http://shared.example/p/{i}" for i in range(n // 2)]
+    out = [u for pair in zip(own, shared) for u in pair]
+    return out
+
+
+def test_concurrent_clients_get_each_url_new_exactly_once(server):
+    n_clients, n, chunk = 6, 1200, 100
+    answers: dict[int, list[str]] = {}
+    errors = []
+
+    def run(c: int) -> None:
+        try:
+            urls = _urls(c, n)
+            mine = []
+            with Client(server.url) as cl:
+                for i in range(0, n, chunk):
+                    part = urls[i:i + chunk]
+                    mask = cl.add_urls(part)
+                    assert len(mask) == len(part)
+                    mine += [u for u, m in zip(part, mask) if m]
+                # keys beside URLs: half overlap between neighbours
+                keys = np.arange(c * 500, c * 500 + 1000, dtype=np.uint64) + (1 << 63)
+                answers[100 + c] = [int(k) for k, m in zip(keys, cl.add(keys)) if m]
+            answers[c] = mine
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    new = [normalise(u) for c in range(n_clients) for u in answers[c]]
+    distinct = {normalise(u) for c in range(n_clients) for u in _urls(c, n)}
+    assert len(new) == len(set(new))  # none twice
+    assert set(new) == distinct        # the union is every distinct URL
+    keys = [k for c in range(n_clients) for k in answers[100 + c]]
+    assert len(keys) == len(set(keys)) == n_clients * 500 + 500
+    with Client(server.url) as cl:
+        st = cl.stats()
+        assert st["keys"] == len(distinct) + len(keys)
+        assert st["groups"] < n_clients * (n // chunk + 1)  # requests shared groups
+        assert cl.contains_urls(["http://SHARED.example/p/3", "http://nowhere.example/",
+                                 "mailto:x"]).tolist() == [True, False, False]
+        # relative to a base: c0's own /p/1 is seen, /p/new is not
+        assert cl.add_urls(["/p/1", "/p/new"], base="http://c0.example/").tolist() == [
+            False, True]
+
+
+def _post(url: str, body: bytes = b"", headers: dict | None = None, method: str = "POST"):
+    req = urllib.request.Request(url, data=body if method == "POST" else None,
+                                 headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_client_errors_are_4xx_with_one_line_json(server):
+    u = server.url
+    cases = [
+        (f"{u}/v1/keys/add", b"abc", {}, "POST", 400, "multiple of 8"),
+        (f"{u}/v1/urls/add", b"http://a.example/\n", {"Seenstore-Batch-Id": "bad id!"},
+         "POST", 400, "Batch-Id"),
+        (f"{u}/v1/urls/add?answer=xml", b"", {}, "POST", 400, "answer"),
+        (f"{u}/v1/urls/add?base=notaurl", b"a\n", {}, "POST", 400, "base"),
+        (f"{u}/nowhere", b"", {}, "GET", 404, "Not Found"),
+        (f"{u}/v1/keys/add", b"", {}, "GET", 405, "Method Not Allowed"),
+        (f"{u}/v1/keys/add", b"\0" * (2 << 20), {}, "POST", 413, "limit"),
+    ]
+    for url, body, headers, method, status, word in cases:
+        got, data = _post(url, body, headers, method)
+        assert got == status, (url, got, data)
+        assert data.count(b"\n") == 0
+        doc = json.loads(data)
+        assert doc["status"] == status and word in doc["error"], doc
+    # a batch id sent again with another body
+    with Client(server.url) as cl:
+        cl._call("POST", "/v1/keys/add", np.arange(3, dtype="<u8").tobytes(), batch_id="x1")
+        with pytest.raises(ServerError, match="another request") as e:
+            cl._call("POST", "/v1/keys/add", np.arange(4, dtype="<u8").tobytes(),
+                     batch_id="x1")
+        assert e.value.status == 400
+
+
+def test_token_required_off_loopback_and_checked(tmp_path):
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+    check_listen("127.0.0.1", None)
+    check_listen("0.0.0.0", "secret")
+    with pytest.raises(ValueError, match="token"):
+        check_listen("0.0.0.0", None)
+    tok = tmp_path / "token"
+    tok.write_text("s3cret\n")
+    with ServerProc(tmp_path / "store", "--token-file", str(tok)) as s:
+        status, data = _post(f"{s.url}/v1/keys/add", b"\0" * 8)
+        assert status == 401 and "token" in json.loads(data)["error"]
+        assert _post(f"{s.url}/healthz", method="GET")[0] == 200
+        with pytest.raises(ServerError) as e:
+            Client(s.url, token="wrong").add([1])
+        assert e.value.status == 401
+        with Client(s.url, token="s3cret") as cl:
+            assert cl.add([1, 2, 1]).tolist() == [True, True, False]
+
+
+def test_sigterm_finishes_queued_requests_and_exits_0(tmp_path):
+    s = ServerProc(tmp_path / "store", "--max-delay", "300").start()
+    got, errors = [], []
+
+    def one(i: int) -> None:
+        try:
+            with Client(s.url, retry_seconds=0) as cl:
+                got.append(int(cl.add(np.arange(i * 10, i * 10 + 10, dtype=np.uint64)).sum()))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    import time
+
+    time.sleep(0.15)  # the requests wait in the queue (300 ms group delay)
+    assert s.stop(signal.SIGTERM) == 0, s.stderr
+    for t in threads:
+        t.join()
+    assert not errors and sorted(got) == [10, 10, 10, 10], (errors, got)
+    with ServerProc(tmp_path / "store") as s2, Client(s2.url) as cl:
+        assert cl.contains(np.arange(40, dtype=np.uint64)).all()
+
+
+def test_sigkill_and_restart_a_retried_batch_id_gets_its_first_answer(tmp_path):
+    urls = [f"http://k.example/{i}" for i in range(50)] + ["ftp://no"]
+    body = ("\n".join(urls) + "\n").encode()
+    s = ServerProc(tmp_path / "store").start()
+    port = s.port
+    with Client(s.url) as cl:
+        first = cl._call("POST", "/v1/urls/add", body, batch_id="batch-1")
+        more = cl._call("POST", "/v1/urls/add", ("\n".join(urls[:50:2]) + "\n").encode(),
+                        batch_id="batch-2")
+    assert first == b"\1" * 50 + b"\0" and more == b"\0" * 25
+    s.stop(signal.SIGKILL)
+    with ServerProc(tmp_path / "store", port=port) as s2, Client(s2.url) as cl:
+        assert cl._call("POST", "/v1/urls/add", body, batch_id="batch-1") == first
+        assert cl._call("POST", "/v1/urls/add", body, batch_id="batch-3") == b"\0" * 51
+        assert cl.stats()["keys"] == 50
+
+
+def test_client_retries_through_a_restart_with_the_same_batch_id(tmp_path):
+    """The server dies under a client; the client's call waits and retries with its
+    batch id once a new server listens on the same port."""
+    s = ServerProc(tmp_path / "store").start()
+    port = s.port
+    cl = Client(s.url, retry_seconds=30)
+    assert cl.add([5, 6]).tolist() == [True, True]
+    s.stop(signal.SIGKILL)
+    restarted = []
+
+    def restart():
+        import time
+
+        time.sleep(0.5)
+        restarted.append(ServerProc(tmp_path / "store", port=port).start())
+
+    t = threading.Thread(target=restart)
+    t.start()
+    try:
+        assert cl.add([6, 7]).tolist() == [False, True]
+        assert cl.retries >= 1
+    finally:
+        t.join()
+        cl.close()
+        for r in restarted:
+            r.stop(signal.SIGKILL)
+
+
+def test_answer_log_drops_a_group_the_store_never_committed(tmp_path):
+    from seenstore.serve.answers import NAME, Answer, AnswerLog
+
+    d = tmp_path / "d"
+    d.mkdir()
+    log = AnswerLog(str(d), "sid", 0, sync=False)
+    e1 = [("a", Answer(1, np.array([True, False])))]
+    log.settle(log.append(0, e1), e1)
+    e2 = [("b", Answer(2, np.array([True])))]
+    log.append(1, e2)  # written, then the process died before the store's commit
+    log.close()
+    log = AnswerLog(str(d), "sid", 1, sync=False)  # the store has 1 batch: "b" is void
+    assert log.lookup("a").mask.tolist() == [True, False] and log.lookup("b") is None
+    log.close()
+    with open(d / NAME, "ab") as f:
+        f.write(b"\x10\0\0\0torn")  # a record cut short at the end: cut off
+    log = AnswerLog(str(d), "sid", 1, sync=False)
+    assert log.dropped_tail == 8 and log.lookup("a") is not None
+    log.close()
+    with pytest.raises(ValueError, match="another store|damaged"):
+        AnswerLog(str(d), "other", 1, sync=False)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
+def test_status_page_in_headless_chromium(server):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with Client(server.url) as cl:
+        for i in range(5):
+            cl.add_urls([f"http://page.example/{i}/{j}" for j in range(20)])
+        stats = cl.stats()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"),
+                                    args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            problems = []
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.goto(server.url + "/")
+            page.wait_for_selector("body[data-loaded='1']", timeout=15000)
+            assert page.inner_text("#fig-keys") == str(stats["keys"]) == "100"
+            assert page.inner_text("#fig-policy") == stats["policy"] == "safe-v1"
+            assert page.inner_text("#fig-groups-committed") == str(stats["groups"])
+            assert int(page.get_attribute("#latency", "data-points")) == stats["groups"] >= 1
+            assert int(page.get_attribute("#keys", "data-points")) == stats["groups"]
+            assert page.locator("#latency polyline").count() == 1
+            assert not problems, problems
+        finally:
+            browser.close()
