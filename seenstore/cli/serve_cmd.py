@@ -33,7 +33,7 @@ from seenstore.cli import SIZE, USAGE_EXIT, fail, main, store_option, default_st
 @click.option("--create", is_flag=True, help="Create the store if it does not exist.")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="URL policy file (its identity must be the store's; "
-                                   "default: the safe rules).")
+                                   "default: the policy the store holds).")
 @click.option("--max-body", type=SIZE, default="64M", show_default=True,
               help="Largest request body.")
 @click.option("--warm", is_flag=True,
@@ -72,7 +72,7 @@ def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max
         check_listen(host, token)
     except InvalidInputError as e:
         fail(str(e), USAGE_EXIT, "UsageError")
-    policy = load_policy(policy_file)
+    given = load_policy(policy_file) if policy_file else None
     path = store_dir or default_store_dir()
     if warm:
         from seenstore.warmup import warm_up
@@ -80,9 +80,12 @@ def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max
         warm_up(os.path.dirname(os.path.abspath(path)) or None, child=True)
     if cache_bytes is not None:
         cache_bytes = 0 if cache_bytes.strip() == "0" else SIZE.convert(cache_bytes, None, None)
-    store = SeenStore.open(path, create=create, policy_id=policy.identity,
+    store = SeenStore.open(path, create=create, policy=given,
                            wait=None if wait < 0 else wait, cache_bytes=cache_bytes)
     try:
+        from seenstore.store.urls import store_policy
+
+        policy = store_policy(store)
         server = Server(store, policy, token=token, max_delay=max_delay / 1000,
                         max_body=max_body)
 

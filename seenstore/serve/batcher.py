@@ -27,6 +27,7 @@ import numpy as np
 from seenstore.errors import CorruptionError, InvalidInputError, SeenStoreError
 from seenstore.serve.answers import Answer, AnswerLog
 from seenstore.store import manifest
+from seenstore.store.urls import kept_lines_hook
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 SERIES_POINTS = 600  # points kept for the status page's plots
@@ -44,6 +45,9 @@ class Item:
     n: int
     positions: np.ndarray | None = None
     future: asyncio.Future | None = field(default=None, repr=False)
+    # the canonical URLs a mask over ``keys`` selects, newline-terminated (a URL
+    # request's FastBatch.lines): what a store that keeps URLs keeps of the new ones
+    lines: object = field(default=None, repr=False)
 
 
 class Histogram:
@@ -111,6 +115,8 @@ class Committer:
         if not len(keys):  # nothing to admit: the answers hold no news, nothing to log
             return answers
         rec = self.log.append(self.batches, entries)
+        if self.store.keep_urls is not False and any(it.lines is not None for it in items):
+            self.store._on_new = kept_lines_hook(self.store, keys, _lines(items))
         try:
             got = self.store.add_new(keys)
         except BaseException:
@@ -118,6 +124,8 @@ class Committer:
                 self.errors += 1
                 raise
             got = None  # committed after all (a failure after the commit point)
+        finally:
+            self.store._on_new = None
         if got is not None and len(got) != int(new.sum()):
             raise CorruptionError(f"{self.store.path}: the store admitted {len(got)} keys of "
                                   f"a group, its check found {int(new.sum())} new")
@@ -145,6 +153,17 @@ class Committer:
             self._stats = self.store.stats()
             self._stats_at = now
         return self._stats
+
+
+def _lines(items: list[Item]):
+    """``lines(select)`` over the keys of ``items`` concatenated (items without URLs
+    contribute none)."""
+    cuts = np.cumsum([len(it.keys) for it in items])[:-1]
+
+    def lines(select: np.ndarray) -> bytes:
+        return b"".join(it.lines(part) for it, part in zip(items, np.split(select, cuts))
+                        if it.lines is not None)
+    return lines
 
 
 class Batcher:

@@ -204,7 +204,7 @@ class Server:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(None, url_batch, lines, self.store.layout,
-                                              self.policy, base)
+                                              self.store.policy, base)
         except InvalidInputError as e:
             raise ClientError(400, str(e)) from None
 
@@ -223,7 +223,8 @@ class Server:
         base = self._base(request) or ""
         bid, digest = self._batch_id(request, "urls", body, base)
         fb = await self._urls(request, body)
-        ans = await self.batcher.submit(Item(bid, digest, fb.keys, fb.n, fb.positions))
+        ans = await self.batcher.submit(Item(bid, digest, fb.keys, fb.n, fb.positions,
+                                             lines=fb.lines))
         counts = {"items": fb.n, "new": int(ans.mask.sum()), "rejected": len(fb.rejected)}
         if answer == "urls":
             sel = ans.mask[fb.positions] if len(fb.positions) else np.zeros(0, dtype=bool)
