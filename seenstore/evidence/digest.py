@@ -29,7 +29,8 @@ _TAG = re.compile(rb"<[^>]*>?|&#?[A-Za-z0-9]+;")
 _MONTH = rb"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
 # Dates and times (ISO, d/m/y, h:m[:s] [am|pm], "May 1, 2024", "1 May 2024"): one word.
 _TIMESTAMP = re.compile(
-    rb"\b(?:\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?"
+    rb"\b(?=[0-9JFMASONDjfmasond])"
+    rb"(?:\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?"
     rb"(?:Z|[+-]\d{2}:?\d{2})?"
     rb"|\d{1,2}[/.]\d{1,2}[/.]\d{2,4}"
     rb"|\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:\s*[ap]\.?m\b\.?)?"
@@ -38,7 +39,6 @@ _TIMESTAMP = re.compile(
     re.I)
 _WORD = re.compile(r"\w+")
 SHINGLE = 3  # words per feature
-_BITS = np.arange(64, dtype=np.uint64)
 
 
 def page_digest(body: bytes) -> int:
@@ -57,12 +57,35 @@ def page_words(body: bytes) -> list[str]:
 
 
 def features(words: list[str]) -> np.ndarray:
-    """The distinct feature hashes of a word list: xxh3-64 of each run of ``SHINGLE``
-    consecutive words joined by one space (a shorter list: of all its words)."""
-    n = max(len(words) - SHINGLE + 1, 1 if words else 0)
-    grams = {" ".join(words[i:i + SHINGLE]) for i in range(n)}
-    return np.fromiter((xxhash.xxh3_64_intdigest(g.encode()) for g in grams),
-                       dtype=np.uint64, count=len(grams))
+    """The distinct feature hashes of a word list, one per run of ``SHINGLE``
+    consecutive words (a shorter list: one for all its words). A word's hash is the
+    xxh3-64 of its UTF-8; a run's is ``fmix64(h0 ^ rotl(h1, 21) ^ rotl(h2, 42))`` (the
+    MurmurHash3 finaliser over the word hashes rotated by their place)."""
+    if not words:
+        return np.zeros(0, dtype=np.uint64)
+    ids: dict[str, int] = {}
+    order = np.array([ids.setdefault(w, len(ids)) for w in words], dtype=np.intp)
+    word_hash = np.fromiter((xxhash.xxh3_64_intdigest(w.encode()) for w in ids),
+                            dtype=np.uint64, count=len(ids))[order]
+    n = max(len(words) - SHINGLE + 1, 1)
+    mixed = np.zeros(n, dtype=np.uint64)
+    for k in range(min(SHINGLE, len(words))):
+        mixed ^= _rotl(word_hash[k:k + n], 21 * k)
+    return np.unique(_fmix64(mixed))
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    if r == 0:
+        return x.copy()
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def _fmix64(x: np.ndarray) -> np.ndarray:
+    x = x ^ (x >> np.uint64(33))
+    x = x * np.uint64(0xFF51AFD7ED558CCD)
+    x = x ^ (x >> np.uint64(33))
+    x = x * np.uint64(0xC4CEB9FE1A85EC53)
+    return x ^ (x >> np.uint64(33))
 
 
 def simhash_of(hashes: np.ndarray) -> int:
@@ -70,9 +93,11 @@ def simhash_of(hashes: np.ndarray) -> int:
     of the hashes have it set. No features: 0."""
     if not len(hashes):
         return 0
-    ones = ((hashes[:, None] >> _BITS) & np.uint64(1)).sum(axis=0)
-    bits = (2 * ones > len(hashes)).astype(np.uint64) << _BITS
-    return int(np.bitwise_or.reduce(bits))
+    bits = np.unpackbits(np.ascontiguousarray(hashes, dtype="<u8").view(np.uint8),
+                         bitorder="little").reshape(len(hashes), 64)
+    ones = bits.sum(axis=0, dtype=np.int64)
+    return int.from_bytes(np.packbits(2 * ones > len(hashes), bitorder="little").tobytes(),
+                          "little")
 
 
 def page_simhash(body: bytes) -> int:

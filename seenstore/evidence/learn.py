@@ -164,7 +164,7 @@ class _UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def _near_pairs(values: np.ndarray, bits: int) -> list[tuple[int, int]]:
+def near_pairs(values: np.ndarray, bits: int) -> list[tuple[int, int]]:
     """Index pairs (i, j) of distinct uint64 ``values`` within ``bits`` bits. Pigeonhole:
     such a pair agrees exactly on one of ``bits + 1`` blocks, so only pairs sharing a
     block value are compared."""
@@ -220,7 +220,7 @@ class _HostEvidence:
         if near_bits >= 0 and len(by_simhash) > 1:
             nodes = list(by_simhash.values())
             values = np.fromiter(by_simhash, dtype=np.uint64, count=len(nodes))
-            for a, b in _near_pairs(values, near_bits):
+            for a, b in near_pairs(values, near_bits):
                 self.uf.union(nodes[a], nodes[b])
         has_content = {self.uf.find(i) for i in content}
         self._add_canonicals(canonicals, has_content)

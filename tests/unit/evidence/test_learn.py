@@ -5,10 +5,11 @@ a learned policy never merges two URLs the evidence shows to be different pages.
 import random
 from urllib.parse import parse_qsl, urlsplit
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seenstore.evidence.learn import (Finding, LearnConfig, atoms_of, fold, learn)
+from seenstore.evidence.learn import Finding, LearnConfig, near_pairs, atoms_of, fold, learn
 from seenstore.evidence.record import Fetch, make_fetch
 from seenstore.url.normalise import normalise
 from seenstore.url.policy import DEFAULT_POLICY, Rule, parse_policy
@@ -286,3 +287,30 @@ def test_one_counter_example_among_many_supports_is_never_adopted(n, seed):
     f = {(f.kind, f.name): f for f in findings}["strip_params", "s"]
     assert f.counter == 1 and f.support == n - 1 and f.status == "rejected"
     assert rules == {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), unique=True, max_size=30), st.integers(0, 5),
+       st.integers(0, 2**32))
+def testnear_pairs_match_all_pairs(values, bits, seed):
+    rng = random.Random(seed)
+    values += [v ^ (1 << rng.randrange(64)) ^ (1 << rng.randrange(64)) for v in values[:10]]
+    values = list(dict.fromkeys(values))
+    got = {tuple(sorted(p)) for p in near_pairs(np.array(values, dtype=np.uint64), bits)}
+    want = {(i, j) for i in range(len(values)) for j in range(i + 1, len(values))
+            if bin(values[i] ^ values[j]).count("1") <= bits}
+    assert got == want
+
+
+def test_near_simhashes_are_one_page_and_far_ones_are_not():
+    rng = random.Random(5)
+    fetches = []
+    for i in range(5):
+        sim = rng.getrandbits(64)
+        for j, flip in enumerate((0, 0b111 << 20)):  # 3 bits apart, different digests
+            fetches.append(Fetch(f"http://s.example/p{i}?t={j}", 200, None, None,
+                                 rng.getrandbits(64), sim ^ flip, "s.example"))
+    rules, found = learned(fetches)
+    assert found["strip_params", "t"].status == "adopted"
+    rules, found = learned(fetches, config=LearnConfig(near_bits=2))
+    assert found["strip_params", "t"].status == "rejected" and rules == {}
