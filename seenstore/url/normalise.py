@@ -50,6 +50,10 @@ class Rejection(enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    def __bool__(self) -> bool:
+        """False: ``try_normalise``'s result is truthy only when it is a URL."""
+        return False
+
 
 class URLRejected(InvalidInputError):
     """The scalar API's typed per-URL rejection; ``reason`` is a ``Rejection``."""
