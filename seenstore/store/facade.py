@@ -376,6 +376,12 @@ class SeenStore:
     def _commit_counters(self, n_approx: int, batches: int = 1) -> None:
         self._live.commit_counters(n_approx, batches, self._take_fields())
 
+    def _keys_without_urls(self) -> None:
+        """A batch of keys with no URLs beside them (not a URL batch's hook): a store
+        that has not decided whether it keeps URLs does not (its first batch)."""
+        if self._on_new is None and self.keep_urls is None and self._lock is not None:
+            self._batch_fields = {**(self._batch_fields or {}), "keep_urls": False}
+
     def _take_fields(self) -> dict | None:
         """The manifest fields a batch's URL hook staged (its kept-URL file): taken
         by the batch's commit, whichever it is."""
@@ -400,6 +406,7 @@ class SeenStore:
         The mask costs one more pass over the keys than ``add_new`` (a hash join of
         the keys with the new ones, on the store's ``threads``; of the distinct keys
         alone when the batch dropped its repeats first, ``_drop_repeats``)."""
+        self._keys_without_urls()
         return self._admission.add(keys, progress)
 
     def add_new(self, keys, progress=None) -> np.ndarray:
@@ -413,6 +420,7 @@ class SeenStore:
         in the call's own sorted copy of the batch when the new keys fill at least a
         quarter of it, else it is copied out, so the caller does not keep a
         batch-sized array alive for a few keys."""
+        self._keys_without_urls()
         return self._admission.add_new(keys, progress)
 
     def add_new_file(self, path, memory: int, new_out: str | None = None) -> dict:
@@ -450,6 +458,7 @@ class SeenStore:
         Every key is looked for in the runs, Bloom negatives too: the filter never
         decides what is written, so a damaged one cannot put a key in two runs, and
         the stage learns of a handed-out key that was stored (its anomaly check)."""
+        self._keys_without_urls()
         return self._admission.add_sorted(uniq, progress, approx_answered=approx_answered)
 
     def _publish(self, gen: int, added: list, n_new: int, bytes_written: int,

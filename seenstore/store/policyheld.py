@@ -5,7 +5,8 @@ manifest (docs/format.md, "Manifest"; docs/policy.md, "The policy a store holds"
 policy's TOML, parsed and checked against ``policy_id``), or for a store that
 records only an identity, the built-in default when that identity is the default's
 and None otherwise (such a store needs the policy given on every open, as before).
-``policy_fields`` are the manifest fields of a new policy: the TOML, the version
+``policy_fields`` are the manifest fields of a new policy: the TOML ("" for the
+built-in default, whose identity no file has), the version
 (one more than the last), and per host the version its rules last changed at.
 """
 
@@ -18,7 +19,7 @@ from seenstore.url.policy import DEFAULT_POLICY, DEFAULT_POLICY_ID, Policy, pars
 def held_policy(doc: dict) -> Policy | None:
     """The policy manifest ``doc`` holds (see the module docstring)."""
     entry = doc.get("policy")
-    if entry is None:
+    if entry is None or entry.get("toml") == "" and doc["policy_id"] == DEFAULT_POLICY_ID:
         return DEFAULT_POLICY if doc["policy_id"] == DEFAULT_POLICY_ID else None
     try:
         policy = parse_policy(entry["toml"], source="the store's policy")
@@ -53,8 +54,9 @@ def policy_fields(doc: dict, policy: Policy, changed_hosts=(), notes=None,
     hosts = host_versions(doc)
     for h in changed_hosts:
         hosts[h] = version
-    text = policy.to_toml(notes)
-    if parse_policy(text).identity != policy.identity:  # the manifest must read back
+    # the built-in default is "" (its TOML would read back as a file's identity)
+    text = "" if policy.identity == DEFAULT_POLICY_ID else policy.to_toml(notes)
+    if text and parse_policy(text).identity != policy.identity:  # it must read back
         raise PolicyError(f"policy {policy.identity!r} does not survive its TOML form")
     fields = {"policy": {"version": version, "toml": text, "hosts": hosts},
               "policy_id": policy.identity}

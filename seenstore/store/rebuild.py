@@ -49,7 +49,7 @@ def host_prefixes(hosts, url_bits: int) -> np.ndarray:
 
 def check_can_rebuild(store) -> None:
     """Refuse a policy change the store could not apply (it keeps no URLs)."""
-    if store.keep_urls is False and len(store):
+    if store.keep_urls is not True and len(store):
         raise NotSupportedError(
             f"{store.path}: this store keeps no URLs (created with keep_urls=False, or "
             "first fed keys), so its keys cannot be remade under another policy; build a "
@@ -153,7 +153,7 @@ def changed_hosts(old: Policy | None, new: Policy) -> set | None:
     if old is None:
         return None
     old_base, new_base = getattr(old, "base", old), getattr(new, "base", new)
-    if old_base.identity != new_base.identity:
+    if old_base.content_hash != new_base.content_hash:  # the file's rules differ
         return None
     a, b = getattr(old, "learned", {}) or {}, getattr(new, "learned", {}) or {}
     return {h for h in set(a) | set(b) if a.get(h) != b.get(h)}
