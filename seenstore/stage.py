@@ -28,12 +28,9 @@ from seenstore.store import wal as walmod
 from seenstore.keys.batch import as_keys, unique_first
 from seenstore.bloom import BloomFilter
 from seenstore.errors import ClosedError, CorruptionError, InvalidInputError, MismatchError
-from seenstore.url.fastpath import normalise_urls
-from seenstore.url.fingerprint import fingerprint_many
 from seenstore.kernels.dispatch import batch as _kernels
 from seenstore.keys.sort import sort_keys, sort_unique_keys
 from seenstore.url.normalise import all_strs_or_bytes
-from seenstore.url.fastpath import normalise_many
 from seenstore.runtime.parallel import check_threads
 from seenstore.url.policy import Policy
 from seenstore.store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
@@ -47,7 +44,6 @@ DEFAULT_BUDGET_BYTES = 64 << 20  # keys of one buffer, 8 bytes each: 8 Mi keys
 DEFAULT_CACHE_KEYS = 1 << 22     # recent-key cache entries, 8 bytes each: 32 MiB
 CLAIM_FPR = 1e-3                 # a buffer's claim filter; a false positive only holds a key
 MAX_CAP_BITS = 24                # host buckets for caps: top min(H, 24) bits of the key
-FAST_PATH_MIN_URLS = 64          # smaller URL offers take the scalar normaliser
 SPILL_BUFFERS = 2                # a buffer past this many budgets merges spilled (store/spill.py)
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: slot = (key * _MIX) >> (64 - bits)
 _EMPTY = np.empty(0, dtype=np.uint64)
@@ -216,7 +212,9 @@ class DedupStage:
         one URL; relative ones are resolved against ``base``). Returns at once the
         items admitted now (certainly new, durable per ``wal_sync``) plus any held
         items a finished merge found new. ``payloads``: one per item (default for
-        URLs: the canonical URL, absolute, as the key was computed from it).
+        URLs: the URL as offered, absolute, in its safe-rule form: what to fetch;
+        the key is made from its canonical form under the policy, which a risky
+        rule may have made a spelling the site never served).
         May block only when both buffers are full (a merge in flight)."""
         keys, pl, rejected = self._prepare(items, payloads, base)
         self._make_room()
@@ -285,25 +283,17 @@ class DedupStage:
             keys = as_keys(items)
             return keys, (list(payloads) if payloads is not None else None), []
         policy = self._url_policy()
+        nz = urlcalls.normalised(items, base, policy, self.layout, self.threads)
+        keys, positions, rejected = nz.keys, nz.positions, nz.rejected
         if self.store.keep_urls is not False:  # safe forms kept beside the keys
-            nz = urlcalls.normalised(items, base, policy, self.layout, self.threads)
-            keys, positions, canonical, rejected = nz.keys, nz.positions, nz.canonical, \
-                nz.rejected
             with self._lock:
                 for k, u in zip(keys.tolist(), nz.safe):
                     self._spellings.setdefault(k, u)
-        elif len(items) >= FAST_PATH_MIN_URLS:
-            fb = normalise_urls(items, base, policy, self.layout, threads=self.threads)
-            keys, positions, canonical, rejected = fb.keys, fb.positions, fb.urls, fb.rejected
-        else:
-            nb = normalise_many(items, base, policy)
-            keys = fingerprint_many(nb.urls, self.layout, self.threads)
-            positions, canonical, rejected = nb.positions, nb.urls, nb.rejected
         with self._lock:
             self._stats["urls_offered"] += len(items)
             self._stats["rejected_urls"] += len(rejected)
-        if payloads is None:
-            return keys, canonical, rejected
+        if payloads is None:  # the spelling offered (safe rules), fetchable as it is
+            return keys, nz.safe, rejected
         return keys, [payloads[i] for i in np.asarray(positions).tolist()], rejected
 
     def _url_policy(self) -> Policy:

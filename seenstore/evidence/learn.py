@@ -29,6 +29,9 @@ INDEX_DOCUMENTS = (
     "index.jsp", "index.cfm", "default.asp", "default.aspx", "default.htm", "default.html",
 )
 MAX_ROUNDS = 8
+# rules whose support counts distinct merged URLs (path and query) as its "paths": on a
+# site of one path (/list?cat=..&page=..) the pages differ by their query only
+_QUERY_KINDS = ("strip_params", "sort_query")
 STATUSES = ("adopted", "withdrawn", "rejected", "insufficient")
 _ESCAPED = re.compile(r"\[([*?\[])\]")
 
@@ -350,8 +353,8 @@ class _HostLearner:
             same, counter = self._pairs(members)
             out.support += same
             out.counter += counter
-            if same:
-                paths.add(form[3])
+            if same:  # a query rule's support is spread over pages, a path rule's over paths
+                paths.add(form[3:5] if atom[0] in _QUERY_KINDS else form[3])
         out.paths = len(paths)
         return out
 
