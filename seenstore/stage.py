@@ -32,7 +32,7 @@ from seenstore.kernels.dispatch import batch as _kernels
 from seenstore.keys.sort import sort_keys, sort_unique_keys
 from seenstore.url.normalise import all_strs_or_bytes
 from seenstore.runtime.parallel import check_threads
-from seenstore.url.policy import Policy
+from seenstore.url.policy import DEFAULT_POLICY, Policy
 from seenstore.store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
 from seenstore.store import urls as urlcalls
 
@@ -285,7 +285,7 @@ class DedupStage:
         policy = self._url_policy()
         nz = urlcalls.normalised(items, base, policy, self.layout, self.threads)
         keys, positions, rejected = nz.keys, nz.positions, nz.rejected
-        if self.store.keep_urls is not False:  # safe forms kept beside the keys
+        if getattr(self.store, "keep_urls", False) is not False:  # safe forms kept too
             with self._lock:
                 for k, u in zip(keys.tolist(), nz.safe):
                     self._spellings.setdefault(k, u)
@@ -298,7 +298,11 @@ class DedupStage:
 
     def _url_policy(self) -> Policy:
         """The store's policy (it follows what ``learn`` applies)."""
-        policy = self.store.policy
+        policy = getattr(self.store, "policy", None)  # a ShardedStore holds none
+        if policy is None and self.policy is not None:
+            return self.policy
+        if policy is None and self.store.policy_id == DEFAULT_POLICY.identity:
+            return DEFAULT_POLICY
         if policy is None:
             raise MismatchError(
                 f"{self.store.path}: store was built with policy {self.store.policy_id!r}; "

@@ -10,11 +10,11 @@ import click
 from seenstore.cli import default_store_dir, main, store_option
 
 
-def _open(store_dir, readonly: bool):
+def _open(store_dir, readonly: bool, create: bool = False):
     from seenstore.store import SeenStore
 
-    return SeenStore.open(store_dir or default_store_dir(), readonly=readonly,
-                          wait=None if not readonly else 0.0)
+    return SeenStore.open(store_dir or default_store_dir(), create=create and not readonly,
+                          readonly=readonly, wait=None if not readonly else 0.0)
 
 
 def _rebuild_line(fig: dict) -> str:
@@ -134,7 +134,8 @@ def learn_cmd(warcs, store_dir, dry_run, write_policy, min_support, min_paths, s
     as one page (docs/evidence.md), makes the adopted rules the store's policy
     and rebuilds the hosts they change. Prints one line per rule: host, rule,
     support, counter-evidence, adopted/withdrawn. Without WARC files it learns
-    from the evidence the store already holds.
+    from the evidence the store already holds. A store that does not exist yet is
+    created: it then holds the learned policy for a crawl to start from.
     """
     from seenstore.evidence.record import make_fetch
     from seenstore.errors import SeenStoreError
@@ -144,7 +145,7 @@ def learn_cmd(warcs, store_dir, dry_run, write_policy, min_support, min_paths, s
     config = _config(min_support, min_paths)
     report = WarcReport()
     records = iter_evidence(warcs, report) if warcs else iter(())
-    with _open(store_dir, readonly=dry_run) as store:
+    with _open(store_dir, readonly=dry_run, create=True) as store:
         if dry_run:
             extra = []
             for r in records:

@@ -39,22 +39,44 @@ from seenstore.url.policy import load_policy
 from seenstore.store import SeenStore
 
 DEFAULT_FLUSH_KEYS = 1000
+DEFAULT_LEARN_EVERY = 200  # SEENSTORE_LEARN_EVERY: responses between learning rounds
 NONGET_SUFFIX = ".requests"  # the non-GET set: a sibling store "<SEENSTORE_DIR>.requests"
 
 
 class LiveSet:
     """A writable store plus the keys admitted since its last commit.
 
-    ``seen(key)`` answers at once and claims the key if it was new; ``commit()``
-    makes every claimed key durable (one store batch)."""
+    ``seen(key)`` answers at once and claims the key if it was new; ``seen_url``
+    does it for a URL under the store's policy, keeping its spelling (safe-rule
+    form) for the store's kept URLs; ``commit()`` makes every claimed key durable
+    (one store batch)."""
 
-    def __init__(self, path: str, policy_id: str | None, mode: str, flush_keys: int):
-        self.store = SeenStore.open(path, create=True, policy_id=policy_id, mode=mode)
+    def __init__(self, path: str, policy, mode: str, flush_keys: int,
+                 keep_urls: bool | None = None):
+        self.store = SeenStore.open(path, create=True, policy=policy, mode=mode,
+                                    keep_urls=keep_urls)
         self.approximate = mode == "approximate"
         self.flush_keys = max(1, flush_keys)
         self.pending: set[int] = set()
+        self.spellings: dict[int, str] = {}  # claimed key -> its URL (safe-rule form)
 
-    def seen(self, key: int) -> bool:
+    def seen_url(self, url: str) -> bool | None:
+        """``seen`` for a URL's key under the store's policy; None when the URL has no
+        canonical form (the caller keys the request another way)."""
+        from seenstore.store.urls import normalised
+
+        nz = normalised([url], None, self.store.policy, self.store.layout, 1)
+        if not len(nz.keys):
+            return None
+        key = int(nz.keys[0])
+        seen = self.seen(key, commit=False)
+        if not seen and self.store.keep_urls is not False:
+            self.spellings[key] = nz.safe[0]
+        if len(self.pending) >= self.flush_keys:
+            self.commit()
+        return seen
+
+    def seen(self, key: int, commit: bool = True) -> bool:
         if key in self.pending:
             return True
         one = np.array([key], dtype=np.uint64)
@@ -64,20 +86,43 @@ class LiveSet:
         elif self.store.contains(one)[0]:
             return True
         self.pending.add(key)
-        if len(self.pending) >= self.flush_keys:
+        if commit and len(self.pending) >= self.flush_keys:
             self.commit()
         return False
 
     def commit(self) -> None:
-        if self.pending:
+        if not self.pending:
+            return
+        if self.spellings:
+            from seenstore.store.urls import keep_new
+
+            got = self.spellings
+
+            def keep(new_keys, gen):  # the new keys' URLs go to the batch's kept file
+                urls = [got[k] for k in new_keys.tolist() if k in got]
+                if urls:
+                    keep_new(self.store, urls, gen)
+            self.store._on_new = keep
+        try:
             self.store.add(np.fromiter(self.pending, dtype=np.uint64, count=len(self.pending)))
-            self.pending.clear()
+        finally:
+            self.store._on_new = None
+        self.pending.clear()
+        self.spellings = {}
 
     def close(self) -> None:
         try:
             self.commit()
         finally:
             self.store.close()
+
+
+def _location(response) -> str | None:
+    if 300 <= response.status < 400:
+        loc = response.headers.get(b"Location")
+        if loc:
+            return response.urljoin(loc.decode("latin-1"))
+    return None
 
 
 class RemoteSet:
@@ -115,7 +160,10 @@ def _token(settings) -> str | None:
 class SeenStoreDupeFilter:
     """Scrapy settings: ``SEENSTORE_DIR`` (default ``JOBDIR/seenstore`` when JOBDIR
     is set, else a temporary store removed on close, like Scrapy's in-memory
-    filter), ``SEENSTORE_POLICY`` (a policy TOML file, default the safe rules),
+    filter), ``SEENSTORE_POLICY`` (a policy TOML file for a new store; default the
+    policy the store holds, the safe rules for a new one), ``SEENSTORE_LEARN``
+    (record every response's evidence and learn per-host rules online, every
+    ``SEENSTORE_LEARN_EVERY`` responses, default 200; docs/evidence.md),
     ``SEENSTORE_MODE`` ("exact" or "approximate"), ``SEENSTORE_FLUSH_KEYS``
     (commit every this many new keys, default 1000), ``DUPEFILTER_DEBUG``;
     ``SEENSTORE_URL`` (a ``seenstore serve`` address: use it instead of a local
@@ -136,7 +184,9 @@ class SeenStoreDupeFilter:
         self.logdupes = True
         self.logger = logging.getLogger(__name__)
         self.fingerprinter = fingerprinter or RequestFingerprinter()
-        self.policy = load_policy(policy_file)
+        self.policy = load_policy(policy_file) if policy_file else None  # None: the store's
+        self.learn_every = 0  # SEENSTORE_LEARN: learn every this many responses (0: off)
+        self._recorded = 0
         self.mode = mode
         self.flush_keys = flush_keys
         self.layout = None
@@ -163,11 +213,55 @@ class SeenStoreDupeFilter:
                  fingerprinter=getattr(crawler, "request_fingerprinter", None),
                  server_url=s.get("SEENSTORE_URL"), token=_token(s))
         df._crawler = crawler
+        if s.getbool("SEENSTORE_LEARN") and df._get is not None:
+            from scrapy import signals
+
+            df.learn_every = s.getint("SEENSTORE_LEARN_EVERY", DEFAULT_LEARN_EVERY)
+            crawler.signals.connect(df.response_received, signal=signals.response_received)
         return df
+
+    # ------------------------------------------------------------- learning
+    def response_received(self, response, request, spider) -> None:
+        """``SEENSTORE_LEARN``: record what the response revealed (its status, body
+        and Link header; each redirect Scrapy followed to reach it, from
+        ``redirect_urls``/``redirect_reasons``) as store evidence, and every
+        ``SEENSTORE_LEARN_EVERY`` responses commit and learn (the store's
+        ``learn(apply=True)``): later requests are keyed under the learned rules."""
+        if self._get is None:
+            return
+        store = self._get.store
+        hops = list(request.meta.get("redirect_urls") or ()) + [response.url]
+        reasons = list(request.meta.get("redirect_reasons") or ())
+        for url, nxt, code in zip(hops, hops[1:], reasons):
+            if isinstance(code, int):
+                self._record(store.record_fetch, url, code, location=nxt)
+        link = response.headers.get(b"Link")
+        body = response.body if 200 <= response.status < 300 else None
+        self._record(store.record_fetch, response.url, response.status, body=body,
+                     link_header=link.decode("latin-1") if link else None,
+                     location=_location(response))
+        if self._recorded >= self.learn_every:
+            self._recorded = 0
+            self._get.commit()
+            before = store.policy_id
+            findings = store.learn(apply=True)
+            if store.policy_id != before:
+                self.logger.info("seenstore: learned rules for %d host(s): policy %s",
+                                 len({f.host for f in findings if f.status == "adopted"}),
+                                 store.policy_id)
+
+    def _record(self, fn, *args, **kw) -> None:
+        from seenstore.errors import SeenStoreError
+
+        try:
+            fn(*args, **kw)
+            self._recorded += 1
+        except SeenStoreError:
+            pass  # a URL with no canonical form tells nothing
 
     def _open(self) -> None:
         try:
-            self._get = LiveSet(self.path, self.policy.identity, self.mode, self.flush_keys)
+            self._get = LiveSet(self.path, self.policy, self.mode, self.flush_keys)
         except LockedError as e:
             self.locked_by_another = True
             self.logger.error(
@@ -199,9 +293,10 @@ class SeenStoreDupeFilter:
             return True  # the spider is being closed: schedule nothing
         if self._remote is not None:
             return self._remote_seen(request)
-        key = self._get_key(request)
-        if key is not None:
-            return self._get.seen(key)
+        if request.method == "GET" and not request.body:
+            seen = self._get.seen_url(request.url)
+            if seen is not None:
+                return seen
         if self._other is None:
             self._other = LiveSet(self.path + NONGET_SUFFIX, None, self.mode, self.flush_keys)
         fp = self.fingerprinter.fingerprint(request)
@@ -209,21 +304,11 @@ class SeenStoreDupeFilter:
 
     def _remote_seen(self, request) -> bool:
         if request.method == "GET" and not request.body and not isinstance(
-                try_normalise(request.url, None, self.policy), Rejection):
+                try_normalise(request.url), Rejection):
             return self._remote.seen_url(request.url)
         fp = self.fingerprinter.fingerprint(request)
         return self._remote.seen(int.from_bytes(fp[:8], "little"))
 
-    def _get_key(self, request) -> int | None:
-        """The seenstore key of a body-less GET with a canonical URL, else None."""
-        if request.method != "GET" or request.body:
-            return None
-        url = try_normalise(request.url, None, self.policy)
-        if isinstance(url, Rejection):
-            return None
-        from seenstore.url.fingerprint import fingerprint
-
-        return fingerprint(url, self.layout)
 
     def close(self, reason: str) -> None:
         """Commit every key claimed and close the stores (removing a temporary one)."""

@@ -10,9 +10,13 @@
   wrong merge, every reachable page fetched.
 """
 
-import pytest
+import json
 
-from simweb.crawl import crawl_config, links_of, score
+import pytest
+from click.testing import CliRunner
+
+from seenstore.cli import main
+from simweb.crawl import crawl, crawl_config, links_of, score
 from simweb.server import SimServer
 from simweb.web import Web
 from seenstore.url.normalise import normalise
@@ -34,6 +38,7 @@ def sim(tmp_path_factory):
                 r = crawl_config(name, web, server.port, str(tmp / name), warc=warc)
                 scores[name] = score(r, web, reachable)
             return scores[name]
+        run.port = server.port
         yield web, reachable, run, tmp
 
 
@@ -117,3 +122,26 @@ def test_online_learning_cuts_duplicates_and_merges_nothing_wrongly(sim):
     assert s["pages_fetched"] == len(reachable)
     assert s["duplicate_fetches"] <= (1 - CUT) * safe["duplicate_fetches"], (
         s["duplicate_fetches"], safe["duplicate_fetches"], s["duplicate_hosts"])
+
+
+def test_offline_learning_from_the_crawl_warc_then_a_second_crawl(sim):
+    """The offline path: the safe crawl written to WARC by warcio, ``seenstore learn``
+    on it into a new store, a second crawl starting from the learned policy."""
+    web, reachable, run, tmp = sim
+    safe = run("safe")
+    store = tmp / "offline"
+    r = CliRunner().invoke(main, ["learn", str(tmp / "safe.warc.gz"), "--store", str(store),
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["recorded"] == safe["fetches"] and doc["policy_version"] == 1
+    adopted = {(f["host"], f["rule"], f["name"]) for f in doc["findings"]
+               if f["status"] == "adopted"}
+    assert ("sess-a.test", "strip_params", "xsess") in adopted
+    wrong = {("ids-w.test", "strip_params", "id"), ("calc-z.test", "sort_query", ""),
+             ("news-x.test", "trailing_slash", "remove"), ("news-x.test", "trailing_slash", "add"),
+             ("wiki-ab.test", "lowercase_path", ""), ("twin-af.test", "strip_www", "")}
+    assert not adopted & wrong
+    second = score(crawl(web, run.port, str(store)), web, reachable)
+    assert second["wrong_merges"] == 0 and second["pages_fetched"] == len(reachable)
+    assert second["duplicate_fetches"] <= (1 - CUT) * safe["duplicate_fetches"], second

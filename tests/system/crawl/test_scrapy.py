@@ -114,10 +114,10 @@ class Site(scrapy.Spider):
 '''
 
 
-def _crawler(tmp_path, proxy: str, *settings: str) -> subprocess.Popen:
-    """Start ``scrapy runspider`` on SPIDER in ``tmp_path``, fetching through ``proxy``."""
+def _crawler(tmp_path, proxy: str, *settings: str, spider_code: str = SPIDER) -> subprocess.Popen:
+    """Start ``scrapy runspider`` on ``spider_code`` in ``tmp_path``, through ``proxy``."""
     spider = tmp_path / "spider.py"
-    spider.write_text(SPIDER)
+    spider.write_text(spider_code)
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env["http_proxy"] = proxy
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *sys.path])
@@ -137,8 +137,8 @@ def _finish(proc: subprocess.Popen) -> str:
     return err
 
 
-def _crawl(tmp_path, proxy: str, *settings: str) -> str:
-    return _finish(_crawler(tmp_path, proxy, *settings))
+def _crawl(tmp_path, proxy: str, *settings: str, spider_code: str = SPIDER) -> str:
+    return _finish(_crawler(tmp_path, proxy, *settings, spider_code=spider_code))
 
 
 SEENSTORE = "DUPEFILTER_CLASS=seenstore.scrapy.SeenStoreDupeFilter"
