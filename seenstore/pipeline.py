@@ -132,10 +132,13 @@ def add_scalar(stream: BinaryIO, store, out, counts: dict[str, int], *, base, po
         if not batch.urls:
             continue
         out.check()
-        mask = store.add(fingerprint_many(batch.urls, store.layout))
-        fresh = [u for u, m in zip(batch.urls, mask.tolist()) if m]
-        new += len(fresh)
-        out.send("".join(u + "\n" for u in fresh).encode("utf-8", "surrogateescape"))
+        urls = batch.urls
+        mask, text = admit_lines(
+            store, fingerprint_many(urls, store.layout),
+            lambda sel, urls=urls: "".join(u + "\n" for u, m in zip(urls, sel.tolist()) if m)
+            .encode("utf-8", "surrogateescape"))
+        new += int(mask.sum())
+        out.send(text)
     return read, new
 
 
@@ -300,7 +303,8 @@ def add_kept(stream, store, out, counts: dict[str, int], *, base, max_length: in
 
     read = new = 0
     policy = store.policy
-    for chunk in chunks(input_lines(["-"], max_length, stdin=stream), batch_lines):
+    lines = (ln for ln in iter_lines(stream, line_cap(max_length)) if ln)
+    for chunk in chunks(lines, batch_lines):
         nz = normalised(chunk, base, policy, store.layout, store.threads)
         for _, reason in nz.rejected:
             counts[reason.value] = counts.get(reason.value, 0) + 1
@@ -439,6 +443,27 @@ def add_batches(batches: Iterable, store, out, counts: dict[str, int],
     return read, new
 
 
+def admit_lines(store, keys: np.ndarray, lines_of) -> tuple[np.ndarray, bytes]:
+    """``store.add(keys)`` for a batch of canonical URLs (``lines_of(mask)``: the URLs
+    a mask over ``keys`` picks, newline-terminated, in input order); returns (the
+    mask of new first occurrences, their lines). A store that keeps URLs keeps
+    those lines (the policy has no rules for them here, or they are kept in their
+    canonical form: docs/policy.md)."""
+    hook = None
+    if getattr(store, "keep_urls", False) is not False:
+        from seenstore.store.urls import kept_lines_hook
+        hook = store._on_new = kept_lines_hook(store, keys, lines_of)
+    try:
+        mask = store.add(keys)
+    finally:
+        if hook is not None:
+            store._on_new = None
+    got = getattr(hook, "lines", None)
+    if got is not None and np.array_equal(got[0], mask):
+        return mask, got[1]  # the hook gathered them for the kept-URL file
+    return mask, lines_of(mask)
+
+
 def admit_batch(fbs, store, out, counts: dict[str, int], seconds: dict[str, float]) -> int:
     """Admit the keys of a FastBatch, or of a list of them, in one commit
     (``out.check()`` before it, the new canonical URLs sent after it, in input
@@ -454,19 +479,14 @@ def admit_batch(fbs, store, out, counts: dict[str, int], seconds: dict[str, floa
         return 0
     out.check()
     t2 = time.perf_counter()
-    if getattr(store, "keep_urls", False) is not False:  # canonical = safe forms here
-        from seenstore.store.urls import kept_lines_hook
-        store._on_new = kept_lines_hook(store, keys, lambda sel: b"".join(
-            fb.lines(m) for fb, m in zip(fbs, np.split(sel, np.cumsum(
-                [len(fb.keys) for fb in fbs])[:-1]))))
-    try:
-        mask = store.add(keys)
-    finally:
-        if hasattr(store, "_on_new"):
-            store._on_new = None
-    t3 = time.perf_counter()
     cuts = np.cumsum([len(fb.keys) for fb in fbs])[:-1]
-    out.send(b"".join(fb.lines(m) for fb, m in zip(fbs, np.split(mask, cuts))))
+
+    def lines_of(select: np.ndarray) -> bytes:
+        return b"".join(fb.lines(m) for fb, m in zip(fbs, np.split(select, cuts)))
+
+    mask, text = admit_lines(store, keys, lines_of)
+    t3 = time.perf_counter()
+    out.send(text)
     seconds["store"] = seconds.get("store", 0.0) + t3 - t2
     seconds["write"] = seconds.get("write", 0.0) + time.perf_counter() - t3
     return int(mask.sum())

@@ -172,7 +172,7 @@ def _live(stream) -> bool:
 @click.option("--base-column", default=None, metavar="NAME",
               help="--parquet: a column holding each URL's base (null: none).")
 @click.option("--keep-urls/--no-keep-urls", "keep_urls", default=None,
-              help="A new store keeps the URLs it admits (safe-rule form, about 14 bytes "
+              help="A new store keeps the URLs it admits (safe-rule form, about 15 bytes "
                    "each) so a policy change can rebuild its hosts (default: keep).")
 @threads_option
 def add_cmd(source, store_dir, base, policy_file, max_length, batch_lines, pairs, scalar, wait,

@@ -52,20 +52,25 @@ def write_file(path: str, keys: np.ndarray, urls: list[bytes], sync: bool = True
     Requires: ``len(keys) == len(urls)``; the keys need not be sorted or unique."""
     order = np.argsort(keys, kind="stable")
     skeys = keys[order]
+    n = len(order)
+    ordered = [urls[i] for i in order.tolist()]
+    joined = b"\n".join(ordered)
+    # block j holds URLs [cuts[j], cuts[j+1]): each starts a new block once the URLs
+    # before it in the block reach BLOCK_BYTES of text
+    ends = np.cumsum(np.fromiter(map(len, ordered), dtype=np.int64, count=n) + 1)
+    cuts = [0]
+    while cuts[-1] < n:
+        start = ends[cuts[-1] - 1] if cuts[-1] else 0
+        cuts.append(max(cuts[-1] + 1, int(np.searchsorted(ends, start + BLOCK_BYTES)) + 1))
+        cuts[-1] = min(cuts[-1], n)
     index = []
     body = bytearray()
-    i, n = 0, len(order)
-    ordl = order.tolist()
-    while i < n:
-        j, size = i, 0
-        while j < n and (size < BLOCK_BYTES or j == i):
-            size += len(urls[ordl[j]]) + 1
-            j += 1
-        block = _deflate(b"\n".join(urls[k] for k in ordl[i:j]))
+    for i, j in zip(cuts, cuts[1:]):
+        lo = int(ends[i - 1]) if i else 0
+        block = _deflate(joined[lo:int(ends[j - 1]) - 1])
         index.append((int(skeys[i]), int(skeys[j - 1]), HEADER.size + len(body), len(block),
                       j - i, xxhash.xxh3_64_intdigest(block)))
         body += block
-        i = j
     idx = np.array(index, dtype=INDEX).tobytes()
     idx_sum = xxhash.xxh3_64_intdigest(idx)
     head = HEADER.pack(MAGIC, MAJOR, MINOR, len(index), n, HEADER.size + len(body), idx_sum, 0)

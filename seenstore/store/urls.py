@@ -19,6 +19,7 @@ import secrets
 import numpy as np
 
 from seenstore.errors import InvalidInputError, MismatchError
+from seenstore.keys.batch import first_new_mask
 from seenstore.store import kepturls
 from seenstore.url.fastpath import normalise_urls
 from seenstore.url.fingerprint import fingerprint_many, url_host
@@ -135,16 +136,24 @@ def add_normalised(store, nz: Normalised) -> np.ndarray:
     return mask
 
 
-def kept_lines_hook(store, keys: np.ndarray, lines):
+def kept_lines_hook(store, keys: np.ndarray, lines_of):
     """The hook for a batch of canonical URLs made under a policy without rules (so
-    they are their safe-rule forms): ``lines(select)`` gives the URLs ``select``
-    (a mask over ``keys``) picks, newline-terminated (pipeline.py's FastBatch)."""
+    they are their safe-rule forms and ``keys`` their keys): ``lines_of(select)``
+    gives the URLs ``select`` (a mask over ``keys``) picks, newline-terminated, in
+    input order (pipeline.py's FastBatch). It keeps the first occurrence of each
+    new key; ``write.lines`` is then ``(mask, bytes)`` of those, which is what the
+    batch prints (the caller need not gather them again)."""
     def write(new_keys: np.ndarray, gen: int) -> None:
         if not len(new_keys):
             return
-        sel = np.isin(keys, new_keys)
-        urls = list(dict.fromkeys(lines(sel).decode("utf-8").splitlines()))
-        keep_new(store, urls, gen)
+        if len(new_keys) > 1 and not bool(np.all(new_keys[1:] > new_keys[:-1])):
+            new_keys = np.unique(new_keys)
+        mask = first_new_mask(keys, new_keys, store.threads)  # what add() will return
+        text = lines_of(mask)
+        write.lines = (mask, text)
+        keep_new(store, text.split(b"\n")[:-1], gen, keys[mask])
+
+    write.lines = None
     return write
 
 
@@ -171,14 +180,14 @@ def _kept_url_writer(store, nz: Normalised, written: list):
 
 
 def keep_new(store, safe_urls: list, gen: int, safe_keys=None) -> str:
-    """Write batch ``gen``'s new URLs (safe-rule forms; ``safe_keys`` their keys, or
-    computed) to its kept-URL file and stage the manifest fields naming it, for the
-    batch's commit to take. Returns the file's path."""
+    """Write batch ``gen``'s new URLs (safe-rule forms, str or UTF-8 bytes;
+    ``safe_keys`` their keys, or computed) to its kept-URL file and stage the
+    manifest fields naming it, for the batch's commit to take. Returns its path."""
+    raw = [u.encode("utf-8") if isinstance(u, str) else u for u in safe_urls]
     if safe_keys is None:
-        safe_keys = fingerprint_many(list(safe_urls), store.layout)
+        safe_keys = fingerprint_many([u.decode("utf-8") for u in raw], store.layout)
     path = os.path.join(store.path, kepturls.file_name(gen))
-    entry = kepturls.write_file(path, safe_keys, [u.encode("utf-8") for u in safe_urls],
-                                sync=store.sync)
+    entry = kepturls.write_file(path, safe_keys, raw, sync=store.sync)
     files = list(store._doc.get("url_files", [])) + [entry]
     store._batch_fields = {**(store._batch_fields or {}), "url_files": files,
                            "keep_urls": True}
