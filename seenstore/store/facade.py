@@ -170,7 +170,8 @@ class SeenStore:
         if policy_id is not None and d["policy_id"] != policy_id:
             raise MismatchError(
                 f"{self.path}: store was built with policy {d['policy_id']!r}, not "
-                f"{policy_id!r}; open it with the same policy (or rebuild into a new store)")
+                f"{policy_id!r}; open it with its own policy ('seenstore policy --store DIR' "
+                "prints it), or change it with 'seenstore policy --set' / set_policy")
         if shard_bits is not None and d["shard_bits"] != shard_bits:
             raise MismatchError(
                 f"{self.path}: store has shard_bits={d['shard_bits']}, not {shard_bits}")

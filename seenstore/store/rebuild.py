@@ -24,7 +24,7 @@ import time
 import numpy as np
 import xxhash
 
-from seenstore.errors import NotSupportedError
+from seenstore.errors import PolicyError
 from seenstore.store import kepturls
 from seenstore.store.files import fault, io_error, run_name
 from seenstore.store import manifest
@@ -50,7 +50,7 @@ def host_prefixes(hosts, url_bits: int) -> np.ndarray:
 def check_can_rebuild(store) -> None:
     """Refuse a policy change the store could not apply (it keeps no URLs)."""
     if store.keep_urls is not True and len(store):
-        raise NotSupportedError(
+        raise PolicyError(
             f"{store.path}: this store keeps no URLs (created with keep_urls=False, or "
             "first fed keys), so its keys cannot be remade under another policy; build a "
             "new store with the new policy (or one that keeps URLs)")

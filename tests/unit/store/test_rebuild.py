@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import REPO, request_cleanup
-from seenstore.errors import NotSupportedError
+from seenstore.errors import PolicyError
 from seenstore.store import SeenStore
 from seenstore.store.urls import kept_files
 from seenstore.url.fingerprint import fingerprint_many
@@ -87,7 +87,7 @@ def test_rebuild_equals_a_fresh_store_fed_the_kept_urls(tmp_path_factory, batche
 def test_a_store_that_keeps_no_urls_refuses_a_policy_change(tmp_path):
     with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as store:
         store.add([1, 2, 3])
-        with pytest.raises(NotSupportedError, match="keeps no URLs"):
+        with pytest.raises(PolicyError, match="keeps no URLs"):
             store.set_policy(policy_of([1]))
         assert store.policy_id == DEFAULT_POLICY.identity and len(store) == 3
 
@@ -139,3 +139,38 @@ def test_kill_inside_a_rebuild_leaves_policy_and_keys_agreeing(tmp_path, point):
         doc = store._doc
         assert leftovers == {r["file"] for r in doc["runs"]} | {
             e["file"] for e in doc["url_files"]}
+
+
+LEARN_SCRIPT = r"""
+import sys
+from seenstore.store import SeenStore
+from seenstore.store.files import arm_fault
+path, point = sys.argv[1], sys.argv[2]
+body = lambda n: (f"<html><body><p>{'alpha beta gamma ' * 20} item {n}</p></body></html>").encode()
+with SeenStore.open(path) as store:
+    for n in range(8):
+        for sid in ("a1", "b2", "c3"):
+            store.record_fetch(f"http://shop.test/item/{n}?sid={sid}", 200, body=body(n))
+    arm_fault(point)
+    store.learn(apply=True)
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("point", ["rebuild-write", "rebuild-before-manifest",
+                                   "rebuild-after-manifest"])
+def test_kill_inside_learn_leaves_policy_version_and_keys_agreeing(tmp_path, point):
+    path = str(tmp_path / "s")
+    urls = [f"http://shop.test/item/{n}?sid={s}" for n in range(8) for s in ("x", "y")]
+    with SeenStore.open(path, create=True) as store:
+        store.add_urls(urls)
+    r = subprocess.run([sys.executable, "-c", LEARN_SCRIPT, path, point], capture_output=True,
+                       text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == -9, r.stderr
+    with SeenStore.open(path) as store:
+        assert store.policy_version in (0, 1)
+        assert stored(store) == keys_under(urls, store.policy)
+        assert len(store) == (16 if store.policy_version == 0 else 8)
+        store.learn(apply=True)  # the evidence survived: learning again applies the rule
+        assert store.policy_version == 1 and len(store) == 8
+        store.verify()
