@@ -115,8 +115,10 @@ class Committer:
         if not len(keys):  # nothing to admit: the answers hold no news, nothing to log
             return answers
         rec = self.log.append(self.batches, entries)
-        if self.store.keep_urls is not False and any(it.lines is not None for it in items):
-            self.store._on_new = kept_lines_hook(self.store, keys, _lines(items))
+        with_urls = [it for it in items if it.lines is not None]
+        if self.store.keep_urls is not False and with_urls:  # keys-only requests keep none
+            url_keys = np.concatenate([it.keys for it in with_urls])
+            self.store._on_new = kept_lines_hook(self.store, url_keys, _lines(with_urls))
         try:
             got = self.store.add_new(keys)
         except BaseException:
@@ -156,13 +158,11 @@ class Committer:
 
 
 def _lines(items: list[Item]):
-    """``lines(select)`` over the keys of ``items`` concatenated (items without URLs
-    contribute none)."""
+    """``lines(select)`` over the keys of ``items`` (each with URLs) concatenated."""
     cuts = np.cumsum([len(it.keys) for it in items])[:-1]
 
     def lines(select: np.ndarray) -> bytes:
-        return b"".join(it.lines(part) for it, part in zip(items, np.split(select, cuts))
-                        if it.lines is not None)
+        return b"".join(it.lines(part) for it, part in zip(items, np.split(select, cuts)))
     return lines
 
 

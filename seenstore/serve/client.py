@@ -120,6 +120,16 @@ class Client:
     def stats(self) -> dict:
         return json.loads(self._call("GET", "/v1/stats", None))
 
+    def record_fetches(self, records) -> dict:
+        """Send fetch evidence (dicts with ``SeenStore.record_fetches``'s names; a
+        ``body`` as bytes or text) to the server's store."""
+        return json.loads(self._call("POST", "/v1/evidence", _evidence_body(records)))
+
+    def learn(self, apply: bool = True) -> dict:
+        """The server's store learns from its evidence (``SeenStore.learn``); the
+        findings, the policy's identity and version."""
+        return json.loads(self._call("POST", f"/v1/learn?apply={int(bool(apply))}", b""))
+
     def healthz(self) -> bool:
         return json.loads(self._call("GET", "/healthz", None)).get("ok", False)
 
@@ -278,3 +288,13 @@ class AsyncClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+def _evidence_body(records) -> bytes:
+    lines = []
+    for r in records:
+        r = dict(r)
+        if isinstance(r.get("body"), (bytes, bytearray)):
+            r["body"] = bytes(r["body"]).decode("utf-8", "replace")
+        lines.append(json.dumps(r))
+    return ("\n".join(lines) + "\n").encode("utf-8")

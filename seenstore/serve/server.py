@@ -107,6 +107,8 @@ class Server:
         r.add_post("/v1/urls/contains", self.urls_contains)
         r.add_post("/v1/keys/add", self.keys_add)
         r.add_post("/v1/keys/contains", self.keys_contains)
+        r.add_post("/v1/evidence", self.evidence)
+        r.add_post("/v1/learn", self.learn)
         r.add_get("/v1/stats", self.stats)
         r.add_get("/v1/series", self.series)
         r.add_get("/metrics", self.metrics)
@@ -257,6 +259,45 @@ class Server:
         m = await loop.run_in_executor(None, self.committer.contains, keys)
         return self._mask_response(m, items=len(keys))
 
+    async def evidence(self, request) -> web.Response:
+        """Fetch evidence, one JSON object per line (``SeenStore.record_fetches``'s
+        names; ``body`` as text); answers ``{"recorded": n, "rejected": [[i, why]]}``."""
+        body = await self._body(request)
+        records = []
+        for i, line in enumerate(body.splitlines()):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                raise ClientError(400, f"evidence line {i + 1} is not JSON") from None
+            if not isinstance(rec, dict):
+                raise ClientError(400, f"evidence line {i + 1} is not a JSON object")
+            if isinstance(rec.get("body"), str):
+                rec["body"] = rec["body"].encode("utf-8")
+            records.append(rec)
+        if len(records) > self.max_items:
+            raise ClientError(413, f"{len(records)} records in one request, over the limit "
+                                   f"of {self.max_items}")
+        loop = asyncio.get_running_loop()
+        got = await loop.run_in_executor(None, self.store.record_fetches, records)
+        return web.json_response(got)
+
+    async def learn(self, request) -> web.Response:
+        """Learn from the evidence (``SeenStore.learn``; ``?apply=0``: report only), on
+        the commit thread, between two group commits."""
+        apply = request.query.get("apply", "1") not in ("0", "false", "no")
+        loop = asyncio.get_running_loop()
+        findings = await loop.run_in_executor(self.committer.pool, self.store.learn, apply)
+        info = dict(self.store.last_learn or {})
+        info.pop("policy", None)
+        return web.json_response({
+            "policy_id": self.store.policy_id, "policy_version": self.store.policy_version,
+            "rebuild": info.get("rebuild"), "fetches": info.get("fetches", 0),
+            "findings": [{"host": f.host, "rule": f.kind, "name": f.name,
+                          "support": f.support, "counter": f.counter, "paths": f.paths,
+                          "status": f.status} for f in findings]})
+
     async def healthz(self, request) -> web.Response:
         return web.json_response({"ok": True})
 
@@ -273,7 +314,7 @@ class Server:
             out = {"keys": c.n_keys, "groups": c.groups, "requests_admitted": c.requests,
                    "keys_offered": c.keys_offered, "keys_new": c.keys_new,
                    "batch_latency_mean_s": lat.sum / lat.count if lat.count else 0.0}
-        out.update(store=self.store.path, policy=self.policy.identity,
+        out.update(store=self.store.path, policy=self.store.policy_id,
                    policy_id=self.store.policy_id, layout=self.store.layout.describe(),
                    uptime_s=time.time() - self.started, queue_depth=self.batcher.depth,
                    requests=self.requests, client_errors=self.client_errors,

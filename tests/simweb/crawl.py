@@ -40,7 +40,7 @@ from .web import Web
 USER_AGENT = "seenstore-simweb-crawler/1"
 MAX_SAME_KEY_HOPS = 5
 OFFER_BATCH = 8      # discovered links of one host offered at a time
-# The global rules of the domain documents (../shared/seeds/), on every host.
+# The global rules of the domain documents (strip trailing slash, sort query, ...), on every host.
 AGGRESSIVE_TOML = """\
 version = "aggressive-global"
 [[rule]]

@@ -259,3 +259,24 @@ def test_status_page_in_headless_chromium(server):
             assert not problems, problems
         finally:
             browser.close()
+
+
+def test_evidence_and_learning_through_the_server(server):
+    """Fetch evidence sent by a client is kept by the server's store; learning there
+    adopts the rule, rebuilds, and the next URLs are answered under it."""
+    page = ("<html><body><p>" + "alpha beta gamma " * 20 + "item {}</p></body></html>")
+    with Client(server.url) as c:
+        variants = [f"http://shop.test/item/{n}?sid=x" for n in range(8)]
+        assert c.add_urls(variants).tolist() == [True] * 8
+        records = [{"url": f"http://shop.test/item/{n}?sid={sid}", "status": 200,
+                    "body": page.format(n)} for n in range(8) for sid in ("a", "b", "c")]
+        records.append({"url": "mailto:x", "status": 200})
+        got = c.record_fetches(records)
+        assert got["recorded"] == 24 and len(got["rejected"]) == 1
+        out = c.learn()
+        assert out["policy_version"] == 1 and out["rebuild"]["keys_added"] == 8
+        assert {(f["host"], f["name"]) for f in out["findings"]
+                if f["status"] == "adopted"} == {("shop.test", "sid")}
+        # under the learned rule another session id is the same page
+        assert c.add_urls(["http://shop.test/item/3?sid=zzz"]).tolist() == [False]
+        assert c.stats()["policy_id"] == out["policy_id"]
