@@ -150,3 +150,25 @@ def test_duplicates_groups_fetches_by_the_rule_that_would_merge_them(tmp_path):
     assert host["host"] == "d.test" and host["duplicates"] == 9
     assert host["by_rule"] == {"strip_params=ref": 3, "lowercase_path": 3,
                                "no rule explains it": 3}
+
+
+def test_record_fetches_takes_dicts_or_an_arrow_table_and_rejects_bad_records(tmp_path):
+    import pyarrow as pa
+
+    from seenstore import page_digest, page_simhash
+    from seenstore.store.learning import evidence
+
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False) as store:
+        table = pa.table({"url": ["http://a.test/x", "http://a.test/y", "mailto:z"],
+                          "status": [200, 301, 200],
+                          "location": [None, "/x", None],
+                          "body": [page(1), None, None]})
+        got = store.record_fetches(table)
+        assert got["recorded"] == 2 and [i for i, _ in got["rejected"]] == [2]
+        got = store.record_fetches([{"url": "http://a.test/z", "status": 200, "nope": 1},
+                                    "not a dict", {"url": "http://a.test/w", "status": 404}])
+        assert got["recorded"] == 1 and [i for i, _ in got["rejected"]] == [0, 1]
+        kept = {f.url: f for f in evidence(store)}
+        assert kept["http://a.test/x"].digest == page_digest(page(1))
+        assert kept["http://a.test/x"].simhash == page_simhash(page(1))
+        assert kept["http://a.test/y"].location == "http://a.test/x"
