@@ -277,7 +277,10 @@ def stats(store_dir, as_json):
         ("with bloom", f"{_human_bytes(s['bytes_on_disk_with_bloom'])} with the BLOOM file "
                        f"({bpk_all} bytes/key; what bench reports)"),
         ("layout", s["layout"]),
-        ("policy", s["policy_id"]),
+        ("policy", f"{s['policy_id']} (version {s['policy_version']})"),
+        ("kept URLs", "not kept" if s["keep_urls"] is False else
+         f"{s['kept_urls']:,} in {s['kept_url_files']} files "
+         f"({_human_bytes(s['kept_url_bytes'])})"),
         ("generation", str(s["generation"])),
         ("formats", f"run {s['run_format']}, manifest {s['manifest_format']}"
                     + (" (upgraded by the next write or `seenstore upgrade`)"

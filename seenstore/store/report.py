@@ -58,6 +58,14 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
                                 / (8 * c["new"]) if c.get("new") else None),
         "pending_compaction": pending(doc),
         "policy_id": doc["policy_id"],
+        "policy_version": (doc.get("policy") or {}).get("version", 0),
+        # URLs kept for rebuilds (files, URLs, bytes; keep_urls None: not decided yet)
+        "keep_urls": doc.get("keep_urls"),
+        "kept_urls": sum(e["count"] for e in doc.get("url_files", ())),
+        "kept_url_files": len(doc.get("url_files", ())),
+        "kept_url_bytes": sum(size(os.path.join(path, e["file"]))
+                              for e in doc.get("url_files", ())),
+        "evidence_records": (doc.get("evidence") or {}).get("count", 0),  # in the snapshot
         "generation": doc["generation"],
         # what this writer writes new runs as, and the formats of the live runs
         "run_format": (f"{CODEC_MAJOR}.{CODEC_MINOR}" if store.run_format == 2
