@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Self
 
 import numpy as np
@@ -33,6 +32,7 @@ from seenstore.keys.sort import sort_keys, sort_unique_keys
 from seenstore.url.normalise import all_strs_or_bytes
 from seenstore.runtime.parallel import check_threads
 from seenstore.url.policy import DEFAULT_POLICY, Policy
+from seenstore.admitted import Admitted
 from seenstore.store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
 from seenstore.store import urls as urlcalls
 
@@ -47,28 +47,6 @@ MAX_CAP_BITS = 24                # host buckets for caps: top min(H, 24) bits of
 SPILL_BUFFERS = 2                # a buffer past this many budgets merges spilled (store/spill.py)
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: slot = (key * _MIX) >> (64 - bits)
 _EMPTY = np.empty(0, dtype=np.uint64)
-
-
-@dataclass
-class Admitted:
-    """Keys handed out by one call (each exactly once in the store's life) and their
-    payloads, aligned (``payloads`` is None when no offer carried any). The first
-    ``now`` are this call's own items, admitted at once; the rest were held by
-    earlier offers and found new by a merge. ``rejected``: (index in this call,
-    Rejection) for offered URLs that have no canonical form."""
-
-    keys: np.ndarray
-    payloads: list | None = None
-    now: int = 0
-    rejected: list = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __iter__(self):
-        """(key as int, payload) pairs."""
-        pl = self.payloads if self.payloads is not None else [None] * len(self.keys)
-        return zip(self.keys.tolist(), pl)
 
 
 class _Buffer:
@@ -158,7 +136,7 @@ class DedupStage:
              sync: bool = True, wait: float | None = 0.0, bloom_fpr: float = DEFAULT_BLOOM_FPR,
              bloom_capacity: int | None = None, threads: int | None = None,
              learn: bool = False, learn_every: int = DEFAULT_LEARN_EVERY,
-             keep_urls: bool | None = None) -> DedupStage:
+             keep_urls: bool | None = None, token: str | None = None) -> DedupStage:
         """Open the store at ``store_dir`` as its one writer; the store's open
         replays the WAL (``SeenStore.open``, figures in ``stats()["replay"]``).
 
@@ -175,7 +153,16 @@ class DedupStage:
         ``SeenStore.open`` (URL offers keep their new URLs for rebuilds).
         ``threads``: threads of the URL kernels (None: the cores; results do not
         depend on it). Other arguments go to ``SeenStore.open``. Raises what it
-        raises (LockedError for a second writer) and InvalidInputError."""
+        raises (LockedError for a second writer) and InvalidInputError.
+
+        ``store_dir`` an ``http://`` or ``https://`` address: a ``seenstore serve``
+        server's store, shared with other processes (``RemoteStage``: the same
+        calls over ``seenstore.Client``, ``token`` its bearer token; the local
+        store's options do not apply)."""
+        if isinstance(store_dir, str) and store_dir.startswith(("http://", "https://")):
+            from seenstore.serve.remote_stage import RemoteStage
+
+            return RemoteStage.open(store_dir, token)
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
         for name, v, lo in (("budget_bytes", budget_bytes, 8), ("cache_keys", cache_keys, 0)):

@@ -280,3 +280,40 @@ def test_evidence_and_learning_through_the_server(server):
         # under the learned rule another session id is the same page
         assert c.add_urls(["http://shop.test/item/3?sid=zzz"]).tolist() == [False]
         assert c.stats()["policy_id"] == out["policy_id"]
+
+
+def test_dedup_stages_over_one_server_hand_each_url_out_once(server):
+    """``DedupStage.open("http://...")``: a stage per crawler process over the server's
+    store; the URLs handed out by all of them are the distinct URLs, none twice."""
+    from seenstore import DedupStage
+
+    got: list[list[str]] = [[], [], []]
+    errors: list = []
+
+    def crawl(i):
+        try:
+            _crawl(i)
+        except Exception as e:  # noqa: BLE001 (reported by the test thread)
+            errors.append(e)
+
+    def _crawl(i):
+        with DedupStage.open(server.url) as stage:
+            for start in range(0, 600, 50):
+                urls = [f"http://s.test/p/{(j * (i + 1)) % 400}" for j in range(start, start + 50)]
+                urls.append("mailto:nobody")
+                res = stage.offer(urls)
+                assert [r for _, r in res.rejected] and len(res.keys) == len(res.payloads)
+                got[i] += [u for _, u in res]
+            assert len(stage.flush()) == 0
+
+    threads = [threading.Thread(target=crawl, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    every = [u for g in got for u in g]
+    assert len(every) == len(set(every)) == 400
+    with DedupStage.open(server.url) as stage:
+        assert len(stage.offer(np.array([1, 2, 2], dtype=np.uint64))) == 2
+        assert len(stage.offer(["HTTP://S.test:80/p/7#x"])) == 0
