@@ -317,3 +317,23 @@ def test_dedup_stages_over_one_server_hand_each_url_out_once(server):
     with DedupStage.open(server.url) as stage:
         assert len(stage.offer(np.array([1, 2, 2], dtype=np.uint64))) == 2
         assert len(stage.offer(["HTTP://S.test:80/p/7#x"])) == 0
+
+
+def test_async_client_has_the_store_calls(server):
+    import asyncio
+
+    from seenstore import AsyncClient
+
+    async def main():
+        async with AsyncClient(server.url) as c:
+            a, b = await asyncio.gather(c.add_urls(["http://as.test/1", "http://as.test/2"]),
+                                        c.add_urls(["http://as.test/2", "HTTP://AS.test/3"]))
+            assert a.tolist().count(True) + b.tolist().count(True) == 3
+            assert (await c.contains_urls(["http://as.test/3", "http://as.test/9"])).tolist() \
+                == [True, False]
+            assert (await c.add(np.array([5, 5, 6], dtype=np.uint64))).tolist() == [
+                True, False, True]
+            assert (await c.contains([6, 7])).tolist() == [True, False]
+            assert (await c.stats())["keys"] >= 5
+
+    asyncio.run(main())
