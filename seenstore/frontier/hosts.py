@@ -49,7 +49,8 @@ def host_report(store, top: int | None = None) -> dict:
     entry per host (most kept URLs first, then most fetched; ``top``: the first N)
     with ``kept_urls``, ``depth`` ({depth: URLs}), ``fetched``, ``evidence_kept``,
     ``evidence_sampled`` (more URLs fetched than records kept: failed and duplicate
-    counts are of the sample), ``failed``, ``duplicate_fetches``,
+    counts are of the sample, and ``fetched`` is a lower bound, the evidence's
+    count of distinct URLs not being kept across its snapshots), ``failed``, ``duplicate_fetches``,
     ``discovered_per_fetched`` (kept / fetched, None without fetches) and ``traps``
     (the patterns recorded for it)."""
     hosts: dict[str, dict] = {}

@@ -87,8 +87,11 @@ def test_traps_are_bounded_and_every_legitimate_page_is_fetched(tmp_path):
     hosts = {h["host"]: h for h in doc["hosts"]}
     shop = hosts["shop.test"]
     assert shop["kept_urls"] == PRODUCTS + web.listings + 2  # + home + the reopened offer
-    assert shop["fetched"] == PRODUCTS + web.listings + 1 and shop["failed"] == 0
-    assert shop["duplicate_fetches"] == 0 and shop["traps"] == []
+    if PRODUCTS + web.listings < 4096:  # within the evidence's reservoir: exact
+        assert shop["fetched"] == PRODUCTS + web.listings + 1
+    else:
+        assert shop["evidence_sampled"]
+    assert shop["failed"] == 0 and shop["duplicate_fetches"] == 0 and shop["traps"] == []
     assert hosts["cal.test"]["traps"][0]["shape"] == "calendar"
     assert hosts["cal.test"]["traps"][0]["count"] <= LIMIT
     assert hosts["facet.test"]["duplicate_fetches"] > 0
