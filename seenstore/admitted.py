@@ -15,12 +15,16 @@ class Admitted:
     payloads, aligned (``payloads`` is None when no offer carried any). The first
     ``now`` are this call's own items, admitted at once; the rest were held by
     earlier offers and found new by a merge. ``rejected``: (index in this call,
-    Rejection) for offered URLs that have no canonical form."""
+    Rejection) for offered URLs that have no canonical form. ``trapped``: (URL in
+    its safe-rule form, trap label) for new URLs a trap pattern refused (a stage
+    opened with ``traps``; docs/frontier.md): this call's own and held ones a merge
+    found new. They are consumed: merged as seen, never handed out."""
 
     keys: np.ndarray
     payloads: list | None = None
     now: int = 0
     rejected: list = field(default_factory=list)
+    trapped: list = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.keys)

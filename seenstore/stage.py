@@ -35,6 +35,8 @@ from seenstore.url.policy import DEFAULT_POLICY, Policy
 from seenstore.admitted import Admitted
 from seenstore.store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
 from seenstore.store import urls as urlcalls
+from seenstore.store.files import EVIDENCE_LOG
+from seenstore.frontier.traps import MANIFEST_FIELD, TrapGuard
 
 unique_sorted = _kernels.unique_sorted  # numpy twin below dispatch.SMALL keys
 
@@ -60,6 +62,7 @@ class _Buffer:
         self.consumed: list[np.ndarray] = []
         self.held: list[np.ndarray] = []
         self.held_payloads: list = []
+        self.held_urls: list = []  # aligned with held_payloads when traps are on
         self.any_payload = False
         self.n_keys = 0
         self.n_held = 0
@@ -82,7 +85,7 @@ class DedupStage:
 
     def __init__(self, store: SeenStore, *, mode: str, budget_bytes: int, cache_keys: int,
                  host_cap: int | None, wal_sync, policy: Policy | None, replay: dict,
-                 threads: int | None = None):
+                 threads: int | None = None, traps: TrapGuard | None = None):
         self.store = store
         self.threads = check_threads(threads)
         self.mode = mode
@@ -124,7 +127,9 @@ class DedupStage:
             ("offered", "urls_offered", "rejected_urls", "in_call_duplicates", "cache_lookups",
              "cache_hits", "admitted_now", "admitted_after_merge", "held", "held_seen",
              "approx_answered", "refused_by_cap", "merges", "merged_keys", "anomalies",
-             "spilled_merges"), 0)
+             "spilled_merges", "trapped"), 0)
+        self.traps = traps
+        self._trapped_ready: list = []  # (URL, label) refused after a merge, not reported yet
         self._stats.update(merge_s=0.0, blocked_s=0.0, flush_wait_s=0.0, last_merge_s=0.0)
 
     # ----------------------------------------------------------------- opening
@@ -136,7 +141,8 @@ class DedupStage:
              sync: bool = True, wait: float | None = 0.0, bloom_fpr: float = DEFAULT_BLOOM_FPR,
              bloom_capacity: int | None = None, threads: int | None = None,
              learn: bool = False, learn_every: int = DEFAULT_LEARN_EVERY,
-             keep_urls: bool | None = None, token: str | None = None) -> DedupStage:
+             keep_urls: bool | None = None, traps=None,
+             token: str | None = None) -> DedupStage:
         """Open the store at ``store_dir`` as its one writer; the store's open
         replays the WAL (``SeenStore.open``, figures in ``stats()["replay"]``).
 
@@ -152,8 +158,13 @@ class DedupStage:
         ``learn(apply=True)``, so later offers use them). ``keep_urls``: as for
         ``SeenStore.open`` (URL offers keep their new URLs for rebuilds).
         ``threads``: threads of the URL kernels (None: the cores; results do not
-        depend on it). Other arguments go to ``SeenStore.open``. Raises what it
-        raises (LockedError for a second writer) and InvalidInputError.
+        depend on it). ``traps``: bound trap shapes among offered URLs
+        (docs/frontier.md): True (a ``TrapGuard()``), an int (its
+        ``limit_per_template``), a dict of ``TrapGuard`` arguments or a
+        ``TrapGuard``; None/False: off. It starts from the patterns the store
+        recorded and the fetch evidence it holds. Other arguments go to
+        ``SeenStore.open``. Raises what it raises (LockedError for a second writer)
+        and InvalidInputError.
 
         ``store_dir`` an ``http://`` or ``https://`` address: a ``seenstore serve``
         server's store, shared with other processes (``RemoteStage``: the same
@@ -171,6 +182,7 @@ class DedupStage:
         if host_cap is not None and (not isinstance(host_cap, (int, np.integer)) or host_cap < 0):
             raise InvalidInputError(f"host_cap must be None or an int >= 0, got {host_cap!r}")
         check_threads(threads)
+        guard = _trap_guard(traps)
         if cache_keys > 1 << 40:
             raise InvalidInputError(f"cache_keys too large: {cache_keys}")
         # The store always runs exact: the stage answers Bloom positives itself in
@@ -185,7 +197,9 @@ class DedupStage:
             replay = store.wal_replay
             stage = cls(store, mode=mode, budget_bytes=int(budget_bytes),
                         cache_keys=int(cache_keys), host_cap=host_cap, wal_sync=wal_sync,
-                        policy=policy, replay=replay, threads=threads)
+                        policy=policy, replay=replay, threads=threads, traps=guard)
+            if guard is not None:
+                _prime_guard(guard, store)
             stage.learning = bool(learn)
             stage.learn_every = learn_every
             return stage
@@ -203,25 +217,26 @@ class DedupStage:
         the key is made from its canonical form under the policy, which a risky
         rule may have made a spelling the site never served).
         May block only when both buffers are full (a merge in flight)."""
-        keys, pl, rejected = self._prepare(items, payloads, base)
+        keys, pl, rejected, urls = self._prepare(items, payloads, base)
         self._make_room()
-        now_keys, now_pl, lsn = self._claim_and_log(keys, pl)
+        now_keys, now_pl, lsn, trapped = self._claim_and_log(keys, pl, urls)
         if lsn and self._wal.sync == walmod.SYNC_ALWAYS:
             self._guard(self._wal.sync_upto, lsn)
-        return self._result(now_keys, now_pl, rejected)
+        return self._result(now_keys, now_pl, rejected, trapped)
 
     async def offer_async(self, items, payloads=None, *, base: str | None = None) -> Admitted:
         """``offer`` that never blocks the event loop: it awaits a merge in flight
         when both buffers are full, then checks and claims synchronously (no await
         between them), then awaits the WAL fsync (group commit) before returning."""
-        keys, pl, rejected = self._prepare(items, payloads, base)
+        keys, pl, rejected, urls = self._prepare(items, payloads, base)
         while (fut := self._room_or_future()) is not None:
             await asyncio.wrap_future(fut)
-        now_keys, now_pl, lsn = self._claim_and_log(keys, pl)  # no await from check to claim
+        # no await from check to claim
+        now_keys, now_pl, lsn, trapped = self._claim_and_log(keys, pl, urls)
         if lsn and self._wal.sync == walmod.SYNC_ALWAYS:
             await asyncio.get_running_loop().run_in_executor(
                 None, self._guard, self._wal.sync_upto, lsn)
-        return self._result(now_keys, now_pl, rejected)
+        return self._result(now_keys, now_pl, rejected, trapped)
 
     def poll(self) -> Admitted:
         """Held items that finished merges found new since the last call. Never blocks."""
@@ -245,8 +260,11 @@ class DedupStage:
         return self._result(_EMPTY, None, [])
 
     # ---------------------------------------------------------------- internals
-    def _prepare(self, items, payloads, base) -> tuple[np.ndarray, list | None, list]:
-        """Keys, payloads aligned with them (or None) and URL rejections. Validates only.
+    def _prepare(self, items, payloads, base) -> tuple[np.ndarray, list | None, list,
+                                                       list | None]:
+        """Keys, payloads aligned with them (or None), URL rejections and, when traps
+        are on and URLs are offered, their safe-rule forms aligned with the keys
+        (else None). Validates only.
         ``items``: a uint64 array, or any iterable (list, generator ...) of ints, or
         of URLs (str/bytes), not both; a single str/bytes is one URL."""
         if self._closed:
@@ -268,7 +286,7 @@ class DedupStage:
             raise InvalidInputError("payloads must have one entry per offered item")
         if not is_urls:
             keys = as_keys(items)
-            return keys, (list(payloads) if payloads is not None else None), []
+            return keys, (list(payloads) if payloads is not None else None), [], None
         policy = self._url_policy()
         nz = urlcalls.normalised(items, base, policy, self.layout, self.threads)
         keys, positions, rejected = nz.keys, nz.positions, nz.rejected
@@ -279,9 +297,10 @@ class DedupStage:
         with self._lock:
             self._stats["urls_offered"] += len(items)
             self._stats["rejected_urls"] += len(rejected)
+        urls = nz.safe if self.traps is not None else None
         if payloads is None:  # the spelling offered (safe rules), fetchable as it is
-            return keys, nz.safe, rejected
-        return keys, [payloads[i] for i in np.asarray(positions).tolist()], rejected
+            return keys, nz.safe, rejected, urls
+        return keys, [payloads[i] for i in np.asarray(positions).tolist()], rejected, urls
 
     def _url_policy(self) -> Policy:
         """The store's policy (it follows what ``learn`` applies)."""
@@ -344,10 +363,10 @@ class DedupStage:
         with self._lock:
             self._stats[counter] += time.perf_counter() - t
 
-    def _claim_and_log(self, keys, payloads):
+    def _claim_and_log(self, keys, payloads, urls=None):
         with self._lock:
             self._check()
-            out = self._guard_locked(self._claim, keys, payloads)
+            out = self._guard_locked(self._claim, keys, payloads, urls)
             if self._cur.n_keys >= self.buffer_keys and self._merging is None:
                 self._guard_locked(self._swap_locked)
             return out
@@ -367,14 +386,16 @@ class DedupStage:
         owner = self._scratch[slot]
         return (owner == pos) | (keys[owner] != keys)
 
-    def _claim(self, keys: np.ndarray, payloads: list | None):
+    def _claim(self, keys: np.ndarray, payloads: list | None, urls: list | None = None):
         """Check and claim ``keys`` (lock held); return (admitted keys, their
-        payloads, WAL position to sync or 0). The one place keys are claimed."""
+        payloads, WAL position to sync or 0, trapped (URL, label) pairs). The one
+        place keys are claimed. ``urls``: the keys' safe-rule URLs (traps on)."""
         st = self._stats
         n = len(keys)
         st["offered"] += n
+        trapped: list = []
         if n == 0:
-            return _EMPTY, ([] if payloads is not None else None), 0
+            return _EMPTY, ([] if payloads is not None else None), 0, trapped
         idx = np.flatnonzero(self._first_occurrences(keys))
         k = keys[idx]
         st["in_call_duplicates"] += n - len(idx)
@@ -397,6 +418,11 @@ class DedupStage:
             pending |= self._merging.claims.query(k)
         held = pending | in_store
         a_idx, a_keys = idx[~held], k[~held]
+        if urls is not None and len(a_keys):
+            ok = self._trap_allow([urls[i] for i in a_idx.tolist()], trapped)
+            if not ok.all():
+                buf.consumed.append(a_keys[~ok])
+                a_idx, a_keys = a_idx[ok], a_keys[ok]
         if self._counts is not None and len(a_keys):
             ok = self._cap_allow(a_keys)
             if not ok.all():
@@ -411,6 +437,9 @@ class DedupStage:
                 buf.held_payloads.extend([payloads[i] for i in h_idx.tolist()])
             else:
                 buf.held_payloads.extend([None] * len(h_idx))
+            if self.traps is not None:
+                buf.held_urls.extend([urls[i] for i in h_idx.tolist()] if urls is not None
+                                     else [None] * len(h_idx))
             buf.n_held += len(h_idx)
             st["held"] += len(h_idx)
         if cslot is not None:
@@ -422,7 +451,19 @@ class DedupStage:
             buf.admitted.append(a_keys)
             lsn = self._wal.append(a_keys)
         a_pl = [payloads[i] for i in a_idx.tolist()] if payloads is not None else None
-        return a_keys, a_pl, lsn
+        return a_keys, a_pl, lsn, trapped
+
+    def _trap_allow(self, urls: list, trapped: list) -> np.ndarray:
+        """Mask of the new ``urls`` the trap guard lets through (it counts them); the
+        refused go to ``trapped`` as (URL, label). Requires: lock held, traps on."""
+        idx = [i for i, u in enumerate(urls) if u is not None]  # None: offered as a key
+        ok = np.ones(len(urls), dtype=np.bool_)
+        for i, v in zip(idx, self.traps.check([urls[i] for i in idx])):
+            if v is not None:
+                ok[i] = False
+                trapped.append((urls[i], v))
+        self._stats["trapped"] += int(len(ok) - ok.sum())
+        return ok
 
     def _cap_allow(self, keys: np.ndarray) -> np.ndarray:
         """Mask of ``keys`` (in order) their host bucket still has room for; counts them.
@@ -470,8 +511,18 @@ class DedupStage:
     def _merge_job(self, buf: _Buffer) -> None:
         try:
             t0 = time.perf_counter()
-            keys, payloads, anomalies, n_merged, n_held_seen = self._merge(buf)
+            keys, order, anomalies, n_merged, n_held_seen = self._merge(buf)
+            payloads = urls = None
+            if order is not None and buf.any_payload:
+                payloads = [buf.held_payloads[i] for i in order.tolist()]
+            if order is not None and buf.held_urls:
+                urls = [buf.held_urls[i] for i in order.tolist()]
             with self._lock:
+                if urls is not None and len(keys):
+                    ok = self._trap_allow(urls, self._trapped_ready)
+                    if payloads is not None:
+                        payloads = [p for p, o in zip(payloads, ok.tolist()) if o]
+                    keys = keys[ok]
                 if self._counts is not None and len(keys):
                     ok = self._cap_allow(keys)
                     self._stats["refused_by_cap"] += int(len(ok) - ok.sum())
@@ -515,7 +566,8 @@ class DedupStage:
     def _merge(self, buf: _Buffer):
         """Merge ``buf`` into the store (committed on return) and resolve its held
         keys: new in the store, not claimed as certain in ``buf``, first holder wins.
-        Returns (keys found new in offer order, payloads or None, anomalies, merged, held seen)."""
+        Returns (keys found new in offer order, their indices among the buffer's held
+        items or None, anomalies, merged, held seen)."""
         # the merge owns the keys now: drop the buffer's lists as they are copied
         parts, buf.admitted, buf.consumed = buf.admitted + buf.consumed, [], []
         certain = np.concatenate(parts) if parts else _EMPTY
@@ -530,6 +582,7 @@ class DedupStage:
         every = np.concatenate([certain, held])
         uniq = every[:sort_unique_keys(every, self.store.threads)]
         del every
+        self._stage_traps()
         if self._spellings:
             self.store._on_new = self._keep_spellings
         try:
@@ -548,8 +601,19 @@ class DedupStage:
             p = np.minimum(np.searchsorted(certain, hu), len(certain) - 1)
             new &= certain[p] != hu
         order = np.sort(first[new])
-        payloads = [buf.held_payloads[i] for i in order.tolist()] if buf.any_payload else None
-        return held[order], payloads, anomalies, len(uniq), int(len(hu) - new.sum())
+        return held[order], order, anomalies, len(uniq), int(len(hu) - new.sum())
+
+    def _stage_traps(self) -> None:
+        """Stage the detected trap patterns (and their counts) as the manifest field
+        the next commit takes (a merge's batch, or the store's close)."""
+        if self.traps is None:
+            return
+        with self._lock:
+            if not self.traps.changed:
+                return
+            entries = self.traps.record()
+        self.store._batch_fields = {**(self.store._batch_fields or {}),
+                                    MANIFEST_FIELD: entries}
 
     def _keep_spellings(self, new_keys: np.ndarray, gen: int) -> None:
         """A merge's hook (store/urls.py): the new keys' URLs, as first offered, go to
@@ -574,6 +638,7 @@ class DedupStage:
         held keys and count anomalies; the result is the in-memory merge's."""
         memory = max(buckets.MIN_MEMORY, self.budget_bytes)
         new_path = spill_dir(self.store.path) + ".new"
+        self._stage_traps()
         sort_keys(certain, self.store.threads)
         hu, first = unique_first(held) if len(held) else (_EMPTY, None)
         in_new_c = np.zeros(len(certain), dtype=np.bool_)
@@ -598,25 +663,26 @@ class DedupStage:
             p = np.minimum(np.searchsorted(certain, hu), len(certain) - 1)
             new &= certain[p] != hu
         order = np.sort(first[new])
-        payloads = [buf.held_payloads[i] for i in order.tolist()] if buf.any_payload else None
-        return held[order], payloads, anomalies, int(fig["unique"]), int(len(hu) - new.sum())
+        return held[order], order, anomalies, int(fig["unique"]), int(len(hu) - new.sum())
 
     def _result(self, now_keys: np.ndarray, now_pl: list | None, rejected: list,
-                raise_error: bool = True) -> Admitted:
+                trapped: list | None = None, raise_error: bool = True) -> Admitted:
         """``Admitted`` of this call's keys plus every ready merge result (taken once)."""
         with self._lock:
             if raise_error and self._error is not None and not self._ready and not len(now_keys):
                 raise self._error
             ready, self._ready = self._ready, []
+            trapped = (trapped or []) + self._trapped_ready
+            self._trapped_ready = []
         if not ready:
-            return Admitted(now_keys, now_pl, len(now_keys), rejected)
+            return Admitted(now_keys, now_pl, len(now_keys), rejected, trapped)
         keys = np.concatenate([now_keys] + [k for k, _ in ready])
         if now_pl is None and all(p is None for _, p in ready):
-            return Admitted(keys, None, len(now_keys), rejected)
+            return Admitted(keys, None, len(now_keys), rejected, trapped)
         pl = list(now_pl) if now_pl is not None else [None] * len(now_keys)
         for k, p in ready:
             pl.extend(p if p is not None else [None] * len(k))
-        return Admitted(keys, pl, len(now_keys), rejected)
+        return Admitted(keys, pl, len(now_keys), rejected, trapped)
 
     # --------------------------------------------------------------- evidence
     def record_fetch(self, url, status, *, location=None, canonical=None, digest=None,
@@ -628,6 +694,9 @@ class DedupStage:
         rec = self.store.record_fetch(url, status, location=location, canonical=canonical,
                                       digest=digest, body=body, simhash=simhash,
                                       link_header=link_header)
+        if self.traps is not None:
+            with self._lock:
+                self.traps.observe_fetch(rec.url, rec.status, rec.digest)
         self._since_learn += 1
         if self.learning and self._since_learn >= self.learn_every:
             self.learn()
@@ -671,6 +740,7 @@ class DedupStage:
             s["merging"] = self._merging is not None
             s["hosts_at_cap"] = (int(np.count_nonzero(self._counts >= self.host_cap))
                                  if self._counts is not None else 0)
+            s["trap_patterns"] = len(self.traps.traps()) if self.traps is not None else 0
         s["cache_hit_rate"] = s["cache_hits"] / s["cache_lookups"] if s["cache_lookups"] else None
         s["answered_without_waiting"] = (1 - s["held"] / s["offered"]) if s["offered"] else None
         handed = s["admitted_now"] + s["admitted_after_merge"]
@@ -700,9 +770,13 @@ class DedupStage:
             try:
                 self._wal.close()
             finally:
-                self.store.close(save_bloom=self._error is None)
+                try:
+                    if self._error is None:
+                        self._stage_traps()  # committed by the store's close
+                finally:
+                    self.store.close(save_bloom=self._error is None)
         # plus what the merge in flight found (flush=False or after an error)
-        return self._result(res.keys, res.payloads, [], raise_error=False)
+        return self._result(res.keys, res.payloads, [], res.trapped, raise_error=False)
 
     def __enter__(self) -> Self:
         return self
@@ -712,6 +786,37 @@ class DedupStage:
         if exc_type is None and len(res):
             warnings.warn(f"DedupStage closed by a with block dropped {len(res)} new items "
                           "(call flush() and use its result before leaving)", stacklevel=2)
+
+
+def _trap_guard(traps) -> TrapGuard | None:
+    """``DedupStage.open``'s ``traps`` argument as a guard (None: off)."""
+    if traps is None or traps is False:
+        return None
+    if isinstance(traps, TrapGuard):
+        return traps
+    try:
+        if traps is True:
+            return TrapGuard()
+        if isinstance(traps, (int, np.integer)) and not isinstance(traps, bool):
+            return TrapGuard(int(traps))
+        if isinstance(traps, Mapping):
+            return TrapGuard(**traps)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"traps: {e}") from None
+    raise InvalidInputError(f"traps must be True, an int, a dict of TrapGuard arguments or "
+                            f"a TrapGuard; got {type(traps).__name__}")
+
+
+def _prime_guard(guard: TrapGuard, store: SeenStore) -> None:
+    """The patterns the store recorded, and the content its fetch evidence shows."""
+    from seenstore.store.learning import evidence as evidence_of  # read only with traps on
+
+    guard.load(store._doc.get(MANIFEST_FIELD))
+    if store._doc.get("evidence") is not None or os.path.exists(
+            os.path.join(store.path, EVIDENCE_LOG)):
+        for rec in evidence_of(store):
+            guard.observe_fetch(rec.url, rec.status, rec.digest)
+    guard.changed = False
 
 
 def _mark_sorted(needles: np.ndarray, chunk: np.ndarray, out: np.ndarray) -> None:

@@ -265,7 +265,7 @@ _COMMAND_MODULES = {
     "links": "integration_cmds", "check": "integration_cmds", "export": "integration_cmds",
     "dump-run": "integration_cmds", "serve": "serve_cmd",
     "policy": "policy_cmds", "rebuild": "policy_cmds", "learn": "policy_cmds",
-    "duplicates": "policy_cmds",
+    "duplicates": "policy_cmds", "hosts": "hosts_cmd",
 }
 
 
