@@ -451,8 +451,8 @@ def admit_lines(store, keys: np.ndarray, lines_of) -> tuple[np.ndarray, bytes]:
     canonical form: docs/policy.md)."""
     hook = None
     if getattr(store, "keep_urls", False) is not False:
-        from seenstore.store.urls import kept_lines_hook
-        hook = store._on_new = kept_lines_hook(store, keys, lines_of)
+        from seenstore.store.urls import KeptLinesHook
+        hook = store._on_new = KeptLinesHook(store, keys, lines_of)
     try:
         mask = store.add(keys)
     finally:

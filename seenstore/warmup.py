@@ -180,6 +180,9 @@ def warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                 ["http://a.example/x", "HTTP://b.example:80/./y#f", "mailto:x", "http://[::1",
                  "http://\u00e9.example/routed"]))
             fb.lines(np.ones(len(fb.keys), dtype=bool))
+            text = np.frombuffer(b"b\na\n", dtype=np.uint8)  # a kept-URL file's gather
+            dispatch.kept.order_lines(text, np.array([1, 0]), np.empty(4, np.uint8),
+                                      np.empty(2, np.int64))
 
     def contains_path():
         for family in dispatch.FAMILIES.values():

@@ -34,8 +34,8 @@ from collections.abc import Callable
 import numpy as np
 
 from seenstore.kernels.twins import (batch as tw_batch, bloom as tw_bloom,
-                                     fingerprint as tw_fingerprint, lines as tw_lines,
-                                     merge as tw_merge, url as tw_url)
+                                     fingerprint as tw_fingerprint, kept as tw_kept,
+                                     lines as tw_lines, merge as tw_merge, url as tw_url)
 
 # Items (keys, URLs) below which a call takes the numpy twin. SeenStore.add costs
 # 3-4.5 us/key on the twins against 0.2-0.4 us/key on the compiled kernels (README
@@ -233,8 +233,9 @@ fingerprint = _Family("fingerprint", {
 # delivers 64 KiB per read, and every read of a large input must take the kernel.
 LINE_BYTES = 64  # bytes per "item" of the line splitter's size
 lines = _Family("lines", {"split_lines": (tw_lines.split_lines, lambda args: 0)})
+kept = _Family("kept", {"order_lines": (tw_kept.order_lines, lambda args: len(args[1]))})
 FAMILIES = {"batch": batch, "merge": merge, "bloom": bloom, "url": url,
-            "fingerprint": fingerprint, "lines": lines}
+            "fingerprint": fingerprint, "lines": lines, "kept": kept}
 
 
 def split_lines_for(bytes_read: int) -> Callable:

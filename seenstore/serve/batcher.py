@@ -27,7 +27,7 @@ import numpy as np
 from seenstore.errors import CorruptionError, InvalidInputError, SeenStoreError
 from seenstore.serve.answers import Answer, AnswerLog
 from seenstore.store import manifest
-from seenstore.store.urls import kept_lines_hook
+from seenstore.store.urls import KeptLinesHook
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 SERIES_POINTS = 600  # points kept for the status page's plots
@@ -118,7 +118,7 @@ class Committer:
         with_urls = [it for it in items if it.lines is not None]
         if self.store.keep_urls is not False and with_urls:  # keys-only requests keep none
             url_keys = np.concatenate([it.keys for it in with_urls])
-            self.store._on_new = kept_lines_hook(self.store, url_keys, _lines(with_urls))
+            self.store._on_new = KeptLinesHook(self.store, url_keys, _lines(with_urls))
         try:
             got = self.store.add_new(keys)
         except BaseException:

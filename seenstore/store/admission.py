@@ -46,22 +46,44 @@ class Admission:
     def __init__(self, store) -> None:
         self._store = store
         self._distinct: tuple | None = None  # the last batch's distinct keys (_drop_repeats)
+        self._adding: np.ndarray | None = None  # the keys of the add() under way
+        self._mask_made: tuple | None = None  # (new keys, mask) mask_of made for them
 
     def add(self, keys, progress=None) -> np.ndarray:
         """The body of ``SeenStore.add`` (its docstring)."""
         keys = as_keys(keys)
         gate = Gate()  # the batch's Bloom insert waits for the mask: its two threads
+        self._adding, self._mask_made = keys, None
         try:           # get both cores (the insert then runs past the return)
             new = self._admit(keys, progress, scratch_answer=True, gate=gate)
             t1 = time.perf_counter()
-            if self._distinct is not None:  # the batch's repeats were dropped: mask those
-                mask = first_new_mask_of_distinct(len(keys), *self._distinct, new)
+            made = self._mask_made
+            if made is not None and np.array_equal(made[0], new):  # a hook asked for it
+                mask = made[1]
             else:
-                mask = first_new_mask(keys, new, self._store.threads)
+                mask = self._mask(keys, new)
         finally:
             gate.open()
+            self._adding = self._mask_made = None
         self._store.last_timings["align_s"] = time.perf_counter() - t1
         return mask
+
+    def mask_of(self, keys: np.ndarray, new_keys: np.ndarray) -> np.ndarray:
+        """``first_new_mask(keys, new_keys)`` (``new_keys`` sorted, unique). Called by
+        the ``_on_new`` hook of ``add(keys)`` (the same array) with the batch's new
+        keys, it is the mask that add() returns, made as add() makes it (over the
+        distinct keys when the batch dropped its repeats), and add() returns it
+        rather than joining again."""
+        if keys is not self._adding:
+            return first_new_mask(keys, new_keys, self._store.threads)
+        mask = self._mask(keys, new_keys)
+        self._mask_made = new_keys, mask
+        return mask
+
+    def _mask(self, keys: np.ndarray, new: np.ndarray) -> np.ndarray:
+        if self._distinct is not None:  # the batch's repeats were dropped: mask those
+            return first_new_mask_of_distinct(len(keys), *self._distinct, new)
+        return first_new_mask(keys, new, self._store.threads)
 
     def add_new(self, keys, progress=None) -> np.ndarray:
         """The body of ``SeenStore.add_new`` (its docstring)."""

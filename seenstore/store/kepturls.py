@@ -23,6 +23,7 @@ import numpy as np
 import xxhash
 
 from seenstore.errors import CorruptionError, NotSupportedError
+from seenstore.kernels.dispatch import kept as _kernels  # numpy twin below dispatch.SMALL
 
 MAGIC = b"SEENURLS"
 MAJOR, MINOR = 1, 0
@@ -41,33 +42,44 @@ def file_name(generation: int, merged: str = "") -> str:
     return f"u-g{generation:010d}" + (f"-m{merged}" if merged else "") + ".url"
 
 
-def _deflate(data: bytes) -> bytes:
-    c = zlib.compressobj(LEVEL, zlib.DEFLATED, -15)
-    return c.compress(data) + c.flush()
+def _deflate(data) -> bytes:
+    # one call (not compressobj's compress + flush, the same bytes): each call takes
+    # the GIL back once more, which can wait on a busy thread's switch interval
+    return zlib.compress(data, LEVEL, -15)
 
 
-def write_file(path: str, keys: np.ndarray, urls: list[bytes], sync: bool = True) -> dict:
-    """Write ``urls`` (UTF-8, no newline) with their safe-rule ``keys`` to ``path``,
-    sorted by key, fsynced; return the manifest entry ``{file, count, checksum}``.
-    Requires: ``len(keys) == len(urls)``; the keys need not be sorted or unique."""
+def write_file(path: str, keys: np.ndarray, urls, sync: bool = True) -> dict:
+    """Write ``urls`` with their safe-rule ``keys`` to ``path``, sorted by key,
+    fsynced; return the manifest entry ``{file, count, checksum}``. ``urls``: a list
+    of URLs (UTF-8 bytes, no newline), or one bytes-like object of them each ending
+    in a newline (what a batch prints: no Python object per URL is made).
+    Requires: as many URLs as ``keys``; the keys need not be sorted or unique.
+    Raises ValueError when the URLs and keys do not pair up (a URL holding a newline)."""
+    if isinstance(urls, list):
+        urls = b"\n".join(urls) + b"\n" if urls else b""
+    text = np.frombuffer(urls, dtype=np.uint8)
+    n = len(keys)
     order = np.argsort(keys, kind="stable")
     skeys = keys[order]
-    n = len(order)
-    ordered = [urls[i] for i in order.tolist()]
-    joined = b"\n".join(ordered)
+    ordered = np.empty(len(text), dtype=np.uint8)
+    ends = np.empty(n, dtype=np.int64)  # ends[k]: after the newline of URL k in key order
+    got = _kernels.order_lines(text, order, ordered, ends)
+    if got != n:
+        raise ValueError(f"{path}: {n} keys but "
+                         f"{'unterminated URL text' if got < 0 else f'{got} URLs'}")
     # block j holds URLs [cuts[j], cuts[j+1]): each starts a new block once the URLs
     # before it in the block reach BLOCK_BYTES of text
-    ends = np.cumsum(np.fromiter(map(len, ordered), dtype=np.int64, count=n) + 1)
     cuts = [0]
     while cuts[-1] < n:
         start = ends[cuts[-1] - 1] if cuts[-1] else 0
         cuts.append(max(cuts[-1] + 1, int(np.searchsorted(ends, start + BLOCK_BYTES)) + 1))
         cuts[-1] = min(cuts[-1], n)
+    view = memoryview(ordered)
     index = []
     body = bytearray()
     for i, j in zip(cuts, cuts[1:]):
         lo = int(ends[i - 1]) if i else 0
-        block = _deflate(joined[lo:int(ends[j - 1]) - 1])
+        block = _deflate(view[lo:int(ends[j - 1]) - 1])  # its URLs without the last newline
         index.append((int(skeys[i]), int(skeys[j - 1]), HEADER.size + len(body), len(block),
                       j - i, xxhash.xxh3_64_intdigest(block)))
         body += block

@@ -19,7 +19,6 @@ import secrets
 import numpy as np
 
 from seenstore.errors import InvalidInputError, MismatchError
-from seenstore.keys.batch import first_new_mask
 from seenstore.store import kepturls
 from seenstore.url.fastpath import normalise_urls
 from seenstore.url.fingerprint import fingerprint_many, url_host
@@ -136,25 +135,32 @@ def add_normalised(store, nz: Normalised) -> np.ndarray:
     return mask
 
 
-def kept_lines_hook(store, keys: np.ndarray, lines_of):
+class KeptLinesHook:
     """The hook for a batch of canonical URLs made under a policy without rules (so
     they are their safe-rule forms and ``keys`` their keys): ``lines_of(select)``
     gives the URLs ``select`` (a mask over ``keys``) picks, newline-terminated, in
     input order (pipeline.py's FastBatch). It keeps the first occurrence of each
-    new key; ``write.lines`` is then ``(mask, bytes)`` of those, which is what the
-    batch prints (the caller need not gather them again)."""
-    def write(new_keys: np.ndarray, gen: int) -> None:
+    new key; ``lines`` is then ``(mask, bytes)`` of those, which is what the
+    batch prints (the caller need not gather them again).
+
+    An object, not a closure that sets an attribute on itself: such a function sits
+    in a reference cycle (it names itself), so the batch it holds through
+    ``lines_of`` (a crawl batch's normalised text, ~100 MB) lived on until the cyclic
+    collector ran, and the process grew by a few batches of it."""
+
+    def __init__(self, store, keys: np.ndarray, lines_of):
+        self.store, self.keys, self.lines_of = store, keys, lines_of
+        self.lines = None
+
+    def __call__(self, new_keys: np.ndarray, gen: int) -> None:
         if not len(new_keys):
             return
         if len(new_keys) > 1 and not bool(np.all(new_keys[1:] > new_keys[:-1])):
             new_keys = np.unique(new_keys)
-        mask = first_new_mask(keys, new_keys, store.threads)  # what add() will return
-        text = lines_of(mask)
-        write.lines = (mask, text)
-        keep_new(store, text.split(b"\n")[:-1], gen, keys[mask])
-
-    write.lines = None
-    return write
+        mask = self.store._admission.mask_of(self.keys, new_keys)  # what add() will return
+        text = self.lines_of(mask)
+        self.lines = (mask, text)
+        keep_new(self.store, text, gen, self.keys[mask])
 
 
 def contains_urls(store, urls, base: str | None = None) -> np.ndarray:
@@ -179,11 +185,15 @@ def _kept_url_writer(store, nz: Normalised, written: list):
     return write
 
 
-def keep_new(store, safe_urls: list, gen: int, safe_keys=None) -> str:
-    """Write batch ``gen``'s new URLs (safe-rule forms, str or UTF-8 bytes;
-    ``safe_keys`` their keys, or computed) to its kept-URL file and stage the
-    manifest fields naming it, for the batch's commit to take. Returns its path."""
-    raw = [u.encode("utf-8") if isinstance(u, str) else u for u in safe_urls]
+def keep_new(store, safe_urls, gen: int, safe_keys=None) -> str:
+    """Write batch ``gen``'s new URLs (safe-rule forms: a list of str or UTF-8 bytes,
+    or one bytes object of them each ending in a newline; ``safe_keys`` their keys,
+    or computed) to its kept-URL file and stage the manifest fields naming it, for
+    the batch's commit to take. Returns its path."""
+    if isinstance(safe_urls, bytes) and safe_keys is None:
+        safe_urls = safe_urls.split(b"\n")[:-1]
+    raw = safe_urls if isinstance(safe_urls, bytes) else \
+        [u.encode("utf-8") if isinstance(u, str) else u for u in safe_urls]
     if safe_keys is None:
         safe_keys = fingerprint_many([u.decode("utf-8") for u in raw], store.layout)
     path = os.path.join(store.path, kepturls.file_name(gen))

@@ -95,6 +95,70 @@ def test_kept_file_round_trip_range_reads_and_damage(tmp_path):
         kepturls.KeptUrls(f.path, entry)
 
 
+def kept_file_naive(keys, urls: list[bytes]) -> bytes:
+    """docs/format.md, "Kept URL files", written the plain way: URLs sorted by key
+    (stably), a block started once the URLs before it in its block reach
+    BLOCK_BYTES of text (each with its newline), each block raw DEFLATE at LEVEL."""
+    import struct
+    import zlib
+
+    import xxhash
+
+    pairs = sorted(zip(keys.tolist(), urls), key=lambda p: p[0])
+    blocks, cur, size = [], [], 0
+    for k, u in pairs:
+        if cur and size >= kepturls.BLOCK_BYTES:
+            blocks.append(cur)
+            cur, size = [], 0
+        cur.append((k, u))
+        size += len(u) + 1
+    blocks += [cur] if cur else []
+    body, index = b"", []
+    for b in blocks:
+        c = zlib.compressobj(kepturls.LEVEL, zlib.DEFLATED, -15)
+        z = c.compress(b"\n".join(u for _, u in b)) + c.flush()
+        index.append((b[0][0], b[-1][0], 64 + len(body), len(z), len(b),
+                      xxhash.xxh3_64_intdigest(z)))
+        body += z
+    idx = np.array(index, dtype=kepturls.INDEX).tobytes()
+    head = struct.pack("<8sHHIQQQ16x", b"SEENURLS", 1, 0, len(blocks), len(pairs),
+                       64 + len(body), xxhash.xxh3_64_intdigest(idx))
+    return head + struct.pack("<Q", xxhash.xxh3_64_intdigest(head)) + body + idx
+
+
+@settings(max_examples=25, deadline=None)
+@given(urls=st.lists(st.binary(max_size=300).map(lambda b: b.replace(b"\n", b"")),
+                     max_size=800),
+       spread=st.sampled_from([3, 1 << 20, 2**64 - 1]))
+def test_kept_file_bytes_from_a_list_or_one_text_match_the_format(tmp_path_factory, urls,
+                                                                   spread):
+    """The same file, byte for byte, from a list of URLs, from the newline-terminated
+    text a batch prints, and from the format written out plainly (repeated keys,
+    blocks cut at BLOCK_BYTES, URLs of up to 300 bytes)."""
+    keys = (np.arange(len(urls), dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) \
+        % np.uint64(spread)
+    d = tmp_path_factory.mktemp("k")
+    want = kept_file_naive(keys, urls)
+    text = b"".join(u + b"\n" for u in urls)
+    for name, given_urls in (("list", list(urls)), ("text", text)):
+        path = str(d / f"{name}.url")
+        entry = kepturls.write_file(path, keys.copy(), given_urls, sync=False)
+        assert open(path, "rb").read() == want, name
+        assert entry["count"] == len(urls)
+        f = kepturls.KeptUrls(path, entry)
+        assert sorted(u for b in f.iter_all() for u in b) == sorted(urls)
+
+
+def test_kept_file_refuses_urls_that_do_not_pair_with_the_keys(tmp_path):
+    keys = np.array([5, 1], dtype=np.uint64)
+    path = str(tmp_path / "u.url")
+    with pytest.raises(ValueError, match="2 keys but 3 URLs"):
+        kepturls.write_file(path, keys, [b"http://a.test/", b"http://b.test/\nx"])
+    with pytest.raises(ValueError, match="unterminated"):
+        kepturls.write_file(path, keys, b"http://a.test/\nhttp://b.test/")
+    assert not os.path.exists(path) and not os.path.exists(path + ".tmp")
+
+
 def test_kept_files_merge_and_leftovers_are_removed(tmp_path):
     path = str(tmp_path / "s")
     with SeenStore.open(path, create=True, sync=False) as store:
@@ -129,3 +193,74 @@ def test_a_failed_url_batch_keeps_no_file(tmp_path, monkeypatch):
         assert sorted(kept(store)) == ["http://a.test/", "http://b.test/"]
     assert sorted(n for n in os.listdir(path) if n.endswith(".url")) == sorted(
         e["file"] for e in SeenStore.open(path, readonly=True)._doc["url_files"])
+
+
+@pytest.mark.parametrize("repeats", [False, True])
+def test_the_mask_a_hook_asks_for_is_the_mask_add_returns(tmp_path, monkeypatch, repeats):
+    """A batch's ``_on_new`` hook asks ``mask_of`` for the mask of its keys (what a
+    kept-URL hook gathers the lines of): add() then returns that very mask, made the
+    way add() makes it (over the distinct keys when it dropped the batch's repeats);
+    asked for other keys, mask_of joins those and add() makes its own."""
+    from naive import add_naive
+    from seenstore.kernels import dispatch
+    from seenstore.store import admission
+
+    monkeypatch.setattr(dispatch, "SMALL", 64)
+    monkeypatch.setattr(admission, "REPEATS_MIN_KEYS", 64)
+    seen: set = set()
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, keep_urls=False) as store:
+        first = np.arange(0, 3000, 3, dtype=np.uint64)
+        add_naive(seen, first)
+        store.add(first)
+        keys = (np.arange(2000, dtype=np.uint64) * np.uint64(7)) % np.uint64(
+            300 if repeats else 1 << 40)
+        want = add_naive(seen, keys)
+        asked = []
+        store._on_new = lambda new, gen: asked.append(
+            (store._admission.mask_of(keys, np.unique(new)),
+             store._admission.mask_of(keys.copy(), np.unique(new))))
+        try:
+            mask = store.add(keys)
+        finally:
+            store._on_new = None
+        assert (store._admission._distinct is not None) == repeats
+        assert len(asked) == 1 and mask is asked[0][0]
+        for m in (mask, asked[0][1]):
+            assert np.array_equal(m, want)
+        assert store._admission._adding is None and store._admission._mask_made is None
+
+
+def test_a_kept_url_batch_frees_its_lines_without_the_cyclic_collector(tmp_path):
+    """The kept-URL hook holds the batch (through ``lines_of``) only while the batch
+    runs: with the cyclic collector off, the batch is freed once admit_lines returns
+    (a hook in a reference cycle kept every batch's text until a collection), and
+    what it kept and returned are the batch's new URLs."""
+    import gc
+    import weakref
+
+    from seenstore.pipeline import admit_lines
+
+    class Batch:  # stands for a FastBatch: what lines_of reads
+        def __init__(self, urls):
+            self.urls = urls
+
+    urls = [f"http://h{i % 5}.test/{i % 40}".encode() for i in range(100)]
+    keys = fingerprint_many([u.decode() for u in urls])
+    gc.disable()
+    try:
+        with SeenStore.open(str(tmp_path / "s"), create=True, sync=False,
+                            keep_urls=True) as store:
+            batch = Batch(urls)
+            gone = weakref.ref(batch)
+
+            def lines_of(select, batch=batch):
+                return b"".join(u + b"\n" for u, s in zip(batch.urls, select.tolist()) if s)
+
+            mask, text = admit_lines(store, keys, lines_of)
+            del batch, lines_of
+            assert gone() is None
+            new = sorted(set(urls))
+            assert int(mask.sum()) == 40 and sorted(text.split(b"\n")[:-1]) == new
+            assert sorted(u.encode() for u in kept(store)) == new
+    finally:
+        gc.enable()
