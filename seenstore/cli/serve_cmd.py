@@ -19,6 +19,12 @@ import click
 from seenstore.errors import InvalidInputError, StoreIOError
 from seenstore.cli import SIZE, USAGE_EXIT, fail, main, store_option, default_store_dir
 
+# The server's memory per URL is the product's figure (docs/serve.md, "Memory"): the
+# run cache gets a fixed budget, not a share of the machine (the store's default), so
+# past ~8e6 keys the server grows mostly by its Bloom filter; and glibc keeps fewer
+# arenas of free memory.
+SERVE_MALLOC_ARENAS = 2
+
 
 @main.command("serve")
 @store_option
@@ -39,9 +45,9 @@ from seenstore.cli import SIZE, USAGE_EXIT, fail, main, store_option, default_st
 @click.option("--warm", is_flag=True,
               help="Compile or load every kernel before listening (seenstore warmup), so "
                    "small groups run compiled kernels from the first request.")
-@click.option("--cache-bytes", default=None, metavar="SIZE",
-              help="Memory for live runs' keys (the run cache; default a quarter of the "
-                   "memory available; 0 off: batches read the runs from disk).")
+@click.option("--cache-bytes", default="64M", show_default=True, metavar="SIZE",
+              help="Memory for live runs' keys (the run cache: 8 B per key cached; 0 off: "
+                   "batches read the runs from disk).")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
 def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max_body, warm,
@@ -72,14 +78,16 @@ def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max
         check_listen(host, token)
     except InvalidInputError as e:
         fail(str(e), USAGE_EXIT, "UsageError")
+    from seenstore.runtime.parallel import limit_malloc_arenas
+
+    limit_malloc_arenas(SERVE_MALLOC_ARENAS)  # before the store's and aiohttp's threads
     given = load_policy(policy_file) if policy_file else None
     path = store_dir or default_store_dir()
     if warm:
         from seenstore.warmup import warm_up
 
         warm_up(os.path.dirname(os.path.abspath(path)) or None, child=True)
-    if cache_bytes is not None:
-        cache_bytes = 0 if cache_bytes.strip() == "0" else SIZE.convert(cache_bytes, None, None)
+    cache_bytes = 0 if cache_bytes.strip() == "0" else SIZE.convert(cache_bytes, None, None)
     store = SeenStore.open(path, create=create, policy=given,
                            wait=None if wait < 0 else wait, cache_bytes=cache_bytes)
     try:

@@ -1,6 +1,8 @@
 """Running a nogil kernel over chunks of a batch on several threads.
 
 ``default_threads()`` is the number of cores this process may run on.
+``keep_freed_memory()`` and ``limit_malloc_arenas()`` tune glibc's malloc for a
+command's whole process (streaming commands, the server).
 ``ranges(n, threads, min_chunk)`` cuts 0..n into at most ``threads`` contiguous
 ranges of at least ``min_chunk`` items (one range when n is small).
 ``run_all(calls)`` runs zero-argument callables on a shared thread pool (pool.py,
@@ -80,6 +82,24 @@ def keep_freed_memory() -> bool:
         libc = ctypes.CDLL("libc.so.6")
         m_trim_threshold, m_mmap_max = -1, -4
         return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
+    except (OSError, AttributeError):
+        return False
+
+
+def limit_malloc_arenas(arenas: int = 2) -> bool:
+    """Cap glibc's malloc at ``arenas`` arenas for threads created from now on (by
+    default it makes up to 8 per core, one per thread that allocates at once, and
+    memory freed in one is reused only by the threads on it). A long-lived server whose
+    executor threads allocate per-request arrays held ~150 MB of free memory across its
+    arenas (seenstore serve, 2.25e6 URLs; 32 MB capped at 2), at the same throughput.
+    Process-wide, so only commands call it (``seenstore serve``). Returns False where
+    there is no glibc."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_arena_max = -8
+        return bool(libc.mallopt(m_arena_max, int(arenas)))
     except (OSError, AttributeError):
         return False
 

@@ -26,6 +26,12 @@ process did not finish (so the store never committed its group): it is cut off o
 open. One anywhere else is damage: CorruptionError. When the file passes
 ``max_bytes`` it is rewritten (temp, fsync, rename, fsync the directory) with the
 newest records holding about ``keep`` ids; a retry older than that is a fresh batch.
+
+Memory is bounded however long the server runs: the records the file holds (kept
+for the rewrite, at most ``max_bytes``) and the answers a retry can get, packed (1 bit
+per item, as in the file), for the newest ``keep`` ids of those records: at most about
+2 x ``max_bytes`` plus ~250 B per id (the id, its digest, the dict's entry); masks
+of 1 B per item would hold 8 x the file.
 """
 
 from __future__ import annotations
@@ -78,7 +84,27 @@ def encode_record(batches_before: int, entries: list[tuple[str, Answer]]) -> byt
     return _REC.pack(len(payload), _xxh(payload)) + payload
 
 
-def decode_payload(payload: bytes) -> tuple[int, list[tuple[str, Answer]]]:
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """An answer as the log holds it in memory: ``bits`` (packbits, little bit order)
+    of a mask over ``n`` items."""
+
+    digest: int
+    n: int
+    bits: bytes
+
+    @staticmethod
+    def of(ans: Answer) -> "Packed":
+        return Packed(ans.digest, len(ans.mask),
+                      np.packbits(ans.mask, bitorder="little").tobytes())
+
+    def answer(self) -> Answer:
+        bits = np.frombuffer(self.bits, dtype=np.uint8)
+        return Answer(self.digest, np.unpackbits(bits, count=self.n,
+                                                 bitorder="little").astype(bool))
+
+
+def decode_payload(payload: bytes) -> tuple[int, list[tuple[str, Packed]]]:
     before, n = struct.unpack_from("<QI", payload, 0)
     at, out = 12, []
     for _ in range(n):
@@ -88,10 +114,10 @@ def decode_payload(payload: bytes) -> tuple[int, list[tuple[str, Answer]]]:
         digest, items = _ENTRY.unpack_from(payload, at)
         at += _ENTRY.size
         nb = (items + 7) // 8
-        bits = np.frombuffer(payload, dtype=np.uint8, count=nb, offset=at)
+        if at + nb > len(payload):
+            raise ValueError("payload length")
+        out.append((bid, Packed(digest, items, payload[at: at + nb])))
         at += nb
-        out.append((bid, Answer(digest, np.unpackbits(bits, count=items,
-                                                      bitorder="little").astype(bool))))
     if at != len(payload):
         raise ValueError("payload length")
     return before, out
@@ -102,14 +128,14 @@ class AnswerLog:
     ``lookup`` from any thread; ``append`` and ``settle`` from one thread at a time."""
 
     def __init__(self, directory: str, store_id: str, store_batches: int, *,
-                 sync: bool = True, keep: int = 100_000, max_bytes: int = 64 << 20):
+                 sync: bool = True, keep: int = 100_000, max_bytes: int = 16 << 20):
         self.path = os.path.join(directory, NAME)
         self.directory = directory
         self.store_id = store_id
         self.sync = sync
         self.keep = keep
         self.max_bytes = max_bytes
-        self.answers: OrderedDict[str, Answer] = OrderedDict()
+        self.answers: OrderedDict[str, Packed] = OrderedDict()  # oldest first
         self.records = 0
         self.dropped_tail = 0  # bytes of an unfinished record cut off on open
         self._records: list[bytes] = []  # the encoded records kept (for a rewrite)
@@ -164,6 +190,7 @@ class AnswerLog:
             kept.append(raw)
             for bid, ans in entries:
                 self._remember(bid, ans)
+        self._bound()
         self._rewrite(kept) if self.dropped_tail or len(kept) != len(recs) else None
         self._records = kept
         self.records = len(kept)
@@ -192,12 +219,19 @@ class AnswerLog:
             fsync_dir(self.directory)
 
     # --------------------------------------------------------------- the log
-    def _remember(self, bid: str, ans: Answer) -> None:
+    def _remember(self, bid: str, ans: Packed) -> None:
         self.answers[bid] = ans
         self.answers.move_to_end(bid)
 
+    def _bound(self, ids: int | None = None) -> None:
+        """Forget the oldest answers beyond ``ids`` (default ``keep``)."""
+        limit = self.keep if ids is None else min(ids, self.keep)
+        while len(self.answers) > limit:
+            self.answers.popitem(last=False)
+
     def lookup(self, bid: str) -> Answer | None:
-        return self.answers.get(bid)
+        got = self.answers.get(bid)
+        return None if got is None else got.answer()
 
     def append(self, batches_before: int, entries: list[tuple[str, Answer]]) -> bytes:
         """Write and fsync one record; return it (``settle`` it once the store has
@@ -214,7 +248,8 @@ class AnswerLog:
         self._records.append(rec)
         self.records += 1
         for bid, ans in entries:
-            self._remember(bid, ans)
+            self._remember(bid, Packed.of(ans))
+        self._bound()
         if self._f.tell() > self.max_bytes:
             self._shrink()
 
@@ -235,8 +270,7 @@ class AnswerLog:
         self._rewrite(kept)
         self._records = kept
         self._f = open(self.path, "ab")
-        while len(self.answers) > ids:
-            self.answers.popitem(last=False)
+        self._bound(ids)
 
     def close(self) -> None:
         self._f.close()

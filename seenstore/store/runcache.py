@@ -6,9 +6,13 @@ Entries are filled as runs are written (a batch's new runs, compaction's output:
 writer has the keys anyway) or read (a run's first sweep from disk), and leave when
 their run retires (commit.py) or a write is aborted. An entry is named by the run's
 file name, key count and body checksum, so a name reused after an aborted batch never
-finds stale keys. Keys live in fixed blocks of BLOCK_KEYS from one pool, bounded by
-``budget`` bytes and kept for reuse when entries leave: fresh pages fault in at only
-0.3-1 GB/s, so a store in steady state re-fills blocks it already touched.
+finds stale keys. Keys live in fixed blocks of BLOCK_KEYS from one pool, kept for reuse
+when entries leave (fresh pages fault in at only 0.3-1 GB/s, so a store in steady
+state re-fills blocks it already touched), except an entry's last, partly filled block:
+sealing copies its keys to an array of their size and gives the block back, so a run
+of a few thousand keys holds its 8 B/key, not a 1 MiB block (a server committing
+small groups keeps hundreds of such runs live). Pool blocks and those exact tails
+together never exceed ``budget`` bytes (``stats()["held_bytes"]``).
 Admission, not eviction: every batch sweeps every run, so any cached byte saves the
 same read; a run that does not fit is simply not cached (an LRU would thrash on
 sweeps larger than the budget). The keys cached are exactly the run's (checked when
@@ -69,8 +73,9 @@ def run_key(reader) -> tuple:
 
 class Entry:
     """A cached run: its keys in ``blocks`` (each full but the last), ``count`` keys.
-    Pinned while a sweep reads it; its blocks go back to the pool once it has left
-    the cache and no sweep holds it."""
+    Once sealed, a last block not full is an array of exactly its keys (not a pool
+    block). Pinned while a sweep reads it; its blocks go back to the pool once it has
+    left the cache and no sweep holds it."""
 
     __slots__ = ("key", "blocks", "count", "pins", "gone")
 
@@ -145,6 +150,7 @@ class Builder:
             self.cache._give(self.entry.blocks)
             return
         self.entry.key = key
+        self.cache._shrink_tail(self.entry, self._fill)
         self.cache._file(self.entry)
 
 
@@ -156,6 +162,7 @@ class RunCache:
         self._entries: dict = {}
         self._free: list = []
         self._blocks = 0  # blocks allocated (in entries, builders or free)
+        self._tails = 0  # bytes of the sealed entries' exact last arrays
         self._slab: list = []  # blocks of the newest slab not handed out yet
         self.budget = max(0, int(budget))
         self.hits = 0
@@ -166,7 +173,7 @@ class RunCache:
         with self._lock:
             if self._free:
                 return self._free.pop()
-            room = self.budget // BLOCK_BYTES - self._blocks
+            room = (self.budget - self._tails) // BLOCK_BYTES - self._blocks
             if room <= 0:
                 return None
             self._blocks += 1
@@ -177,16 +184,40 @@ class RunCache:
 
     def _give(self, blocks: list) -> None:
         with self._lock:
-            self._free.extend(blocks)
+            self._put_back(blocks)
             self._trim()
 
+    def _put_back(self, blocks: list) -> None:
+        """Pool blocks to the free list; an exact tail is simply let go. Holds the lock."""
+        for b in blocks:
+            if len(b) == BLOCK_KEYS:
+                self._free.append(b)
+            else:
+                self._tails -= b.nbytes
+
+    def _held(self) -> int:
+        return self._blocks * BLOCK_BYTES + self._tails
+
     def _trim(self) -> None:
-        """Drop free blocks beyond the budget (after it was lowered). Holds the lock."""
-        if self._blocks * BLOCK_BYTES > self.budget:
+        """Drop free blocks while the pool and the tails exceed the budget (after it
+        was lowered, or a tail was cut). Holds the lock."""
+        if self._held() > self.budget:
             self._slab = []
-        while self._free and self._blocks * BLOCK_BYTES > self.budget:
+        while self._free and self._held() > self.budget:
             self._free.pop()  # its memory goes once no block of its slab is used
             self._blocks -= 1
+
+    def _shrink_tail(self, entry: Entry, fill: int) -> None:
+        """Replace ``entry``'s last block, ``fill`` keys used, by a copy of exactly those
+        keys, and give the block back (it stays in the pool while under the budget)."""
+        if not entry.blocks or fill >= BLOCK_KEYS:
+            return
+        block = entry.blocks[-1]
+        entry.blocks[-1] = block[:fill].copy()
+        with self._lock:
+            self._tails += 8 * fill
+            self._free.append(block)
+            self._trim()
 
     def _file(self, entry: Entry) -> None:
         with self._lock:
@@ -199,7 +230,7 @@ class RunCache:
         with self._lock:
             entry.gone = True
             if entry.pins == 0 and entry.blocks:
-                self._free.extend(entry.blocks)
+                self._put_back(entry.blocks)
                 entry.blocks = []
                 self._trim()
 
@@ -245,14 +276,14 @@ class RunCache:
         with self._lock:
             self.budget = max(0, int(budget))
             self._trim()
-            over = self._blocks * BLOCK_BYTES > self.budget
+            held = self._held()
             victims = []
             for k in reversed(list(self._entries)):
-                if not over:
+                if held <= self.budget:
                     break
                 e = self._entries.pop(k)
                 victims.append(e)
-                over = (self._blocks - len(e.blocks)) * BLOCK_BYTES > self.budget
+                held -= sum(b.nbytes for b in e.blocks)
         for e in victims:
             self._drop(e)
 
@@ -273,5 +304,6 @@ class RunCache:
             cached = sum(e.count for e in self._entries.values())
             return {"budget_bytes": self.budget, "runs": len(self._entries),
                     "keys": cached, "bytes": 8 * cached,
-                    "pool_bytes": self._blocks * BLOCK_BYTES,
+                    "pool_bytes": self._blocks * BLOCK_BYTES, "tail_bytes": self._tails,
+                    "held_bytes": self._held(),
                     "hits": self.hits, "misses": self.misses}

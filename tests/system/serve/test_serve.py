@@ -233,6 +233,31 @@ def test_answer_log_drops_a_group_the_store_never_committed(tmp_path):
         AnswerLog(str(d), "other", 1, sync=False)
 
 
+def test_answer_log_memory_is_bounded(tmp_path):
+    from seenstore.serve.answers import Answer, AnswerLog
+
+    d = tmp_path / "d"
+    d.mkdir()
+    log = AnswerLog(str(d), "sid", 0, sync=False, keep=30, max_bytes=1 << 30)
+    rng = np.random.default_rng(0)
+    masks = {}
+    for b in range(100):  # the file never passes max_bytes: memory must be bounded anyway
+        entries = []
+        for j in range(3):
+            m = rng.random(1000) < 0.5
+            masks[f"b{b}.{j}"] = m
+            entries.append((f"b{b}.{j}", Answer(b, m)))
+        log.settle(log.append(b, entries), entries)
+    assert len(log.answers) == 30  # the newest ids only
+    assert sum(len(p.bits) for p in log.answers.values()) == 30 * 125  # 1 bit per item
+    assert log.lookup("b0.0") is None
+    assert log.lookup("b99.2").mask.tolist() == masks["b99.2"].tolist()
+    log.close()
+    log = AnswerLog(str(d), "sid", 100, sync=False, keep=30, max_bytes=1 << 30)
+    assert len(log.answers) == 30 and log.lookup("b90.1").mask.tolist() == masks["b90.1"].tolist()
+    log.close()
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
 def test_status_page_in_headless_chromium(server):
     sync_api = pytest.importorskip("playwright.sync_api")

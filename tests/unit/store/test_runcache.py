@@ -131,6 +131,53 @@ def test_a_run_that_does_not_fit_is_not_cached():
     assert c.acquire(small) is not None
 
 
+
+def test_small_runs_hold_their_keys_not_a_block_each():
+    # a server's small groups leave hundreds of runs of a few thousand keys live: each
+    # entry must cost its keys (plus at most the pool's free blocks), not a 1 MiB block
+    c = RunCache(64 * BLOCK_BYTES)
+    runs = [_fill(c, f"shard-{i:03d}.run", np.arange(i, i + 3000 * 7, 7, dtype=np.uint64))
+            for i in range(200)]
+    st_ = c.stats()
+    assert st_["runs"] == 200 and st_["keys"] == 200 * 3000
+    assert st_["tail_bytes"] == 8 * 200 * 3000
+    assert st_["held_bytes"] <= st_["bytes"] + 2 * BLOCK_BYTES
+    e = c.acquire(runs[5])  # a shrunk tail reads back as the run's keys
+    assert np.array_equal(np.concatenate([b[:n] for b, n in e.chunks()]),
+                          np.arange(5, 5 + 3000 * 7, 7, dtype=np.uint64))
+    c.release(e)
+    c.forget([r.name for r in runs])  # retired: their tails are let go
+    assert c.stats()["tail_bytes"] == 0 and c.stats()["runs"] == 0
+
+
+def test_a_big_run_keeps_full_blocks_and_an_exact_tail():
+    c = RunCache(8 * BLOCK_BYTES)
+    keys = np.arange(2 * BLOCK_KEYS + 10, dtype=np.uint64)
+    r = _fill(c, "big.run", keys)
+    e = c.acquire(r)
+    assert [len(b) for b in e.blocks] == [BLOCK_KEYS, BLOCK_KEYS, 10]
+    assert np.array_equal(np.concatenate([b[:n] for b, n in e.chunks()]), keys)
+    c.release(e)
+    st_ = c.stats()
+    assert st_["held_bytes"] <= 8 * BLOCK_BYTES and st_["tail_bytes"] == 80
+    c.set_budget(BLOCK_BYTES)  # too small now: the entry leaves, the pool shrinks to fit
+    assert c.stats()["runs"] == 0 and c.stats()["held_bytes"] <= BLOCK_BYTES
+
+
+def test_server_sized_batches_keep_the_cache_near_the_live_keys(tmp_path):
+    # many small batches, compaction between them: the cache holds the live runs' keys
+    # (entries of retired runs leave), not a block per run ever written
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, bloom=False,
+                        cache_bytes=256 << 20, shard_bits=4) as s:
+        for b in _batches(3, 60, 4_000, 10**9):
+            s.add_new(b)
+        s._join_compactor()
+        st_ = s.stats()
+        rc = st_["run_cache"]
+        assert rc["runs"] == st_["runs"] and rc["keys"] == len(s)
+        assert rc["held_bytes"] <= 8 * len(s) + 16 * BLOCK_BYTES + (16 << 20)
+
+
 @settings(max_examples=60, deadline=None)
 @given(run=st.lists(st.integers(0, 2**64 - 1), max_size=300, unique=True),
        batch=st.lists(st.integers(0, 2**64 - 1), max_size=300, unique=True),
