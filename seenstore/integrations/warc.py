@@ -96,10 +96,14 @@ def _next_start(path: str, after: int, gz: bool) -> int | None:
     return None
 
 
-def _records(path: str, report: WarcReport) -> Iterator[tuple[str, bytes, str | None]]:
-    """(target URI, HTML payload, charset) of each whole HTML response record."""
+def _records(path: str, report: WarcReport, pick=None) -> Iterator:
+    """``pick(record, WarcRecordType)`` of each record it keeps (None: skip it, counted;
+    False: truncated, counted and reported), resuming after a damaged record at the
+    next record start. ``pick`` defaults to ``_page``: (target URI, HTML payload,
+    charset) of each whole HTML response record."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
+    pick = pick or _page
     with open(path, "rb") as f:
         gz = f.read(3) == _GZIP_MAGIC
     start = 0
@@ -111,7 +115,7 @@ def _records(path: str, report: WarcReport) -> Iterator[tuple[str, bytes, str | 
                 for r in ArchiveIterator(f, parse_http=True, fsspec_args=False):
                     last = start + r.stream_pos
                     report.records += 1
-                    page = _page(r, WarcRecordType)
+                    page = pick(r, WarcRecordType)
                     if page is None:
                         report.skipped += 1
                     elif page is False:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 
 import xxhash
 
-from seenstore.integrations.warc import WarcReport, _GZIP_MAGIC, _next_start, _require
+from seenstore.integrations.warc import WarcReport, _records, _require
 
 
 def iter_evidence(paths: Iterable[str], report: WarcReport | None = None,
@@ -35,7 +35,7 @@ def iter_evidence(paths: Iterable[str], report: WarcReport | None = None,
     pending: list[tuple[dict, str]] = []  # revisits whose response comes later
     for path in paths:
         report.files += 1
-        for rec, payload_digest in _records(path, report):
+        for rec, payload_digest in _records(path, report, _evidence):
             if "body" in rec:
                 if payload_digest:
                     by_payload.setdefault(payload_digest, digest_of(rec["body"]))
@@ -49,39 +49,6 @@ def iter_evidence(paths: Iterable[str], report: WarcReport | None = None,
         if d is None and payload_digest:
             d = xxhash.xxh3_64_intdigest(payload_digest.encode())
         yield dict(rec, digest=d) if d is not None else rec
-
-
-def _records(path: str, report: WarcReport) -> Iterator[tuple[dict, str | None]]:
-    from fastwarc.warc import ArchiveIterator, WarcRecordType
-
-    with open(path, "rb") as f:
-        gz = f.read(3) == _GZIP_MAGIC
-    start = 0
-    while True:
-        last = start
-        try:
-            with open(path, "rb") as f:
-                f.seek(start)
-                for r in ArchiveIterator(f, parse_http=True, fsspec_args=False):
-                    last = start + r.stream_pos
-                    report.records += 1
-                    got = _evidence(r, WarcRecordType)
-                    if got is None:
-                        report.skipped += 1
-                    elif got is False:
-                        report.truncated += 1
-                        report.problem(path, f"truncated record at byte {last}")
-                    else:
-                        report.html += 1
-                        yield got
-            return
-        except (OSError, ValueError, UnicodeDecodeError) as e:
-            report.damaged += 1
-            report.problem(path, f"damaged record after byte {last}: {e}")
-            nxt = _next_start(path, last + 1, gz)
-            if nxt is None:
-                return
-            start = nxt
 
 
 def _evidence(r, types):
