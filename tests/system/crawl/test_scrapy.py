@@ -8,13 +8,11 @@ same JOBDIR; Scrapy's RFPDupeFilter lets the spelling variants through."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import posixpath
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 from collections import Counter
@@ -22,6 +20,8 @@ from collections import Counter
 import pytest
 
 pytest.importorskip("scrapy")
+
+from localsite import HtmlHandler, serve  # noqa: E402
 
 PAGES = ["/", "/a", "/b", "/c/", "/c/d", "/~e/", "/~e/f", "/g?x=1"]
 
@@ -47,7 +47,7 @@ def _page_of(target: str) -> str:
     return path + (f"?{u.query}" if u.query else "")
 
 
-class _Site(http.server.BaseHTTPRequestHandler):
+class _Site(HtmlHandler):
     fetched: Counter
     delay = 0.0  # seconds each answer waits after the fetch is counted
 
@@ -60,29 +60,15 @@ class _Site(http.server.BaseHTTPRequestHandler):
             return
         links = "".join(f'<a href="{s}">x</a>\n' for p in PAGES for s in _spellings(p))
         body = f"<html><body>{links}</body></html>".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.send_html(body)
 
 
 @contextlib.contextmanager
 def _serve(delay: float = 0.0):
     """Serve the site on 127.0.0.1; yields (proxy URL, fetch counts by page)."""
     counts: Counter = Counter()
-    handler = type("Site", (_Site,), {"fetched": counts, "delay": delay})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", counts
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(_Site, fetched=counts, delay=delay) as url:
+        yield url, counts
 
 
 @pytest.fixture

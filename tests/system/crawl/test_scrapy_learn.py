@@ -8,8 +8,6 @@ is never stripped, every page is fetched."""
 from __future__ import annotations
 
 import contextlib
-import http.server
-import threading
 import urllib.parse
 from collections import Counter
 
@@ -17,6 +15,7 @@ import pytest
 
 pytest.importorskip("scrapy")
 
+from localsite import HtmlHandler, serve  # noqa: E402
 from seenstore.store import SeenStore  # noqa: E402
 from test_scrapy import SEENSTORE, SPIDER, _crawl  # noqa: E402
 
@@ -30,7 +29,7 @@ def _page(path_qs: str) -> tuple[str, str | None]:
     return u.path + ("?" + urllib.parse.urlencode(q) if q else ""), None
 
 
-class _Site(http.server.BaseHTTPRequestHandler):
+class _Site(HtmlHandler):
     fetched: Counter  # by request target (spelling)
     pages: Counter  # by page
 
@@ -56,28 +55,14 @@ class _Site(http.server.BaseHTTPRequestHandler):
                 "with enough words to be a page of its own, number %d of the site.</p>%s"
                 "</body></html>" % (n, n, version, n,
                                     "".join(f'<a href="{u}">l</a>' for u in links))).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.send_html(body)
 
 
 @contextlib.contextmanager
 def _serve():
     fetched, pages = Counter(), Counter()
-    handler = type("Site", (_Site,), {"fetched": fetched, "pages": pages})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", fetched, pages
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(_Site, fetched=fetched, pages=pages) as url:
+        yield url, fetched, pages
 
 
 START = SPIDER.replace('"http://site.test/"', '"http://site.test/p/0"')

@@ -7,11 +7,9 @@ line naming ``seenstore serve`` and no traceback."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 from collections import Counter
@@ -21,12 +19,13 @@ import pytest
 pytest.importorskip("scrapy")
 pytest.importorskip("aiohttp")
 
+from localsite import HtmlHandler, serve  # noqa: E402
 from serveproc import ServerProc, env, wait_until  # noqa: E402
 
 N_PAGES = 60
 
 
-class _Site(http.server.BaseHTTPRequestHandler):
+class _Site(HtmlHandler):
     """Page i links to pages 2i+1 and 2i+2 (a tree) and, under other spellings, to its
     parent and page 0, so both crawlers meet every page many times."""
 
@@ -49,27 +48,14 @@ class _Site(http.server.BaseHTTPRequestHandler):
             links += [f"http://SITE.test:80/p/{(i - 1) // 2 if i else 0}",
                       "http://site.test/p/0"]
         body = "".join(f'<a href="{u}">x</a>' for u in links).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.send_html(body)
 
 
 @contextlib.contextmanager
 def _site(delay: float):
     counts: Counter = Counter()
-    handler = type("Site", (_Site,), {"fetched": counts, "delay": delay})
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", counts
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve(_Site, fetched=counts, delay=delay) as url:
+        yield url, counts
 
 
 SPIDER = '''
