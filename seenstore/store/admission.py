@@ -374,6 +374,7 @@ class Admission:
                                  timings["approx_answered"])
         except BaseException:
             out.abort()
+            self._store._drop_kept()  # the hook's kept-URL file: its batch did not commit
             raise
         timings["commit_s"] = time.perf_counter() - t1
         timings["new"] = n_new

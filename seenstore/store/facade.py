@@ -85,6 +85,7 @@ class SeenStore:
         # its commit, it writes their kept URLs and stages the manifest fields
         self._on_new = None
         self._batch_fields: dict | None = None
+        self._kept_written: list[str] = []  # kept-URL files the staged fields name
         self._given_policy: Policy | None = None  # open(policy=) of an identity-only store
         self._policy_cache: tuple | None = None
         self._evidence = None  # fetch evidence (store/learning.py), read on first use
@@ -387,7 +388,20 @@ class SeenStore:
         """The manifest fields a batch's URL hook staged (its kept-URL file): taken
         by the batch's commit, whichever it is."""
         fields, self._batch_fields = self._batch_fields, None
+        self._kept_written = []
         return fields
+
+    def _drop_kept(self) -> None:
+        """A batch failed before its commit: delete the kept-URL files its hook wrote
+        and unstage the fields naming them (the fields staged at open stay)."""
+        for path in self._kept_written:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass  # a leftover the next open removes
+        self._kept_written = []
+        if self._batch_fields:
+            self._batch_fields.pop("url_files", None)
 
     def _join_retire(self) -> None:
         self._live.join_retire()

@@ -7,7 +7,8 @@ store's policy, under the policy (the key the store admits). ``add_urls`` return
 a mask aligned with the input: True for the first occurrence of a URL whose key
 was new; rejected URLs are False. When the store keeps URLs, the batch's new URLs
 (in safe-rule form, one per new key: its first spelling in the batch) are written
-to a kept-URL file before the batch commits and named by the same commit.
+to a kept-URL file before the batch commits and named by the same commit; a batch
+that fails before its commit deletes it (the store's ``_drop_kept``).
 Kept-URL files are merged size-tiered (``MAX_URL_FILES``) between batches.
 """
 
@@ -116,40 +117,37 @@ def add_normalised(store, nz: Normalised) -> np.ndarray:
     if keep is None:  # decided by the store's first batch: URLs are kept if it is one
         keep = len(store) == 0
         store._batch_fields = {**(store._batch_fields or {}), "keep_urls": keep}
-    written: list[str] = []
     if keep:
-        store._on_new = _kept_url_writer(store, nz, written)
+        store._on_new = KeptLinesHook(
+            store, nz.keys, lambda m: [nz.safe[i] for i in np.flatnonzero(m).tolist()],
+            nz.safe_keys)
     try:
         mask = store.add(nz.keys)
     finally:
         store._on_new = None
-        if written and store._batch_fields is not None:  # not committed: drop the file
-            store._batch_fields = None
-            for p in written:
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
     if keep and len(store._doc.get("url_files", ())) > MAX_URL_FILES:
         merge_url_files(store)
     return mask
 
 
 class KeptLinesHook:
-    """The hook for a batch of canonical URLs made under a policy without rules (so
-    they are their safe-rule forms and ``keys`` their keys): ``lines_of(select)``
-    gives the URLs ``select`` (a mask over ``keys``) picks, newline-terminated, in
-    input order (pipeline.py's FastBatch). It keeps the first occurrence of each
-    new key; ``lines`` is then ``(mask, bytes)`` of those, which is what the
-    batch prints (the caller need not gather them again).
+    """The ``_on_new`` hook of ``store.add(keys)`` for a batch of URLs (admission
+    calls it with the batch's new keys before the commit): ``lines_of(select)`` gives
+    the URLs ``select`` (a mask over ``keys``) picks, in input order, as one bytes
+    object of newline-terminated lines (pipeline.py's FastBatch) or a list;
+    ``safe_keys`` are the keys of their safe-rule forms (default ``keys``: a batch
+    made under a policy without rules is its safe-rule forms). It keeps the first
+    occurrence of each new key; ``lines`` is then ``(mask, what lines_of gave)``,
+    which is what the batch prints (the caller need not gather them again).
 
     An object, not a closure that sets an attribute on itself: such a function sits
     in a reference cycle (it names itself), so the batch it holds through
     ``lines_of`` (a crawl batch's normalised text, ~100 MB) lived on until the cyclic
     collector ran, and the process grew by a few batches of it."""
 
-    def __init__(self, store, keys: np.ndarray, lines_of):
+    def __init__(self, store, keys: np.ndarray, lines_of, safe_keys=None):
         self.store, self.keys, self.lines_of = store, keys, lines_of
+        self.safe_keys = keys if safe_keys is None else safe_keys
         self.lines = None
 
     def __call__(self, new_keys: np.ndarray, gen: int) -> None:
@@ -160,7 +158,7 @@ class KeptLinesHook:
         mask = self.store._admission.mask_of(self.keys, new_keys)  # what add() will return
         text = self.lines_of(mask)
         self.lines = (mask, text)
-        keep_new(self.store, text, gen, self.keys[mask])
+        keep_new(self.store, text, gen, self.safe_keys[mask])
 
 
 def contains_urls(store, urls, base: str | None = None) -> np.ndarray:
@@ -168,21 +166,6 @@ def contains_urls(store, urls, base: str | None = None) -> np.ndarray:
     store._check_open()
     nz = normalised(urls, base, store_policy(store), store.layout, store.threads)
     return nz.aligned(store.contains(nz.keys))
-
-
-def _kept_url_writer(store, nz: Normalised, written: list):
-    """The hook a URL batch sets (admission calls it with the batch's new keys before
-    the commit): writes the new keys' URLs, the first spelling of each."""
-    order = np.argsort(nz.keys, kind="stable")
-    sorted_keys = nz.keys[order]
-
-    def write(new_keys: np.ndarray, gen: int) -> None:
-        if len(new_keys):
-            j = order[np.searchsorted(sorted_keys, new_keys)]
-            written.append(keep_new(store, [nz.safe[i] for i in j.tolist()], gen,
-                                    nz.safe_keys[j]))
-
-    return write
 
 
 def keep_new(store, safe_urls, gen: int, safe_keys=None) -> str:
@@ -201,6 +184,7 @@ def keep_new(store, safe_urls, gen: int, safe_keys=None) -> str:
     files = list(store._doc.get("url_files", [])) + [entry]
     store._batch_fields = {**(store._batch_fields or {}), "url_files": files,
                            "keep_urls": True}
+    store._kept_written.append(path)
     return path
 
 
