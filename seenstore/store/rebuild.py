@@ -26,12 +26,12 @@ import xxhash
 
 from seenstore.errors import PolicyError
 from seenstore.store import kepturls
+from seenstore.store.urls import normalised
 from seenstore.store.files import fault, io_error, run_name
 from seenstore.store import manifest
 from seenstore.store.runs import live as runsmod
 from seenstore.store.runs.format import policy_digest
 from seenstore.url.fingerprint import fingerprint_many
-from seenstore.url.normalise import Rejection, try_normalise
 from seenstore.url.policy import Policy
 
 
@@ -64,9 +64,7 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
     ub = np.uint64(layout.url_bits)
     prefixes = None if hosts is None else host_prefixes(hosts, layout.url_bits)
     urls = _kept_urls(store, prefixes, layout)
-    forms = [try_normalise(u, None, policy) for u in urls]
-    good = [f for f in forms if not isinstance(f, Rejection)]
-    new_keys = np.unique(fingerprint_many(good, layout)) if good else np.empty(0, np.uint64)
+    new_keys = np.unique(normalised(urls, None, policy, layout, store.threads).keys)
     sb = store.shard_bits
     shard_of = (lambda k: (k >> np.uint64(64 - sb)).astype(np.int64)) if sb else (
         lambda k: np.zeros(len(k), dtype=np.int64))
@@ -77,7 +75,7 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
     doc, runs = store._snapshot()
     gen = store.generation + 1
     added, removed, writers = [], [], []
-    n_removed = n_written = bytes_written = rewritten = 0
+    n_removed = bytes_written = rewritten = 0
     pdigest = policy_digest(manifest.runs_policy_id(doc))
     try:
         for shard in sorted(shards):
@@ -106,7 +104,6 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
                     fault("rebuild-write")
                 header, sparse, nbytes = runsmod.finish(w, store.sync)
                 bytes_written += nbytes
-                n_written += len(keys)
                 added.append((shard, header, sparse))
             if progress:
                 progress(shard)
