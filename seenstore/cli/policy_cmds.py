@@ -137,23 +137,17 @@ def learn_cmd(warcs, store_dir, dry_run, write_policy, min_support, min_paths, s
     from the evidence the store already holds. A store that does not exist yet is
     created: it then holds the learned policy for a crawl to start from.
     """
-    from seenstore.evidence.record import make_fetch
-    from seenstore.errors import SeenStoreError
     from seenstore.integrations.warc import WarcReport
     from seenstore.integrations.warc_evidence import iter_evidence
+    from seenstore.store import learning
+    from seenstore.store.learning import fetches_of
 
     config = _config(min_support, min_paths)
     report = WarcReport()
     records = iter_evidence(warcs, report) if warcs else iter(())
     with _open(store_dir, readonly=dry_run, create=True) as store:
         if dry_run:
-            extra = []
-            for r in records:
-                try:
-                    extra.append(make_fetch(r.pop("url"), r.pop("status"), **r))
-                except SeenStoreError:
-                    pass
-            findings = _learn_extra(store, config, extra)
+            findings = learning.learn(store, False, config, fetches_of(records)[0])
             recorded = {"recorded": 0, "rejected": []}
         else:
             recorded = {"recorded": 0, "rejected": []}
@@ -198,11 +192,6 @@ def _add_counts(total: dict, got: dict) -> None:
     total["recorded"] += got["recorded"]
     total["rejected"] += got["rejected"]
 
-
-def _learn_extra(store, config, extra: list) -> list:
-    from seenstore.store import learning
-
-    return learning.learn(store, False, config, extra)
 
 
 @main.command("duplicates")

@@ -45,6 +45,14 @@ def record_fetch(store, url, status, *, location=None, canonical=None, digest=No
 def record_fetches(store, records) -> dict:
     """``SeenStore.record_fetches``'s body (its docstring)."""
     store._check_writable()
+    kept, rejected = fetches_of(records)
+    _record(store, kept)
+    return {"recorded": len(kept), "rejected": rejected}
+
+
+def fetches_of(records) -> tuple[list, list]:
+    """(Fetch records, [(index, reason)] of the records refused) of ``records``: dicts
+    with ``record_fetch``'s argument names, or an Arrow table with those columns."""
     if hasattr(records, "to_pylist"):  # an Arrow table (or record batch)
         records = records.to_pylist()
     kept, rejected = [], []
@@ -61,8 +69,7 @@ def record_fetches(store, records) -> dict:
             kept.append(make_fetch(r.get("url"), r.get("status"), **args))
         except SeenStoreError as e:
             rejected.append((i, str(e)))
-    _record(store, kept)
-    return {"recorded": len(kept), "rejected": rejected}
+    return kept, rejected
 
 
 def _record(store, recs: list) -> None:
