@@ -56,6 +56,7 @@ class EvidenceLog:
         self.sync = sync
         self._make = make
         self.hosts: dict[str, dict] = {}  # host -> {url: record}
+        self._slots: dict[str, list] = {}  # host -> its kept URLs, a reservoir's slots
         self.seen: dict[str, int] = {}  # host -> distinct URLs offered to its reservoir
         self.appended = 0  # records in the log since the snapshot
         entry = doc.get("evidence")
@@ -78,13 +79,15 @@ class EvidenceLog:
             return
         n = self.seen.get(rec.host, 0) + 1
         self.seen[rec.host] = n
+        slots = self._slots.setdefault(rec.host, [])
         if len(urls) < self.per_host:
             urls[rec.url] = rec
+            slots.append(rec.url)
             return
         j = self._rng(rec.host).randrange(n)
-        if j < self.per_host:  # replaces a random kept URL (Algorithm R)
-            victim = list(urls)[j]
-            del urls[victim]
+        if j < self.per_host:  # replaces the URL in slot j (Algorithm R)
+            del urls[slots[j]]
+            slots[j] = rec.url
             urls[rec.url] = rec
 
     def record(self, records: list) -> None:
