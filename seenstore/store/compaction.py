@@ -112,11 +112,12 @@ def pending(doc: dict) -> dict:
 
 
 class Compactor:
-    """Merges the runs of ``live`` (a writer's), in ``run_format``, one commit per
-    shard; in the background between batches (``start``/``join``) or now (``run``).
+    """Merges the runs of ``live`` (a writer's), in ``run_format`` (None: tiered,
+    ``runs.live.format_for``), one commit per shard; in the background between
+    batches (``start``/``join``) or now (``run``).
     Not thread-safe: the store calls it under its write mutex."""
 
-    def __init__(self, live: Live, run_format: int) -> None:
+    def __init__(self, live: Live, run_format: int | None) -> None:
         self.live = live
         self.run_format = run_format
         self.credit = 0  # bytes compaction may still read (earned by batches)
@@ -202,7 +203,8 @@ class Compactor:
                     continue
                 w = runsmod.new_writer(os.path.join(live.path, run_name(shard, gen)),
                                        host_bits, doc["shard_bits"], shard, pdigest,
-                                       run_format, cache=live.cache, keys=count)
+                                       run_format, cache=live.cache, keys=count,
+                                       compacted=True)
                 writers.append(w)
                 for chunk in runsmod.merged_chunks(readers, cache=live.cache, tally=self.tally):
                     w.write(chunk)
