@@ -78,7 +78,7 @@ class ResourcePlan:
     batch: int
     bloom_bytes: int
     disk_needed: int
-    run_format: int | None = None  # None: the store's tiered default (runs.live.format_for)
+    run_format: int | None = None  # None: the store's default, by size (runs.live.format_for)
     bloom_fpr: float = SPILL_BLOOM_TARGETS[0]
     memory_estimate: dict = field(default_factory=dict)  # spill_peak's parts (spilled)
     spill_memory: int | None = None
@@ -176,8 +176,8 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
     busiest shard's bucket (measured on the stream, ``stream_shape`` = (host_bits,
     n_hosts, seed)) counted twice for its split, at most SPILL_MAX_BATCH (docs/bench.md,
     "Batch size of a spilled run"). ``run_format`` 1 or 2 forces that format for every
-    run; None is the store's tiered default (batches raw, large compacted runs
-    compressed); "auto": tiered when the raw plan takes at most 80% of the free disk,
+    run; None is the store's default (runs of 2^22 keys or more compressed, smaller
+    ones raw); "auto": that default when the raw plan takes at most 80% of the free disk,
     else compressed (2).
 
     Raises DiskFullError (exit 6) naming what is needed when the disk is short,
@@ -191,7 +191,7 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
     free = shutil.disk_usage(work_dir).free
     share = 0.0  # the busiest shard's share of a spilled batch (its bucket is split)
 
-    def disk_for(fmt: int | None, spill_batch: int) -> dict:  # tiered: planned as raw
+    def disk_for(fmt: int | None, spill_batch: int) -> dict:  # by size: planned as raw
         return {"runs": PLAN_RUN_BYTES[fmt or 1] * distinct_keys, "bloom_file": bloom_bytes,
                 "spill_buckets": int(8 * spill_batch * (1 + share)), "disk_probe": probe_bytes}
 
@@ -206,7 +206,7 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
         return need
 
     auto_format = run_format == "auto"
-    if auto_format:  # tiered if raw fits with room to spare (the batch decided), else compressed
+    if auto_format:  # by size if raw fits with room to spare (the batch decided), else 2
         run_format = 2
     mem_batch = None
     if batch is None and room >= 4 * 100_000 * BYTES_PER_OFFERED_KEY:

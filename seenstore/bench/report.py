@@ -168,8 +168,9 @@ def _batch_lines(batches: list) -> list[str]:
 
 
 def _format_label(run_format: int | None) -> str:
-    """How the report names a run's run format (None: the store's tiered default)."""
-    return "tiered (batches 1, compacted 2)" if run_format is None else str(run_format)
+    """How the report names a run's run format (None: the store's default, by size)."""
+    return ("by size (runs of 2^22 keys or more 2, smaller 1)" if run_format is None
+            else str(run_format))
 
 
 def _resource_lines(r: dict) -> list[str]:

@@ -58,9 +58,9 @@ from seenstore.errors import InvalidInputError
 @click.option("--run-format", type=click.Choice(["1", "2", "auto"]), default="auto",
               show_default=True,
               help="Every run written as 2 (compressed, ~4.5 B/key) or 1 (raw 8 B/key keys); "
-                   "auto: the store's default (batches' runs raw, compacted runs of 2^22 keys "
-                   "or more compressed) when a raw plan takes at most 80% of the free disk, "
-                   "else every run compressed.")
+                   "auto: the store's default (runs of 2^22 keys or more compressed, smaller "
+                   "ones raw: most batches' runs) when a raw plan takes at most 80% of the "
+                   "free disk, else every run compressed.")
 @click.option("--memory", type=SIZE, default=None,
               help="Spill every batch (SeenStore.add_new_file) with this memory budget "
                    "(e.g. 2G; implies --spill). Default: chosen from the memory found.")

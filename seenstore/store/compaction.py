@@ -112,7 +112,7 @@ def pending(doc: dict) -> dict:
 
 
 class Compactor:
-    """Merges the runs of ``live`` (a writer's), in ``run_format`` (None: tiered,
+    """Merges the runs of ``live`` (a writer's), in ``run_format`` (None: by size,
     ``runs.live.format_for``), one commit per shard; in the background between
     batches (``start``/``join``) or now (``run``).
     Not thread-safe: the store calls it under its write mutex."""
@@ -203,8 +203,7 @@ class Compactor:
                     continue
                 w = runsmod.new_writer(os.path.join(live.path, run_name(shard, gen)),
                                        host_bits, doc["shard_bits"], shard, pdigest,
-                                       run_format, cache=live.cache, keys=count,
-                                       compacted=True)
+                                       run_format, cache=live.cache, keys=count)
                 writers.append(w)
                 for chunk in runsmod.merged_chunks(readers, cache=live.cache, tally=self.tally):
                     w.write(chunk)

@@ -120,11 +120,13 @@ class SeenStore:
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
         power loss (for tests and throwaway stores). ``run_format``: how this writer
-        writes new runs: None (the default) a batch's runs raw (8 B/key) and
-        compacted runs of ``runs.live.COMPRESS_MIN_KEYS`` keys or more compressed
-        (about 4-5 B/key); 1 every run raw; 2 every run compressed. Runs of both
-        formats are always read, and compaction rewrites the runs it merges in the
-        format this gives. ``threads``: shards sorted at once and threads of a
+        writes new runs: None (the default) by size, runs of
+        ``runs.live.COMPRESS_MIN_KEYS`` (2^22) keys or more compressed (about 4-5
+        B/key: compaction's larger outputs, and a batch's run only when it brings
+        that many new keys to one shard), smaller ones raw (8 B/key: most batches'
+        runs); 1 every run raw; 2 every run compressed. Runs of both formats are
+        always read, and compaction rewrites the runs it merges in the format this
+        gives. ``threads``: shards sorted at once and threads of a
         whole-batch sort (default: the cores this process may use); answers never
         depend on it. ``cache_bytes``: memory a writer may keep live runs' keys in,
         so a batch checks them without reading the disk (store/runcache.py; default
@@ -271,7 +273,7 @@ class SeenStore:
     @property
     def run_format(self) -> int | None:
         """What new runs (batches and compaction) are written as: 1 raw, 2 compressed,
-        None tiered (batches raw, large compacted runs compressed; see ``open``)."""
+        None by size (runs of 2^22 keys or more compressed; see ``open``)."""
         return self._compactor.run_format
 
     @run_format.setter

@@ -97,7 +97,7 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
             if len(keys):
                 w = runsmod.new_writer(os.path.join(store.path, run_name(shard, gen)),
                                        layout.host_bits, sb, shard, pdigest, store.run_format,
-                                       keys=len(keys), compacted=True)
+                                       keys=len(keys))
                 writers.append(w)
                 for i in range(0, len(keys), 1 << 20):
                     w.write(keys[i:i + (1 << 20)])

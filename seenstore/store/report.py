@@ -72,11 +72,11 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
                               for e in doc.get("url_files", ())),
         "evidence_records": (doc.get("evidence") or {}).get("count", 0),  # in the snapshot
         "generation": doc["generation"],
-        # what this writer writes a batch's runs and large compacted runs as (tiered by
-        # default: runs.live.format_for), and the formats of the live runs
-        "run_format": _format_name(runsmod.format_for(store.run_format, None, False)),
-        "compacted_run_format": _format_name(
-            runsmod.format_for(store.run_format, runsmod.COMPRESS_MIN_KEYS, True)),
+        # what this writer writes new runs below and from COMPRESS_MIN_KEYS keys as (by
+        # size by default: runs.live.format_for), and the formats of the live runs
+        "run_format": _format_name(runsmod.format_for(store.run_format, None)),
+        "large_run_format": _format_name(
+            runsmod.format_for(store.run_format, runsmod.COMPRESS_MIN_KEYS)),
         "run_formats": runsmod.count_formats(runsmod.all_readers(runs)),
         "manifest_format": f"{doc.get('major', manifest.MAJOR)}.{doc.get('minor', 0)}",
         # live runs of an older minor version of their format (raw 1.0: no page index,

@@ -1,5 +1,6 @@
-"""Run formats by default: a batch's runs raw, compacted runs of COMPRESS_MIN_KEYS keys or
-more compressed (runs.live.format_for); run_format=1 / 2 force one format for every run."""
+"""Run formats by default: runs of COMPRESS_MIN_KEYS keys or more compressed (compaction's
+larger outputs, a batch's run only when it is that large), smaller ones raw
+(runs.live.format_for); run_format=1 / 2 force one format for every run."""
 
 import numpy as np
 import pytest
@@ -16,48 +17,41 @@ def _formats(s) -> dict:
 def test_format_for():
     big, small = runsmod.COMPRESS_MIN_KEYS, runsmod.COMPRESS_MIN_KEYS - 1
     assert runsmod.DEFAULT_RUN_FORMAT is None
-    assert runsmod.format_for(None, big, compacted=False) == 1  # a batch's run: raw
-    assert runsmod.format_for(None, None, compacted=False) == 1
-    assert runsmod.format_for(None, big, compacted=True) == 2
-    assert runsmod.format_for(None, small, compacted=True) == 1  # small: stays raw
-    assert runsmod.format_for(None, None, compacted=True) == 1
+    assert runsmod.format_for(None, big) == 2
+    assert runsmod.format_for(None, small) == 1
+    assert runsmod.format_for(None, None) == 1  # not known (a spilled batch's run): raw
     for forced in (1, 2):
         for keys in (None, small, big):
-            assert runsmod.format_for(forced, keys, compacted=True) == forced
-            assert runsmod.format_for(forced, keys, compacted=False) == forced
+            assert runsmod.format_for(forced, keys) == forced
 
 
-@pytest.mark.parametrize("run_format,fresh,compacted", [
+@pytest.mark.parametrize("run_format,small,large", [
     (None, "1.1", "2.0"), (1, "1.1", "1.1"), (2, "2.0", "2.0")])
-def test_batches_raw_compactions_compressed(tmp_path, monkeypatch, run_format, fresh, compacted):
-    """With the threshold lowered to 100 keys: every batch's run is ``fresh``, and a
-    compaction of runs over the threshold writes ``compacted``; the store answers the
-    same either way (every key found, none twice)."""
+def test_small_runs_raw_large_runs_compressed(tmp_path, monkeypatch, run_format, small, large):
+    """With the threshold lowered to 100 keys: batches of fewer new keys write ``small``
+    runs, a compaction into a run over the threshold and a batch of more new keys write
+    ``large`` ones; the store answers the same either way."""
     monkeypatch.setattr(runsmod, "COMPRESS_MIN_KEYS", 100)
     rng = np.random.default_rng(5)
     stored = np.empty(0, np.uint64)
     with SeenStore.open(str(tmp_path / "s"), create=True, shard_bits=0, sync=False,
                         bloom=False, run_format=run_format) as s:
-        assert s.stats()["run_format"] == fresh
-        assert s.stats()["compacted_run_format"] == compacted
+        assert (s.stats()["run_format"], s.stats()["large_run_format"]) == (small, large)
         s.compact_between_batches = False
         for _ in range(3):
-            batch = rng.integers(0, 2**64, 300, dtype=np.uint64, endpoint=False)
+            batch = rng.integers(0, 2**64, 60, dtype=np.uint64, endpoint=False)
             s.add(batch)
             stored = np.union1d(stored, batch)
-        assert _formats(s) == {fresh: 3}
-        s.add(np.arange(1, 40, dtype=np.uint64))  # a run below the threshold ...
-        stored = np.union1d(stored, np.arange(1, 40, dtype=np.uint64))
-        s.compact()
-        assert _formats(s) == {compacted: 1}  # ... merged into one over it
+        assert _formats(s) == {small: 3}
+        s.compact()  # 180 keys: over the threshold
+        assert _formats(s) == {large: 1}
+        batch = rng.integers(0, 2**64, 150, dtype=np.uint64, endpoint=False)
+        s.add(batch)  # a batch's run over the threshold
+        stored = np.union1d(stored, batch)
+        assert _formats(s) == {large: 2}
         assert len(s) == len(stored) and s.contains(stored).all()
+        assert not s.contains(np.setdiff1d(np.arange(1000, dtype=np.uint64), stored)).any()
         s.verify()  # raises CorruptionError on a damaged or overlapping run
-    with SeenStore.open(str(tmp_path / "t"), create=True, shard_bits=0, sync=False,
-                        bloom=False, run_format=run_format) as s:
-        s.add(np.arange(1, 40, dtype=np.uint64))
-        s.add(np.arange(100, 140, dtype=np.uint64))
-        s.compact()  # 78 keys: below the threshold, raw unless forced
-        assert _formats(s) == {"2.0" if run_format == 2 else "1.1": 1}
 
 
 def test_other_run_formats_refused(tmp_path):
