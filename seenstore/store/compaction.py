@@ -112,11 +112,12 @@ def pending(doc: dict) -> dict:
 
 
 class Compactor:
-    """Merges the runs of ``live`` (a writer's), in ``run_format``, one commit per
-    shard; in the background between batches (``start``/``join``) or now (``run``).
+    """Merges the runs of ``live`` (a writer's), in ``run_format`` (None: by size,
+    ``runs.live.format_for``), one commit per shard; in the background between
+    batches (``start``/``join``) or now (``run``).
     Not thread-safe: the store calls it under its write mutex."""
 
-    def __init__(self, live: Live, run_format: int) -> None:
+    def __init__(self, live: Live, run_format: int | None) -> None:
         self.live = live
         self.run_format = run_format
         self.credit = 0  # bytes compaction may still read (earned by batches)

@@ -48,12 +48,12 @@ class SeenStore:
     (an internal lock serialises ``add``); ``contains`` may run beside ``add``."""
 
     def __init__(self, path: str, doc: dict, lock: WriterLock | None, mode: str = "exact",
-                 run_format: int = runsmod.DEFAULT_RUN_FORMAT):
+                 run_format: int | None = runsmod.DEFAULT_RUN_FORMAT):
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
-        if run_format not in runsmod.RUN_FORMATS:
-            raise InvalidInputError(f"run_format must be one of {runsmod.RUN_FORMATS}, "
-                                    f"got {run_format!r}")
+        if run_format is not None and run_format not in runsmod.RUN_FORMATS:
+            raise InvalidInputError(f"run_format must be None or one of "
+                                    f"{runsmod.RUN_FORMATS}, got {run_format!r}")
         self.path = path
         self.mode = mode
         self._keeper = BloomKeeper()
@@ -98,7 +98,7 @@ class SeenStore:
              shard_bits: int | None = None, wait: float | None = 0.0,
              mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
              bloom_capacity: int | None = None, sync: bool = True,
-             run_format: int = runsmod.DEFAULT_RUN_FORMAT,
+             run_format: int | None = runsmod.DEFAULT_RUN_FORMAT,
              threads: int | None = None, cache_bytes: int | None = None,
              policy: Policy | None = None, keep_urls: bool | None = None) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
@@ -120,9 +120,13 @@ class SeenStore:
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
         power loss (for tests and throwaway stores). ``run_format``: how this writer
-        writes new runs, 1 raw keys (8 B/key, the default) or 2 compressed; runs of
-        both formats are always read, and compaction rewrites the runs it merges in
-        ``run_format``. ``threads``: shards sorted at once and threads of a
+        writes new runs: None (the default) by size, runs of
+        ``runs.live.COMPRESS_MIN_KEYS`` (2^22) keys or more compressed (about 4-5
+        B/key: compaction's larger outputs, and a batch's run only when it brings
+        that many new keys to one shard), smaller ones raw (8 B/key: most batches'
+        runs); 1 every run raw; 2 every run compressed. Runs of both formats are
+        always read, and compaction rewrites the runs it merges in the format this
+        gives. ``threads``: shards sorted at once and threads of a
         whole-batch sort (default: the cores this process may use); answers never
         depend on it. ``cache_bytes``: memory a writer may keep live runs' keys in,
         so a batch checks them without reading the disk (store/runcache.py; default
@@ -267,12 +271,13 @@ class SeenStore:
         self._live.sync = value
 
     @property
-    def run_format(self) -> int:
-        """What new runs (batches and compaction) are written as: 1 raw, 2 compressed."""
+    def run_format(self) -> int | None:
+        """What new runs (batches and compaction) are written as: 1 raw, 2 compressed,
+        None by size (runs of 2^22 keys or more compressed; see ``open``)."""
         return self._compactor.run_format
 
     @run_format.setter
-    def run_format(self, value: int) -> None:
+    def run_format(self, value: int | None) -> None:
         self._compactor.run_format = value
 
     @property

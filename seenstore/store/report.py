@@ -21,6 +21,11 @@ from seenstore.store.runs.live import merged_chunks
 from seenstore.store.files import BLOOM_RE, size
 
 
+def _format_name(run_format: int) -> str:
+    """The version a new run of ``run_format`` (1 raw, 2 compressed) is written as."""
+    return f"{CODEC_MAJOR}.{CODEC_MINOR}" if run_format == 2 else f"{RUN_MAJOR}.{RUN_MINOR}"
+
+
 def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
     """The figures of ``SeenStore.stats`` (its docstring) for generation ``doc`` and
     its live ``runs``; ``bloom``: the Bloom filter's (bloom/keeper.py)."""
@@ -67,9 +72,11 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
                               for e in doc.get("url_files", ())),
         "evidence_records": (doc.get("evidence") or {}).get("count", 0),  # in the snapshot
         "generation": doc["generation"],
-        # what this writer writes new runs as, and the formats of the live runs
-        "run_format": (f"{CODEC_MAJOR}.{CODEC_MINOR}" if store.run_format == 2
-                       else f"{RUN_MAJOR}.{RUN_MINOR}"),
+        # what this writer writes new runs below and from COMPRESS_MIN_KEYS keys as (by
+        # size by default: runs.live.format_for), and the formats of the live runs
+        "run_format": _format_name(runsmod.format_for(store.run_format, None)),
+        "large_run_format": _format_name(
+            runsmod.format_for(store.run_format, runsmod.COMPRESS_MIN_KEYS)),
         "run_formats": runsmod.count_formats(runsmod.all_readers(runs)),
         "manifest_format": f"{doc.get('major', manifest.MAJOR)}.{doc.get('minor', 0)}",
         # live runs of an older minor version of their format (raw 1.0: no page index,
