@@ -27,7 +27,7 @@ import numpy as np
 import xxhash
 
 from seenstore.errors import CorruptionError, NotSupportedError, StoreIOError
-from seenstore.store.files import write_replacing
+from seenstore.store.files import fault, write_replacing
 
 MAGIC = b"SEENTOMB"
 MAJOR, MINOR = 1, 0
@@ -156,6 +156,7 @@ class Tombstones:
         (best effort: a reader still on the old generation may miss it and moves on,
         ``current``; a file left is removed by the next open)."""
         if old and (not new or old["file"] != new["file"]):
+            fault("tombstones-retire")
             self.discard(old)
 
 
