@@ -179,7 +179,7 @@ class Admission:
             try:
                 new = self._admit_work(work, progress, defer, scratch_answer, gate, t0)
                 if revived is not None:  # forgotten keys offered: new, and stored already
-                    new = np.union1d(new, revived)
+                    new = tombstones.joined(new, revived)
             except BaseException:
                 self._settle_revived(failed=True)
                 raise
@@ -220,9 +220,9 @@ class Admission:
         hit = tombstones.member(t, keys)
         if not hit.any():
             return keys, None
-        revived = np.unique(keys[hit])
+        revived = prepare(keys[hit])
         try:
-            entry = store._tomb.write(np.setdiff1d(t, revived, assume_unique=True),
+            entry = store._tomb.write(tombstones.less(t, revived),
                                       store.generation + 1, store.sync)
         except OSError as e:
             raise io_error(e, f"{store.path}: writing tombstones") from e

@@ -239,7 +239,7 @@ class Compactor:
             fields = None
             if dropped:
                 gone = np.concatenate(dropped)
-                entry = self.tomb.write(np.setdiff1d(t, gone, assume_unique=True), gen,
+                entry = self.tomb.write(tombstones.less(t, gone), gen,
                                         live.sync)
                 fields = {tombstones.FIELD: entry}
             fault("compact-written")

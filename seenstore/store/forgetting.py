@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from seenstore.errors import InvalidInputError, NotSupportedError
-from seenstore.keys.batch import as_keys
+from seenstore.keys.batch import as_keys, prepare
 from seenstore.store import check, kepturls, tombstones
 from seenstore.store.files import fault, io_error
 from seenstore.store.rebuild import host_prefixes
@@ -23,7 +23,7 @@ from seenstore.url.policy import DEFAULT_POLICY
 def forget(store, keys) -> int:
     """``SeenStore.forget``'s body (its docstring)."""
     store._check_writable()
-    uniq = np.unique(as_keys(keys))
+    uniq = prepare(as_keys(keys), store.threads)
     with store._mutex:
         store._join_compactor(stop=True)
         store._keeper.ready()  # a deferred insert's batch is committed: its keys stored
@@ -35,7 +35,7 @@ def forget(store, keys) -> int:
         gen = store.generation + 1
         tombstones.on_forgotten(store, newly, gen)
         try:
-            entry = store._tomb.write(np.union1d(t, newly), gen, store.sync)
+            entry = store._tomb.write(tombstones.joined(t, newly), gen, store.sync)
         except OSError as e:
             raise io_error(e, f"{store.path}: writing tombstones") from e
         try:

@@ -115,7 +115,7 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
                 progress(shard)
         gone = np.concatenate(t_gone) if t_gone else forgotten[:0]
         if len(gone):
-            entry = store._tomb.write(np.setdiff1d(forgotten, gone, assume_unique=True), gen,
+            entry = store._tomb.write(tombstones.less(forgotten, gone), gen,
                                       store.sync)
             fields = {**fields, tombstones.FIELD: entry}
         fault("rebuild-written")

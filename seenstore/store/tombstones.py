@@ -101,6 +101,19 @@ def member(t: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return t[pos] == keys
 
 
+def joined(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The union of two disjoint sorted unique uint64 arrays, sorted (a merge of two
+    runs: numpy's union1d hashes, ~10x slower on 2e5 keys)."""
+    out = np.concatenate([a, b])
+    out.sort(kind="stable")  # timsort: two sorted runs are merged in one pass
+    return out
+
+
+def less(t: np.ndarray, gone: np.ndarray) -> np.ndarray:
+    """Sorted unique ``t`` without the keys of ``gone`` (any order)."""
+    return t[~member(np.sort(gone), t)]
+
+
 class Tombstones:
     """T of the store at ``path``, read from the file a manifest names and kept (the
     last two files read or written, so a reader of the previous generation and the
