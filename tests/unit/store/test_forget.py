@@ -240,3 +240,22 @@ def test_a_rebuild_keeps_t_within_the_stored_keys(tmp_path):
         store.verify()  # T still names only stored keys
         assert not store.contains(np.arange(1, 10, dtype=np.uint64)).any()
         assert len(store) <= before
+
+
+@pytest.mark.parametrize("mode", ["exact", "approximate"])
+def test_a_stage_hands_out_forgotten_keys_again(tmp_path, mode):
+    from seenstore.stage import DedupStage
+    from seenstore.store import wal
+
+    path = str(tmp_path / "s")
+    keys = np.arange(1000, 1100, dtype=np.uint64)
+    with SeenStore.open(path, create=True, sync=False, mode=mode) as store:
+        store.add(keys)
+        store.forget(keys[:10])
+    stage = DedupStage.open(path, mode=mode, sync=False, wal_sync=wal.SYNC_NEVER, cache_keys=0)
+    got = stage.offer(keys).keys.tolist() + stage.flush().keys.tolist()
+    assert sorted(got) == keys[:10].tolist()  # each forgotten key once, no stored one
+    assert stage.offer(keys[:10]).keys.tolist() + stage.flush().keys.tolist() == []
+    stage.close()
+    with SeenStore.open(path, sync=False) as store:
+        assert store.contains(keys).all() and store.stats()["forgotten"] == 0
