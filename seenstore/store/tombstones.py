@@ -175,8 +175,9 @@ class Tombstones:
 
 def snapshot(store) -> tuple[dict, dict, np.ndarray]:
     """(manifest, live runs by shard, T) of one generation of ``store`` (a read-only
-    one moves to the newest first). T's file is read only when T is not empty; a
-    read-only store whose T file a writer replaced meanwhile moves on and retries."""
+    one moves to the newest first). T's file is read only when T is not empty; when
+    a commit replaced it meanwhile, the next snapshot is taken. Raises
+    CorruptionError when the file the current manifest names is missing."""
     for attempt in range(20):
         store._refresh()
         doc, runs = store._snapshot()
@@ -185,7 +186,10 @@ def snapshot(store) -> tuple[dict, dict, np.ndarray]:
         try:
             return doc, runs, store._tomb.keys(doc)
         except FileNotFoundError:
-            if store._lock is not None or attempt == 19:
+            # a commit replaced T's file after this snapshot was taken: take the next
+            # (a writer's own store moves with its commits, a read-only one refreshes)
+            moved = store._lock is None or store._snapshot()[0] is not doc
+            if not moved or attempt == 19:
                 raise CorruptionError(
                     f"{store.path}: tombstone file {doc[FIELD]['file']} is missing")
     raise AssertionError("unreachable")

@@ -146,6 +146,10 @@ def test_a_damaged_tombstone_file_is_refused_naming_it(tmp_path):
         with pytest.raises(CorruptionError, match=name):
             store.verify()
         store.close(save_bloom=False)
+    os.unlink(tmp_path / "s" / name)
+    with SeenStore.open(str(tmp_path / "s"), readonly=True) as store:
+        with pytest.raises(CorruptionError, match=f"{name} is missing"):
+            store.contains(keys)
 
 
 def test_a_foreign_or_newer_tombstone_file_is_refused(tmp_path):
