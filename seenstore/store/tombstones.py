@@ -92,10 +92,33 @@ def count(doc: dict) -> int:
     return (doc.get(FIELD) or {}).get("count", 0)
 
 
+# member(): a batch of at least PREFILTER_MIN_KEYS keys is first looked up in a
+# byte map of T's hashes (16 bytes per key of T, at most PREFILTER_MAX_T keys: 32 MiB)
+# and only its hits are searched in T. A binary search per key costs ~100-500 ns on
+# 1e6 keys against |T| = 1e5 (a cache miss per step); the map ~25-50, with ~5 % of
+# the keys left to search.
+PREFILTER_MIN_KEYS = 1 << 12
+PREFILTER_MAX_T = 1 << 21
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it spreads keys' bits up
+
+
 def member(t: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Mask over ``keys`` (any order): True where the key is in sorted unique ``t``."""
     if len(t) == 0 or len(keys) == 0:
         return np.zeros(len(keys), dtype=np.bool_)
+    if len(keys) < PREFILTER_MIN_KEYS or len(t) > PREFILTER_MAX_T:
+        return _search(t, keys)
+    bits = max(10, (16 * len(t) - 1).bit_length())
+    shift = np.uint64(64 - bits)
+    marks = np.zeros(1 << bits, dtype=np.bool_)
+    marks[(t * _MIX) >> shift] = True
+    idx = np.flatnonzero(marks[(keys * _MIX) >> shift])
+    out = np.zeros(len(keys), dtype=np.bool_)
+    out[idx] = _search(t, keys[idx])
+    return out
+
+
+def _search(t: np.ndarray, keys: np.ndarray) -> np.ndarray:
     pos = np.searchsorted(t, keys)
     pos[pos == len(t)] = len(t) - 1
     return t[pos] == keys

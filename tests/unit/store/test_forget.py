@@ -263,3 +263,19 @@ def test_a_stage_hands_out_forgotten_keys_again(tmp_path, mode):
     stage.close()
     with SeenStore.open(path, sync=False) as store:
         assert store.contains(keys).all() and store.stats()["forgotten"] == 0
+
+
+@pytest.mark.parametrize("n_t,search_only", [(1, False), (1000, False), (1000, True)])
+def test_member_agrees_with_isin_on_both_paths(n_t, search_only, monkeypatch):
+    if search_only:  # a T too large for the byte map
+        monkeypatch.setattr(tombstones, "PREFILTER_MAX_T", n_t - 1)
+    rng = np.random.default_rng(n_t)
+    t = np.unique(rng.integers(0, 2**64 - 1, n_t, dtype=np.uint64, endpoint=True))
+    t[0] = 0
+    t[-1] = 2**64 - 1 if len(t) > 1 else t[-1]
+    keys = rng.integers(0, 2**64 - 1, 2 * tombstones.PREFILTER_MIN_KEYS, dtype=np.uint64)
+    keys[::3] = t[rng.integers(0, len(t), len(keys[::3]))]
+    keys[:2] = [0, 2**64 - 1]
+    want = np.isin(keys, t)
+    assert tombstones.member(t, keys).tolist() == want.tolist()
+    assert tombstones.member(t, keys[:10]).tolist() == want[:10].tolist()
