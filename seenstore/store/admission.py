@@ -132,11 +132,12 @@ class Admission:
         with self._store._mutex:
             waited = self._store._join_compactor(stop=True)
             self._store._keeper.ready()
-            rest, revived = self._revive(uniq)
+            rest, revived = self._revive(uniq, is_sorted=True)
             try:
                 is_new = self._add_sorted(rest, progress, approx_answered)
                 if revived is not None:  # forgotten keys offered: new, and stored already
-                    hit = tombstones.member(revived, uniq)
+                    hit = np.zeros(len(uniq), dtype=np.bool_)
+                    hit[tombstones.in_sorted(revived, uniq)] = True
                     out = hit.copy()
                     out[~hit] = is_new
                     is_new = out
@@ -208,19 +209,27 @@ class Admission:
         self._store.last_timings["sort_s"] = t_sort
         return new
 
-    def _revive(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def _revive(self, keys: np.ndarray,
+                is_sorted: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """``(keys without the forgotten ones, the forgotten ones sorted unique or
         None)``. With forgotten keys offered, T without them is written and staged
         for the batch's commit (``_settle_revived`` after the batch, always). Costs
-        nothing while T is empty; else one binary search of T per key."""
+        nothing while T is empty; else a look-up per key (``tombstones.member``), or
+        with ``is_sorted`` keys (sorted unique) a search of T's keys in them."""
         store = self._store
         if not tombstones.count(store._doc):
             return keys, None
         t = store._tomb.keys(store._doc)
-        hit = tombstones.member(t, keys)
-        if not hit.any():
-            return keys, None
-        revived = prepare(keys[hit])
+        if is_sorted:
+            pos = tombstones.in_sorted(t, keys)
+            if not len(pos):
+                return keys, None
+            revived, rest = keys[pos], np.delete(keys, pos)
+        else:
+            hit = tombstones.member(t, keys)
+            if not hit.any():
+                return keys, None
+            revived, rest = prepare(keys[hit]), keys[~hit]
         try:
             entry = store._tomb.write(tombstones.less(t, revived),
                                       store.generation + 1, store.sync)
@@ -228,7 +237,7 @@ class Admission:
             raise io_error(e, f"{store.path}: writing tombstones") from e
         store._batch_fields = {**(store._batch_fields or {}), tombstones.FIELD: entry}
         self._revived = (store._doc.get(tombstones.FIELD), entry)
-        return keys[~hit], revived
+        return rest, revived
 
     def _settle_revived(self, failed: bool) -> None:
         """After a batch ``_revive`` staged T for: a batch that committed nothing of

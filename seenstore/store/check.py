@@ -47,7 +47,7 @@ def contains(store, keys: np.ndarray) -> np.ndarray:
     found = in_runs(store, runs, uniq)
     stored = uniq[found]
     if len(forgotten):  # forgotten keys are in their runs, but absent
-        stored = stored[~tombstones.member(forgotten, stored)]
+        stored = np.delete(stored, tombstones.in_sorted(forgotten, stored))
     mask = mark_members(keys, stored)  # every occurrence, not just the first
     if len(pending):
         mask |= report.member(pending, keys)

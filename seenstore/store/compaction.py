@@ -216,11 +216,10 @@ class Compactor:
                 writers.append(w)
                 kept = 0
                 for chunk in runsmod.merged_chunks(readers, cache=live.cache, tally=self.tally):
-                    if len(t):
-                        hit = tombstones.member(t, chunk)
-                        if hit.any():
-                            dropped.append(chunk[hit])  # a copy: the chunk is a view
-                            chunk = chunk[~hit]
+                    hit = tombstones.in_sorted(t, chunk)  # only T's keys in its range
+                    if len(hit):
+                        dropped.append(chunk[hit])  # copies: the chunk is a view
+                        chunk = np.delete(chunk, hit)
                     if len(chunk):
                         w.write(chunk)
                     kept += len(chunk)

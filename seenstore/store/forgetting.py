@@ -28,7 +28,7 @@ def forget(store, keys) -> int:
         store._join_compactor(stop=True)
         store._keeper.ready()  # a deferred insert's batch is committed: its keys stored
         doc, runs, t = tombstones.snapshot(store)
-        cand = uniq[~tombstones.member(t, uniq)]
+        cand = np.delete(uniq, tombstones.in_sorted(t, uniq))
         newly = cand[check.in_runs(store, runs, cand)] if len(cand) else cand
         if not len(newly):
             return 0

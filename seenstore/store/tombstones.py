@@ -118,6 +118,17 @@ def member(t: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return out
 
 
+def in_sorted(t: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Positions in sorted ``keys`` of the keys in sorted unique ``t``: only the keys of
+    ``t`` within ``[keys[0], keys[-1]]`` are searched in ``keys`` (O(|t part| log n),
+    nothing per key of ``keys``)."""
+    if len(t) == 0 or len(keys) == 0:
+        return np.empty(0, dtype=np.int64)
+    sub = t[np.searchsorted(t, keys[0]):np.searchsorted(t, keys[-1], "right")]
+    pos = np.searchsorted(keys, sub)  # < len(keys): every key of sub <= keys[-1]
+    return pos[keys[pos] == sub]
+
+
 def _search(t: np.ndarray, keys: np.ndarray) -> np.ndarray:
     pos = np.searchsorted(t, keys)
     pos[pos == len(t)] = len(t) - 1
@@ -134,7 +145,7 @@ def joined(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def less(t: np.ndarray, gone: np.ndarray) -> np.ndarray:
     """Sorted unique ``t`` without the keys of ``gone`` (any order)."""
-    return t[~member(np.sort(gone), t)]
+    return np.delete(t, in_sorted(np.sort(gone), t))
 
 
 class Tombstones:
@@ -227,9 +238,12 @@ def on_forgotten(store, keys: np.ndarray, generation: int) -> None:
 
 
 def without(t: np.ndarray, chunks) -> Iterator[np.ndarray]:
-    """``chunks`` (arrays of keys) less the keys in ``t``; empty ones are skipped."""
+    """``chunks`` (arrays of sorted keys) less the keys in ``t``; empty ones are
+    skipped."""
     for c in chunks:
-        c = c[~member(t, c)]
+        hit = in_sorted(t, c)
+        if len(hit):
+            c = np.delete(c, hit)
         if len(c):
             yield c
 
@@ -251,7 +265,7 @@ def live_bounds(runs: dict, forgotten: np.ndarray, lo: int, hi: int) -> tuple[in
 
     def first_in(a: int, b: int):
         for c in iter_range(runs, a, b):
-            c = c[~member(forgotten, c)]
+            c = np.delete(c, in_sorted(forgotten, c))
             if len(c):
                 return int(c[0])
         return None
@@ -259,7 +273,7 @@ def live_bounds(runs: dict, forgotten: np.ndarray, lo: int, hi: int) -> tuple[in
     def last_in(a: int, b: int):
         best = None
         for c in iter_range(runs, a, b):
-            c = c[~member(forgotten, c)]
+            c = np.delete(c, in_sorted(forgotten, c))
             if len(c):
                 best = int(c[-1])
         return best

@@ -279,3 +279,6 @@ def test_member_agrees_with_isin_on_both_paths(n_t, search_only, monkeypatch):
     want = np.isin(keys, t)
     assert tombstones.member(t, keys).tolist() == want.tolist()
     assert tombstones.member(t, keys[:10]).tolist() == want[:10].tolist()
+    uniq = np.unique(keys)
+    assert uniq[tombstones.in_sorted(t, uniq)].tolist() == uniq[np.isin(uniq, t)].tolist()
+    assert tombstones.less(t, keys).tolist() == t[~np.isin(t, keys)].tolist()
