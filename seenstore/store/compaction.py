@@ -30,7 +30,7 @@ from seenstore.store.scheduling import Syncer
 from seenstore.runtime.worker import Worker
 
 FANOUT = 4  # size-tiered: FANOUT runs of one tier merge into one run of the next
-MIN_TIER_KEYS = 1 << 16  # runs below this size share tier 0
+MIN_TIER_KEYS = 1 << 12  # runs below this size share tier 0
 # Compaction credit: each batch earns compaction the right to read (and write)
 # COMPACT_CREDIT times the bytes of the new run(s) it wrote; unspent credit carries
 # over. After one batch, jobs run while they fit both the credit and COMPACT_CREDIT x
@@ -137,7 +137,8 @@ class Compactor:
         self.credit_step = COMPACT_CREDIT * bytes_written
         self.credit += self.credit_step
 
-    def run(self, jobs: list, paid: bool = False, run_format: int | None = None) -> dict:
+    def run(self, jobs: list, paid: bool = False, run_format: int | None = None,
+            debt: bool = False) -> dict:
         """Run compaction ``jobs`` (``plan``) in order. ``paid``: spend the batches'
         credit — stop before a job that does not fit what is left of it, or that
         would take this round past ``credit_step`` (a first job may), or once a
@@ -145,12 +146,18 @@ class Compactor:
         GROUP_JOB_BYTES each and GROUP_BYTES in all merge as one group: one commit,
         their runs fsynced side by side (``_merge_group``); a larger job is a group
         of its own. A stop is honoured between groups. ``run_format``: what the new
-        runs are written as (default ``self.run_format``)."""
+        runs are written as (default ``self.run_format``). ``debt``: the first job
+        runs whatever the credit (which may go below zero)."""
         t0 = time.perf_counter()
         done = {"jobs": 0, "runs_merged": 0, "bytes_read": 0, "bytes_written": 0,
                 "stopped": False, "commits": 0}
         self.tally = {}  # run bytes merged from the run cache, not read (runs.merged_chunks)
         i, broke = 0, False
+        # a round spends what one batch earned; a shard past STALL_RUNS spends the
+        # credit saved too (small batches earn little each, and a round of one
+        # credit_step merged about one shard's job per batch: the others piled up)
+        limit = max(self.credit, self.credit_step) if paid and self.behind() \
+            else self.credit_step
         while i < len(jobs) and not broke:
             if paid and self._stop.is_set():
                 done["stopped"] = True
@@ -162,8 +169,9 @@ class Compactor:
                     break
                 if paid:
                     taken = done["bytes_read"] + group_bytes
-                    if cost > self.credit or ((done["jobs"] or group)
-                                              and taken + cost > self.credit_step):
+                    first = not (done["jobs"] or group)
+                    if (cost > self.credit and not (first and debt)) or (
+                            not first and taken + cost > limit):
                         broke = True
                         break
                     self.credit -= cost
@@ -264,23 +272,32 @@ class Compactor:
         if self.tomb is not None:
             self.tomb.discard(entry)
 
-    def behind(self) -> bool:
-        """True when a shard holds more than STALL_RUNS live runs."""
+    def _runs_per_shard(self) -> dict:
         per_shard: dict = {}
         for r in self.live.doc["runs"]:
             per_shard[r["shard"]] = per_shard.get(r["shard"], 0) + 1
-        return max(per_shard.values(), default=0) > STALL_RUNS
+        return per_shard
+
+    def behind(self) -> bool:
+        """True when a shard holds more than STALL_RUNS live runs."""
+        return max(self._runs_per_shard().values(), default=0) > STALL_RUNS
 
     def start(self) -> None:
         """After a batch: run the pending size-tiered jobs its credit pays for on a
         background thread (joined by the next write, ``close``), so compaction
-        overlaps the caller's own work between batches."""
+        overlaps the caller's own work between batches. A store that fell behind
+        (``behind``) merges its most crowded shards first, the first of them even
+        past the credit (a debt later batches pay): the backlog stays bounded."""
         jobs = plan(self.live.doc["runs"])
-        if not jobs or job_bytes(jobs[0][1]) > self.credit:
+        behind = self.behind()
+        if behind:
+            crowded = self._runs_per_shard()
+            jobs.sort(key=lambda j: -crowded.get(j[0], 0))
+        if not jobs or (job_bytes(jobs[0][1]) > self.credit and not behind):
             return
 
         def run():  # an error is reported by the join; the store stays consistent
-            self.last = self.run(jobs, paid=True)
+            self.last = self.run(jobs, paid=True, debt=behind)
 
         self._worker = Worker(run, "compact")
 
