@@ -1,11 +1,12 @@
 """SeenStore: the set of every key ever admitted, in a crash-safe directory.
 
 The public face of the store package: opening, ``add``/``add_new``/``add_sorted``/
-``add_new_file``, ``contains``, ``compact``, ``upgrade``, ``stats``, ``verify``,
-``checkpoint``, ``close``. A batch passes each stage once: partitioned by shard
-here, sorted, checked and written by the shard threads (scheduling.py, runs/live.py),
-committed (commit.py), then compaction paid for by it runs between batches
-(compaction.py). The Bloom filter beside it lives in seenstore/bloom/ (keeper.py).
+``add_new_file``, ``contains``, ``forget``/``drop_host``, ``compact``, ``upgrade``,
+``stats``, ``verify``, ``checkpoint``, ``close``. A batch passes each stage once:
+partitioned by shard here, sorted, checked and written by the shard threads
+(scheduling.py, runs/live.py), committed (commit.py), then compaction paid for by it
+runs between batches (compaction.py). The Bloom filter beside it lives in
+seenstore/bloom/ (keeper.py).
 See docs/architecture.md for the protocol and cost model.
 """
 
@@ -596,8 +597,9 @@ class SeenStore:
         return check.shard_bounds(sorted_keys, self.shard_bits)
 
     def contains(self, keys) -> np.ndarray:
-        """Mask over ``keys``: True where the key has been admitted, including keys a
-        DedupStage handed out that sit in its write-ahead log, not merged yet.
+        """Mask over ``keys``: True where the key has been admitted (and not forgotten
+        since: ``forget``), including keys a DedupStage handed out that sit in its
+        write-ahead log, not merged yet.
         Reads only; a read-only store answers from the newest committed generation."""
         self._check_open()
         return check.contains(self, as_keys(keys))
