@@ -237,6 +237,11 @@ class Admission:
             raise io_error(e, f"{store.path}: writing tombstones") from e
         store._batch_fields = {**(store._batch_fields or {}), tombstones.FIELD: entry}
         self._revived = (store._doc.get(tombstones.FIELD), entry)
+        try:
+            tombstones.on_readmitted(store, revived, store.generation + 1)
+        except BaseException:
+            self._settle_revived(failed=True)
+            raise
         return rest, revived
 
     def _settle_revived(self, failed: bool) -> None:

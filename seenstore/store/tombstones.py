@@ -237,6 +237,14 @@ def on_forgotten(store, keys: np.ndarray, generation: int) -> None:
     return None
 
 
+def on_readmitted(store, keys: np.ndarray, generation: int) -> None:
+    """The other seam: called by a batch with the forgotten keys it offers (sorted
+    unique; answered new, left in their runs, taken out of T by the batch's commit
+    of ``generation``) before that commit. They do not pass through the store's
+    ``_on_new`` hook, which gets the keys the batch writes."""
+    return None
+
+
 def without(t: np.ndarray, chunks) -> Iterator[np.ndarray]:
     """``chunks`` (arrays of sorted keys) less the keys in ``t``; empty ones are
     skipped."""
