@@ -18,8 +18,10 @@ import threading
 import time
 import warnings
 
+import numpy as np
+
 from seenstore.layout import Layout
-from seenstore.store import manifest
+from seenstore.store import manifest, tombstones
 from seenstore.store.runs.format import policy_digest
 from seenstore.store.runs import live as runsmod
 from seenstore.store.commit import Live
@@ -59,14 +61,15 @@ def tier(count: int) -> int:
     return 1 + int(math.log(count / MIN_TIER_KEYS, FANOUT) + 1e-9)
 
 
-def plan(runs: list, full: bool = False) -> list:
+def plan(runs: list, full: bool = False, rewrite: frozenset = frozenset()) -> list:
     """Compaction jobs for a manifest's ``runs`` (dicts with shard, file, count): a list
     of ``(shard, [run entries])``, at most one per shard, smallest input first.
 
     Size-tiered: a shard's runs are grouped by ``tier``; the lowest tier holding
     FANOUT or more runs is merged into one run (which usually lands one tier up).
     Empty runs (left by format 1 stores) always go. ``full``: every shard with more
-    than one run (or an empty one) is merged into a single run."""
+    than one run (or an empty one), or in ``rewrite`` (shards holding forgotten keys,
+    which a merge drops), is merged into a single run."""
     by_shard: dict[int, list] = {}
     for r in runs:
         by_shard.setdefault(r["shard"], []).append(r)
@@ -75,8 +78,8 @@ def plan(runs: list, full: bool = False) -> list:
         empty = [r for r in rs if r["count"] == 0]
         live = [r for r in rs if r["count"]]
         if full:
-            if len(live) > 1 or empty:
-                jobs.append((shard, rs if len(live) > 1 else empty))
+            if len(live) > 1 or empty or shard in rewrite:
+                jobs.append((shard, rs if len(live) > 1 or shard in rewrite else empty))
             continue
         tiers: dict[int, list] = {}
         for r in live:
@@ -127,6 +130,8 @@ class Compactor:
         self.joined: dict = {}  # ... of the one the last join waited for
         self._worker: Worker | None = None  # the background compaction, until joined
         self._stop = threading.Event()  # set by join(stop=True): end after this job
+        # the store's forgotten keys, which a merge drops (None: kept, approximate mode)
+        self.tomb: tombstones.Tombstones | None = None
 
     def earn(self, bytes_written: int) -> None:
         """A batch that wrote ``bytes_written`` of new runs pays for compaction."""
@@ -192,9 +197,14 @@ class Compactor:
         """Merge the runs of each ``(shard, entries)`` of ``group`` into one new run per
         shard and commit them together (one manifest write: the commit's fixed cost,
         ~3 fsyncs, is paid once); with more than one run, the runs are fsynced side
-        by side after all are written. Returns the bytes written."""
+        by side after all are written. Forgotten keys (``tomb``) met are left out of
+        the new runs and out of T, in the same commit. Returns the bytes written."""
         live = self.live
         doc = live.doc
+        t = (self.tomb.keys(doc) if self.tomb is not None and tombstones.count(doc)
+             else tombstones.EMPTY)
+        dropped: list = []
+        entry = None
         gen = live.generation + 1
         host_bits = Layout.from_dict(doc["layout"]).host_bits
         pdigest = policy_digest(manifest.runs_policy_id(doc))
@@ -213,9 +223,19 @@ class Compactor:
                                        host_bits, doc["shard_bits"], shard, pdigest,
                                        run_format, cache=live.cache, keys=count)
                 writers.append(w)
+                kept = 0
                 for chunk in runsmod.merged_chunks(readers, cache=live.cache, tally=self.tally):
-                    w.write(chunk)
+                    hit = tombstones.in_sorted(t, chunk)  # only T's keys in its range
+                    if len(hit):
+                        dropped.append(chunk[hit])  # copies: the chunk is a view
+                        chunk = np.delete(chunk, hit)
+                    if len(chunk):
+                        w.write(chunk)
+                    kept += len(chunk)
                     fault("compact-write")
+                if not kept:  # every key was forgotten: no run at all
+                    writers.pop().abort()
+                    continue
                 header, sparse, nbytes = runsmod.finish(w, live.sync and not side_by_side)
                 written += nbytes
                 added.append((shard, header, sparse))
@@ -224,20 +244,34 @@ class Compactor:
                 for w in writers:
                     syncer.submit(w.path)
                 syncer.wait()
+            fields = None
+            if dropped:
+                gone = np.concatenate(dropped)
+                entry = self.tomb.write(tombstones.less(t, gone), gen,
+                                        live.sync)
+                fields = {tombstones.FIELD: entry}
             fault("compact-written")
             live.commit(gen, added, removed,
-                        {"compactions": len(group), "bytes_compacted": written},
-                        step="compact-")
-            return written
+                        {"compactions": len(group), "bytes_compacted": written,
+                         "forgotten_dropped": sum(len(d) for d in dropped)},
+                        step="compact-", fields=fields)
         except OSError as e:
-            for w in writers:
-                w.abort()
+            self._abandon(writers, entry)
             where = f"shard {shard}" if len(group) == 1 else f"shards {[g[0] for g in group]}"
             raise io_error(e, f"{live.path}: compacting {where}") from e
         except BaseException:
-            for w in writers:
-                w.abort()
+            self._abandon(writers, entry)
             raise
+        if fields is not None:
+            self.tomb.retire(doc.get(tombstones.FIELD), entry)
+        return written
+
+    def _abandon(self, writers: list, entry: dict | None) -> None:
+        """A merge that did not commit: its runs and its T file go."""
+        for w in writers:
+            w.abort()
+        if self.tomb is not None:
+            self.tomb.discard(entry)
 
     def _runs_per_shard(self) -> dict:
         per_shard: dict = {}

@@ -1,11 +1,12 @@
 """SeenStore: the set of every key ever admitted, in a crash-safe directory.
 
 The public face of the store package: opening, ``add``/``add_new``/``add_sorted``/
-``add_new_file``, ``contains``, ``compact``, ``upgrade``, ``stats``, ``verify``,
-``checkpoint``, ``close``. A batch passes each stage once: partitioned by shard
-here, sorted, checked and written by the shard threads (scheduling.py, runs/live.py),
-committed (commit.py), then compaction paid for by it runs between batches
-(compaction.py). The Bloom filter beside it lives in seenstore/bloom/ (keeper.py).
+``add_new_file``, ``contains``, ``forget``/``drop_host``, ``compact``, ``upgrade``,
+``stats``, ``verify``, ``checkpoint``, ``close``. A batch passes each stage once:
+partitioned by shard here, sorted, checked and written by the shard threads
+(scheduling.py, runs/live.py), committed (commit.py), then compaction paid for by it
+runs between batches (compaction.py). The Bloom filter beside it lives in
+seenstore/bloom/ (keeper.py).
 See docs/architecture.md for the protocol and cost model.
 """
 
@@ -29,7 +30,7 @@ from seenstore.store.runs.buffers import DEFAULT_CHUNK_KEYS
 from seenstore.runtime.parallel import default_threads
 from seenstore.store import commit as commitmod, compaction as compactionmod, report
 from seenstore.store.runs import live as runsmod
-from seenstore.store import check, opening
+from seenstore.store import check, forgetting, opening, tombstones
 from seenstore.store.admission import Admission
 from seenstore.store.policyheld import held_policy, policy_fields, policy_version
 from seenstore.store import rebuild as rebuildmod, urls as urlcalls
@@ -61,6 +62,11 @@ class SeenStore:
         self._lock = lock
         self._mutex = threading.Lock()
         self._compactor = Compactor(self._live, run_format)
+        self._tomb = tombstones.Tombstones(path)  # the forgotten keys (tombstones.py)
+        # exact mode only: approximate mode answers a Bloom positive as seen, and the
+        # filter still holds a key a compaction dropped, so its forgotten keys stay
+        # in their runs (and in T) until offered again
+        self._compactor.tomb = self._tomb if mode == "exact" else None
         self.run_format = run_format  # what new runs (batches, compaction) are written as
         self.compact_between_batches = True
         self.chunk_keys = DEFAULT_CHUNK_KEYS
@@ -183,7 +189,9 @@ class SeenStore:
 
     def _binding(self) -> Binding:
         """What a Bloom filter of this store's current runs records (docs/bloom.md)."""
-        return Binding(self._doc.get("store_id", ""), len(self), manifest.runs_digest(self._doc))
+        # the keys in the runs, forgotten ones too: the filter holds every one of them
+        return Binding(self._doc.get("store_id", ""), self._live.n_keys(),
+                       manifest.runs_digest(self._doc))
 
     def checkpoint(self) -> None:
         """Save the Bloom filter (BLOOM) for the current generation, so the next
@@ -324,12 +332,15 @@ class SeenStore:
 
     def iter_keys(self, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarray]:
         """Every stored key in [lo, hi), ascending, in chunks of at most 2^20 keys (of a
-        read-only store: its newest committed generation, when the iteration starts).
-        Use each chunk before asking for the next. Raises CorruptionError when a run
-        fails its checks on the way."""
+        read-only store: its newest committed generation, when the iteration starts);
+        forgotten keys are not stored. Use each chunk before asking for the next.
+        Raises CorruptionError when a run fails its checks on the way."""
         self._check_open()
-        self._refresh()
-        return runsmod.iter_range(self._live.runs, lo, hi)
+        _, runs, forgotten = tombstones.snapshot(self)
+        chunks = runsmod.iter_range(runs, lo, hi)
+        if not len(forgotten):
+            return chunks
+        return tombstones.without(forgotten, chunks)
 
     def wait_for_compaction(self) -> float:
         """Wait until the compaction running between batches is done (a benchmark's
@@ -341,16 +352,49 @@ class SeenStore:
         """The smallest and largest stored key (None for an empty store), from each live
         run's first and last key: no run body is read beyond that."""
         self._check_open()
-        self._refresh()
-        _, runs = self._snapshot()
+        _, runs, forgotten = tombstones.snapshot(self)
         ends = [runsmod.first_last(r) for rs in runs.values() for r in rs if r.count]
         if not ends:
             return None
-        return min(a for a, _ in ends), max(b for _, b in ends)
+        lo, hi = min(a for a, _ in ends), max(b for _, b in ends)
+        if len(forgotten):  # a forgotten end: the nearest stored key inside
+            return tombstones.live_bounds(runs, forgotten, lo, hi)
+        return lo, hi
+
+    def forgotten(self, keys) -> np.ndarray:
+        """Mask over ``keys``: True where the key is forgotten (``forget``) and still in
+        its run: absent, new when offered. All False while nothing is forgotten."""
+        self._check_open()
+        keys = as_keys(keys)
+        _, _, t = tombstones.snapshot(self)
+        return tombstones.member(t, keys)
 
     def __len__(self) -> int:
+        """The stored keys: the keys in the runs less the forgotten ones."""
         self._check_open()
-        return self._live.n_keys()
+        return self._live.n_keys() - tombstones.count(self._doc)
+
+    # ------------------------------------------------------------- forgetting
+    def forget(self, keys) -> int:
+        """Forget ``keys``: each stored key among them becomes absent (``contains``
+        False, left out of ``len``, ``iter_keys``, ``bounds``, ``stats``, ``export``) and
+        new again when offered (answered new by every add call; stored again by that
+        batch's commit); keys not stored (or already forgotten) are ignored. One
+        commit; the keys leave the run files when compaction next merges their runs
+        (exact mode; docs/frontier.md "Forgetting"). Keys a DedupStage logged and has
+        not merged are not stored yet: flush the stage first. Returns the number of
+        keys forgotten."""
+        return forgetting.forget(self, keys)
+
+    def drop_host(self, host: str) -> int:
+        """Forget every stored key of ``host`` (a host name): the kept URLs whose host
+        is ``host`` are normalised under the store's policy and their keys forgotten
+        (``forget``), so the answer is exact for the URLs the store admitted through
+        ``add_urls``. Only kept-URL blocks of the host's hash range are read. Raises
+        NotSupportedError for a store that keeps no URLs. Their kept URLs stay (a
+        URL offered again is new, and keeps its first spelling). Returns the number of
+        keys forgotten."""
+        return forgetting.drop_host(self, host)
 
     # The parts' state under the names the store's helpers (spill.py, wal.py, the
     # cluster, tools) and the tests use.
@@ -558,8 +602,9 @@ class SeenStore:
         return check.shard_bounds(sorted_keys, self.shard_bits)
 
     def contains(self, keys) -> np.ndarray:
-        """Mask over ``keys``: True where the key has been admitted, including keys a
-        DedupStage handed out that sit in its write-ahead log, not merged yet.
+        """Mask over ``keys``: True where the key has been admitted (and not forgotten
+        since: ``forget``), including keys a DedupStage handed out that sit in its
+        write-ahead log, not merged yet.
         Reads only; a read-only store answers from the newest committed generation."""
         self._check_open()
         return check.contains(self, as_keys(keys))
@@ -568,11 +613,16 @@ class SeenStore:
     def compact(self, full: bool = True) -> dict:
         """Merge runs now: ``full`` every shard into one run, else the jobs the
         size-tiered policy has pending (compaction.plan). One commit per shard, so the
-        temporary disk space is at most one shard's runs. Returns figures."""
+        temporary disk space is at most one shard's runs. Forgotten keys in the runs
+        merged leave them (exact mode): ``full`` also rewrites every shard holding
+        one, so T is empty afterwards. Returns figures."""
         self._check_writable()
         with self._mutex:
             self._join_compactor()
-            return self._compactor.run(plan(self._doc["runs"], full=full))
+            held = frozenset()
+            if full and self._compactor.tomb is not None and tombstones.count(self._doc):
+                held = tombstones.shards(self._tomb.keys(self._doc), self.shard_bits)
+            return self._compactor.run(plan(self._doc["runs"], full=full, rewrite=held))
 
     def upgrade(self) -> dict:
         """Bring the store to the current formats: a format 1 manifest is rewritten

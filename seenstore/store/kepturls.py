@@ -23,6 +23,7 @@ import numpy as np
 import xxhash
 
 from seenstore.errors import CorruptionError, NotSupportedError
+from seenstore.store.files import write_replacing
 from seenstore.kernels.dispatch import kept as _kernels  # numpy twin below dispatch.SMALL
 
 MAGIC = b"SEENURLS"
@@ -87,15 +88,7 @@ def write_file(path: str, keys: np.ndarray, urls, sync: bool = True) -> dict:
     idx_sum = xxhash.xxh3_64_intdigest(idx)
     head = HEADER.pack(MAGIC, MAJOR, MINOR, len(index), n, HEADER.size + len(body), idx_sum, 0)
     head = head[:-8] + struct.pack("<Q", xxhash.xxh3_64_intdigest(head[:56]))
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(head)
-        f.write(body)
-        f.write(idx)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_replacing(path, (head, body, idx), sync)
     return {"file": os.path.basename(path), "count": n, "checksum": f"{idx_sum:016x}"}
 
 

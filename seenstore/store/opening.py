@@ -86,7 +86,7 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
         if bloom or mode == "approximate":
             readers = store._all_readers()
             store._keeper.open(os.path.join(path, BLOOM_NAME), store.generation,
-                               store._binding(), len(store), bloom_fpr, bloom_capacity,
+                               store._binding(), store._live.n_keys(), bloom_fpr, bloom_capacity,
                                lambda m: runsmod.spread_samples(readers, m),
                                lambda m: runsmod.iter_keys(readers, m))
             store._keeper.start_prefault(PREFAULT_MIN_BYTES)

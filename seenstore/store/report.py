@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from seenstore.store import manifest, wal as walmod
+from seenstore.store import manifest, tombstones, wal as walmod
 from seenstore.errors import CorruptionError, StoreIOError
 from seenstore.layout import Layout
 from seenstore.store.runs.format import (COMPRESSED_MAJOR as CODEC_MAJOR,
@@ -30,11 +30,13 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
     """The figures of ``SeenStore.stats`` (its docstring) for generation ``doc`` and
     its live ``runs``; ``bloom``: the Bloom filter's (bloom/keeper.py)."""
     path = store.path
-    files = [r["file"] for r in doc["runs"]] + [manifest.NAME]
+    files = [r["file"] for r in doc["runs"]] + [manifest.NAME] + (
+        [doc[tombstones.FIELD]["file"]] if doc.get(tombstones.FIELD) else [])
     disk = sum(size(os.path.join(path, name)) for name in files)
     bloom_file = sum(size(os.path.join(path, n)) for n in os.listdir(path)
                      if BLOOM_RE.match(n))  # BLOOM and its layers' BLOOM.Li
-    keys = sum(r.count for rs in runs.values() for r in rs)
+    forgotten = tombstones.count(doc)
+    keys = sum(r.count for rs in runs.values() for r in rs) - forgotten
     per_shard = {shard: len(rs) for shard, rs in runs.items()}
     c = {"approx_answered": 0, **doc["counters"]}
     wal_sizes = [size(p, None) for _, p in walmod.list_segments(path)]  # a merge may delete one
@@ -42,7 +44,9 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
     return {
         "path": path,
         "store_id": doc.get("store_id"),
-        "keys": keys,
+        "keys": keys,  # stored: the keys in the runs less the forgotten ones
+        # forgotten keys still in their runs (tombstones), until compaction drops them
+        "forgotten": forgotten,
         "files": len(files),
         "bytes_on_disk": disk,  # runs + manifest
         "bytes_per_key": (disk / keys) if keys else None,
@@ -115,6 +119,7 @@ def verify(path: str, doc: dict, runs: dict) -> dict:
                 lo, hi = first >> (64 - sb), last >> (64 - sb)
                 if lo != shard or hi != shard:
                     raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
+    forgotten = _verify_tombstones(path, doc, runs)
     segments = 0
     for _, seg in walmod.list_segments(path):
         try:
@@ -124,9 +129,33 @@ def verify(path: str, doc: dict, runs: dict) -> dict:
                 continue  # merged and removed meanwhile
             raise
         segments += 1
-    return {"keys": sum(r.count for rs in runs.values() for r in rs),
-            "runs": sum(len(rs) for rs in runs.values()),
+    return {"keys": sum(r.count for rs in runs.values() for r in rs) - forgotten,
+            "forgotten": forgotten, "runs": sum(len(rs) for rs in runs.values()),
             "generation": doc["generation"], "wal_segments": segments}
+
+
+def _verify_tombstones(path: str, doc: dict, runs: dict) -> int:
+    """Check the tombstone file ``doc`` names (checksums, order) and that each of its
+    keys is in a live run of its shard (T is a subset of the stored keys); return |T|."""
+    entry = doc.get(tombstones.FIELD)
+    if not entry:
+        return 0
+    t = tombstones.read_file(os.path.join(path, entry["file"]), entry)
+    sb = doc["shard_bits"]
+    shard_of = (t >> np.uint64(64 - sb)).astype(np.int64) if sb else np.zeros(len(t), np.int64)
+    for shard in np.unique(shard_of).tolist():
+        keys = t[shard_of == shard]
+        found = np.zeros(len(keys), dtype=np.bool_)
+        for reader in runs.get(shard, []):
+            if not reader.count:
+                continue
+            sub = np.zeros(len(keys), dtype=np.bool_)
+            runsmod.lookup(reader, keys, sub)
+            found |= sub
+        if not found.all():
+            raise CorruptionError(f"{entry['file']}: forgotten key {int(keys[~found][0]):#x} "
+                                  "is in no run (tombstones must name stored keys)")
+    return len(t)
 
 
 def member(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
