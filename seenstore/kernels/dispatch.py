@@ -69,16 +69,20 @@ def _will_compile(kernel) -> bool:
         return True
 
 
-def cold() -> bool:
+def cold(kernels: tuple[str, ...] | None = None) -> bool:
     """True when a warm-up here would compile: some kernel the store or the URL path
-    calls first (each family's kernels, the sorts, the URL kernel) has no machine
-    code in memory nor an up-to-date cache index. Imports numba."""
+    calls first (each family's kernels, the sorts, the URL kernel; or those named in
+    ``kernels``, as ``"module.kernel"``) has no machine code in memory nor an
+    up-to-date cache index. Imports numba."""
+    if kernels is not None:
+        return any(_will_compile(getattr(importlib.import_module(f"seenstore.kernels.{m}"), k))
+                   for m, k in (name.split(".") for name in kernels))
     names = [(family, name) for family in FAMILIES.values() for name in family.names()]
-    kernels = [family.kernel(name) for family, name in names]
+    kernels_ = [family.kernel(name) for family, name in names]
     from seenstore.kernels import sort as ks
     from seenstore.kernels import url as ku
-    kernels += [ks.radix_sort, ks.sort_unique, ks.sort_buckets, ku.normalise_batch]
-    return any(_will_compile(k) for k in kernels)
+    kernels_ += [ks.radix_sort, ks.sort_unique, ks.sort_buckets, ku.normalise_batch]
+    return any(_will_compile(k) for k in kernels_)
 
 
 def jit_live() -> bool:
