@@ -150,6 +150,7 @@ def run_bench(
     bloom_fpr: float | None = None,
     on_warmup: Callable[[str, str, float], None] | None = None,
     warm: bool = True,
+    probes: bool = True,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
 
@@ -175,8 +176,10 @@ def run_bench(
     batch ends compiling a kernel (``where``: a lane, or "bench"; bench/warm.py: on an
     empty numba cache it compiles the kernels this run calls), and once with
     ``("ready", "", warm-up seconds)`` when it is done. ``warm``: False skips
-    the warm-up (the miniature run of the warm-up itself). The kernels that still
-    compile inside the timed batches are counted (``jit_in_run``).
+    the warm-up (the miniature run of the warm-up itself); ``probes``: False skips the
+    disk and CPU probes (the miniature too: ~1 s of np.sort that calls no kernel).
+    The kernels that still compile inside the timed batches are counted
+    (``jit_in_run``).
 
     The last batch's deferred Bloom insert runs on after its call returned
     (bloom/deferred.py): it is waited for after the next batch is generated (the insert
@@ -211,8 +214,9 @@ def run_bench(
             on_warmup("ready", "", res.warmup_s)
     counter = CompileCounter().__enter__()
     reset_peak_rss()  # the compiler's memory is not the run's
-    res.disk.append(disk_bandwidth(work, probe_bytes))
-    res.cpu_probe_ns.append(cpu_probe())
+    if probes:
+        res.disk.append(disk_bandwidth(work, probe_bytes))
+        res.cpu_probe_ns.append(cpu_probe())
     sampler = None
     with SeenStore.open(store_path, create=True, bloom=bloom,
                         bloom_capacity=bloom_capacity, run_format=run_format,
@@ -261,8 +265,9 @@ def run_bench(
     counter.__exit__(None, None, None)
     res.jit_in_run = (counter.n, counter.seconds)
     res.disk_bytes = dir_bytes(store_path)
-    res.disk.append(disk_bandwidth(work, probe_bytes))
-    res.cpu_probe_ns.append(cpu_probe())
+    if probes:
+        res.disk.append(disk_bandwidth(work, probe_bytes))
+        res.cpu_probe_ns.append(cpu_probe())
     res.peak_rss = peak_rss_bytes()
     res.wall_s = time.perf_counter() - t_start
     return res
@@ -288,10 +293,11 @@ def mini_run(work: str, *, batch: int, batches: int, reoffer: float = 0.5, dup: 
              seed: int = 0, host_bits: int | None = None, n_hosts: int | None = None,
              **options) -> None:
     """``run_bench`` without its warm-up on ``batches`` batches of ``batch`` keys in
-    ``work``, its probes at their smallest, every call on the kernels
+    ``work``, without its probes, every call on the kernels
     (``dispatch.kernels_only``): the warm-up's miniature of a run (bench/warm.py)."""
     shape = {} if host_bits is None else {"host_bits": host_bits}
     stream = CrawlStream(batch * batches, batch, reoffer, dup, seed=seed, n_hosts=n_hosts,
                          **shape)
     with dispatch.kernels_only():
-        run_bench(stream, os.path.join(work, "mini-store"), 1, warm=False, **options)
+        run_bench(stream, os.path.join(work, "mini-store"), 1, warm=False, probes=False,
+                  **options)

@@ -75,7 +75,7 @@ def cold(kernels: tuple[str, ...] | None = None) -> bool:
     ``kernels``, as ``"module.kernel"``) has no machine code in memory nor an
     up-to-date cache index. Imports numba."""
     if kernels is not None:
-        return any(_will_compile(getattr(importlib.import_module(f"seenstore.kernels.{m}"), k))
+        return any(_will_compile(getattr(kernel_module(m), k))
                    for m, k in (name.split(".") for name in kernels))
     names = [(family, name) for family in FAMILIES.values() for name in family.names()]
     kernels_ = [family.kernel(name) for family, name in names]
@@ -141,6 +141,18 @@ def _numba_without_scipy() -> None:
             del sys.modules["scipy"]
 
 
+def kernel_module(name: str):
+    """The module ``seenstore.kernels.<name>``, imported the CLI's way when it asked
+    (``lean_numba``: numba without scipy, cache loads without the compiler's
+    start-up, jitcache.light_cache_loads). Imports numba."""
+    if lean_numba:
+        _numba_without_scipy()
+        from seenstore.kernels.jitcache import light_cache_loads
+
+        light_cache_loads()  # cache loads without numba's compiler start-up
+    return importlib.import_module(f"seenstore.kernels.{name}")
+
+
 class _Family:
     """Functions of ``seenstore.kernels.<name>``; those with a twin below dispatch."""
 
@@ -159,12 +171,7 @@ class _Family:
 
     def kernel(self, name: str):
         """The numba kernel itself (imports numba on first use)."""
-        if lean_numba:
-            _numba_without_scipy()
-            from seenstore.kernels.jitcache import light_cache_loads
-
-            light_cache_loads()  # cache loads without numba's compiler start-up
-        return getattr(importlib.import_module(f"seenstore.kernels.{self._module}"), name)
+        return getattr(kernel_module(self._module), name)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
