@@ -29,7 +29,7 @@ from seenstore.bench.workload import CrawlStream
 from seenstore.cli import COUNT, SIZE, Count, fail, main, threads_option
 from seenstore.errors import InvalidInputError
 
-FIRST_RUN_ETA = "20 s"  # README "First run": the warm-up of `seenstore bench --keys 1e7`
+FIRST_RUN_ETA = "under a minute"  # README "First run": the warm-up of `seenstore bench --keys 1e7`
 
 
 @main.command()
@@ -197,7 +197,7 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
 
 # Said once per process, from the first moment it is known (``early_notice``).
 _NOTICE = ("seenstore: first run: compiling the numba kernels this benchmark calls into "
-           "machine code for this CPU (once; about {eta} on 2 cores; cached in {where}; "
+           "machine code for this CPU (once; {eta} on 2 cores; cached in {where}; "
            "'seenstore warmup' compiles every kernel ahead)")
 _noticed = [0.0]  # perf_counter when the notice was printed, 0: not yet
 
