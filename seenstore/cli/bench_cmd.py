@@ -195,7 +195,7 @@ def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
                          on_warmup=None if notice is None else on_warmup, **options)
 
 
-# Said once per process, from the first moment it is known (``early_notice``).
+# Said once per bench command, from the first moment it is known (``early_notice``).
 _NOTICE = ("seenstore: first run: compiling the numba kernels this benchmark calls into "
            "machine code for this CPU (once; {eta} on 2 cores; cached in {where}; "
            "'seenstore warmup' compiles every kernel ahead)")
@@ -205,10 +205,11 @@ _noticed = [0.0]  # perf_counter when the notice was printed, 0: not yet
 def early_notice() -> None:
     """Print the first-run notice now if the kernel cache is surely empty, told
     without importing numba (jitcache.surely_cold): before the seconds of imports
-    and planning that come first."""
+    and planning that come first. Called first by each bench command."""
     from seenstore.kernels.jitcache import cache_dir_guess, surely_cold
 
-    if not _noticed[0] and surely_cold():
+    _noticed[0] = 0.0
+    if surely_cold():
         _say_compiling(cache_dir_guess())
 
 
