@@ -6,15 +6,21 @@ Owns ``warm_up`` (what ``seenstore warmup`` and the benchmarks run) and
 above the store and the URL path and calls them with the numpy twins turned off
 (``dispatch.kernels_only``), so the kernels themselves compile; nothing below it
 imports it. Each call works in a new temporary folder, removed after.
+
+Also ``compile_lanes``: steps run at once in child processes of their own (a 2-core
+machine compiles two kernels at a time), each child reporting every kernel it
+compiles as it ends (``seenstore bench``'s first-run progress).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -85,6 +91,125 @@ def _warm_up_in_child(directory: str | None, run_format: int | None,
             if progress is not None and len(parts) == 3 and parts[0].isdigit():
                 progress(parts[2], int(parts[0]), int(parts[1]))
     return child.returncode == 0
+
+
+def compile_lanes(lanes: list[tuple[str, str, dict]], directory: str | None = None,
+                  on_compiled: Callable[[str, str, float], None] | None = None) -> bool:
+    """Run each lane ``(label, "package.module:function", kwargs)`` in a child process
+    of its own, all at once, sharing this process's numba cache (saves serialised:
+    ``jitcache.serialise_cache_saves``) and importing this very seenstore; each runs
+    ``function(work, **kwargs)`` with ``work`` a new temporary folder (inside
+    ``directory`` if given) removed after. ``on_compiled(label, kernel, seconds)`` is
+    called here (from reader threads, one at a time) each time a child ends
+    compiling a kernel it called (kernels compiled inside it count in its seconds).
+    Returns True if every lane succeeded; a failed lane only leaves work for whoever
+    then runs the kernels. ``kwargs`` must be JSON."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from seenstore.warmup import "
+            "_lane_main; _lane_main(*sys.argv[2:])")
+    lock = threading.Lock()
+    children = []
+    for label, target, kwargs in lanes:
+        try:
+            children.append((label, subprocess.Popen(
+                [sys.executable, "-c", code, root, target, directory or "", json.dumps(kwargs)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                text=True)))
+        except OSError:
+            return False
+
+    def read(label: str, child: subprocess.Popen) -> None:
+        for line in child.stdout:
+            parts = line.rstrip("\n").split("\t")
+            if on_compiled is not None and len(parts) == 3 and parts[0] == "compiled":
+                with lock:
+                    on_compiled(label, parts[1], float(parts[2]))
+
+    readers = [threading.Thread(target=read, args=c, daemon=True) for c in children]
+    for r in readers:
+        r.start()
+    ok = True
+    for (_, child), r in zip(children, readers):
+        ok &= child.wait() == 0
+        r.join()
+        child.stdout.close()
+    return ok
+
+
+def _lane_main(target: str, directory: str, kwargs: str) -> None:
+    """A ``compile_lanes`` child: print ``compiled<TAB>module.kernel<TAB>seconds`` on
+    stdout as each outermost compile ends, run the lane, exit non-zero on failure."""
+    import importlib
+
+    from numba.core import event
+
+    from seenstore.kernels.jitcache import serialise_cache_saves
+
+    serialise_cache_saves()
+    open_compiles: list[float] = []
+
+    class Printer(event.Listener):
+        def on_start(self, ev):
+            open_compiles.append(time.perf_counter())
+
+        def on_end(self, ev):
+            t = open_compiles.pop()
+            if not open_compiles:  # the outermost: the kernel a lane's code called
+                print(f"compiled\t{_kernel_name(ev)}\t{time.perf_counter() - t:.2f}",
+                      flush=True)
+
+    event.register("numba:compile", Printer())
+    module, _, name = target.partition(":")
+    work = tempfile.mkdtemp(prefix="seenstore-warmup-", dir=directory or None)
+    try:
+        getattr(importlib.import_module(module), name)(work, **json.loads(kwargs))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _kernel_name(ev) -> str:
+    """``module.kernel`` of a numba compile event."""
+    fn = ev.data["dispatcher"].py_func
+    return f"{fn.__module__.rpartition('.')[2]}.{fn.__qualname__}"
+
+
+class CompileCounter:
+    """Counts the kernels numba compiles in this process (any thread) while in its
+    ``with`` block: ``n`` outermost compiles taking ``seconds`` in all, and calls
+    ``on_compiled(module.kernel, seconds)`` as each ends. A cache load is no compile.
+    Imports numba."""
+
+    def __init__(self, on_compiled: Callable[[str, float], None] | None = None) -> None:
+        self.on_compiled = on_compiled
+        self.n = 0
+        self.seconds = 0.0
+        self._open: list[float] = []
+
+    def __enter__(self) -> "CompileCounter":
+        from numba.core import event
+
+        counter = self
+
+        class Listener(event.Listener):
+            def on_start(self, ev):
+                counter._open.append(time.perf_counter())
+
+            def on_end(self, ev):
+                t = counter._open.pop()
+                if not counter._open:
+                    counter.n += 1
+                    counter.seconds += time.perf_counter() - t
+                    if counter.on_compiled is not None:
+                        counter.on_compiled(_kernel_name(ev), time.perf_counter() - t)
+
+        self._listener = Listener()
+        event.register("numba:compile", self._listener)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from numba.core import event
+
+        event.unregister("numba:compile", self._listener)
 
 
 def warm_store(directory: str, run_format: int | None = None) -> None:

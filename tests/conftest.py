@@ -117,18 +117,6 @@ def pytest_configure(config):
 
 
 def _serialise_numba_cache_saves():
-    import fcntl
+    from seenstore.kernels.jitcache import serialise_cache_saves
 
-    from numba.core import caching
-
-    save = caching.IndexDataCacheFile.save
-    if getattr(save, "_locked", False):
-        return
-
-    def locked_save(self, key, data):
-        with open(self._index_path + ".lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
-            return save(self, key, data)
-
-    locked_save._locked = True
-    caching.IndexDataCacheFile.save = locked_save
+    serialise_cache_saves()

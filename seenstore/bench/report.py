@@ -142,6 +142,10 @@ def _summary_lines(r: dict) -> list[str]:
         emit(f"stricter floor   {fl['direct_total_s']:.2f} s with the O_DIRECT write rate: "
              f"store/floor {fl['ratio_store_to_direct_floor']:.2f}x")
     emit(f"JIT warm-up      {r['warmup_s']:.2f} s (not in timings); wall {r['wall_s']:.1f} s")
+    jit = r.get("jit_in_run") or {}
+    if jit.get("kernels"):
+        emit(f"                 but {jit['kernels']} kernel(s) compiled inside the timed run "
+             f"({jit['s']:.1f} s, in the figures): the warm-up missed them")
     m = r["machine"]
     simd = m["numpy_simd"]
     emit(f"machine          {m['cpu']}, {m['cores']} cores; numpy {m['numpy']} SIMD baseline "

@@ -47,6 +47,9 @@ class BenchResult:
 
     params: dict
     warmup_s: float = 0.0
+    # (kernels, seconds) numba compiled inside the timed part: the warm-up missed them,
+    # and the figures include their compile (bench/warm.py); (0, 0.0) when right
+    jit_in_run: tuple = (0, 0.0)
     batches: list = field(default_factory=list)
     stage_s: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     store_s: float = 0.0  # wall time inside store.add / add_new, all batches
@@ -157,6 +160,7 @@ class BenchResult:
             "expected_new": self.expected_new,
             "store_keys": store_keys,
             "warmup_s": self.warmup_s,
+            "jit_in_run": {"kernels": self.jit_in_run[0], "s": self.jit_in_run[1]},
             "wall_s": self.wall_s,
             "store_s": self.store_s,
             "keys_per_s": self.offered / self.store_s if self.store_s else None,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -23,7 +25,9 @@ from seenstore.bench.result import STAGES, BenchResult, verify_answer
 from seenstore.bench.workload import CrawlStream
 from seenstore.errors import InvalidInputError
 from seenstore.runtime.parallel import default_threads
-from seenstore.warmup import warm_up
+from seenstore.bench.warm import compile_ahead, mini_options
+from seenstore.kernels import dispatch
+from seenstore.warmup import CompileCounter
 
 ANSWERS = ("new", "mask")
 FLOOR_SAMPLE = 1 << 22  # a spilled batch's floor sort is timed on this many of its keys
@@ -144,7 +148,9 @@ def run_bench(
     spill_memory: int | None = None,
     shard_bits: int | None = None,
     bloom_fpr: float | None = None,
-    on_warmup: Callable[[str, int, int], None] | None = None,
+    on_warmup: Callable[[str, str, float], None] | None = None,
+    warm: bool = True,
+    probes: bool = True,
 ) -> BenchResult:
     """Run ``stream`` through a new store at ``store_path`` and measure the floor beside it.
 
@@ -166,8 +172,14 @@ def run_bench(
     ``answer``: "new" calls ``store.add_new`` (the sorted new keys, what the peers
     return); "mask" calls ``store.add`` (a mask aligned with the offered keys, one
     more pass: the "align" stage).
-    ``on_warmup``: ``progress(step, i, n)`` of the warm-up before the first batch
-    (seenstore/warmup.py; on an empty numba cache it compiles every kernel).
+    ``on_warmup(where, kernel, seconds)``: called as the warm-up before the first
+    batch ends compiling a kernel (``where``: a lane, or "bench"; bench/warm.py: on an
+    empty numba cache it compiles the kernels this run calls), and once with
+    ``("ready", "", warm-up seconds)`` when it is done. ``warm``: False skips
+    the warm-up (the miniature run of the warm-up itself); ``probes``: False skips the
+    disk and CPU probes (the miniature too: ~1 s of np.sort that calls no kernel).
+    The kernels that still compile inside the timed batches are counted
+    (``jit_in_run``).
 
     The last batch's deferred Bloom insert runs on after its call returned
     (bloom/deferred.py): it is waited for after the next batch is generated (the insert
@@ -194,10 +206,17 @@ def run_bench(
     if answer not in ANSWERS:
         raise InvalidInputError(f"answer must be one of {ANSWERS}, got {answer!r}")
     t_start = time.perf_counter()
-    res.warmup_s = warm_up(work, run_format=run_format, child=True, progress=on_warmup)
+    if warm:
+        mini = mini_options({**res.params, "batch": stream.batch_size, "bloom_fpr": bloom_fpr,
+                             "threads": threads}, stream.n_batches)
+        res.warmup_s = _warm(work, mini, stream.n_batches, run_format, on_warmup)
+        if on_warmup is not None:
+            on_warmup("ready", "", res.warmup_s)
+    counter = CompileCounter().__enter__()
     reset_peak_rss()  # the compiler's memory is not the run's
-    res.disk.append(disk_bandwidth(work, probe_bytes))
-    res.cpu_probe_ns.append(cpu_probe())
+    if probes:
+        res.disk.append(disk_bandwidth(work, probe_bytes))
+        res.cpu_probe_ns.append(cpu_probe())
     sampler = None
     with SeenStore.open(store_path, create=True, bloom=bloom,
                         bloom_capacity=bloom_capacity, run_format=run_format,
@@ -243,9 +262,42 @@ def run_bench(
             res.rss_by_phase = sampler.stop()
         res.store_stats = store.stats()
         res.bloom_end = _bloom_end(store, res.store_stats) if bloom else None
+    counter.__exit__(None, None, None)
+    res.jit_in_run = (counter.n, counter.seconds)
     res.disk_bytes = dir_bytes(store_path)
-    res.disk.append(disk_bandwidth(work, probe_bytes))
-    res.cpu_probe_ns.append(cpu_probe())
+    if probes:
+        res.disk.append(disk_bandwidth(work, probe_bytes))
+        res.cpu_probe_ns.append(cpu_probe())
     res.peak_rss = peak_rss_bytes()
     res.wall_s = time.perf_counter() - t_start
     return res
+
+
+def _warm(work: str, mini: dict, n_batches: int, run_format: int,
+          on_compiled: Callable[[str, str, float], None] | None) -> float:
+    """The warm-up before the timed batches (bench/warm.py): the lanes on a cold cache,
+    then ``mini_run`` here (loads, or compiles what the lanes missed). Seconds."""
+    t0 = time.perf_counter()
+    compile_ahead(work, mini, n_batches, run_format, on_compiled)
+    here = tempfile.mkdtemp(prefix="seenstore-warmup-", dir=work)
+    report = None if on_compiled is None else (lambda k, s: on_compiled("bench", k, s))
+    try:
+        with CompileCounter(report):
+            mini_run(here, **mini)
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
+    return time.perf_counter() - t0
+
+
+def mini_run(work: str, *, batch: int, batches: int, reoffer: float = 0.5, dup: float = 0.1,
+             seed: int = 0, host_bits: int | None = None, n_hosts: int | None = None,
+             **options) -> None:
+    """``run_bench`` without its warm-up on ``batches`` batches of ``batch`` keys in
+    ``work``, without its probes, every call on the kernels
+    (``dispatch.kernels_only``): the warm-up's miniature of a run (bench/warm.py)."""
+    shape = {} if host_bits is None else {"host_bits": host_bits}
+    stream = CrawlStream(batch * batches, batch, reoffer, dup, seed=seed, n_hosts=n_hosts,
+                         **shape)
+    with dispatch.kernels_only():
+        run_bench(stream, os.path.join(work, "mini-store"), 1, warm=False, probes=False,
+                  **options)

@@ -10,6 +10,7 @@ wrong.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +28,8 @@ from seenstore.bench.run import ANSWERS, run_bench
 from seenstore.bench.workload import CrawlStream
 from seenstore.cli import COUNT, SIZE, Count, fail, main, threads_option
 from seenstore.errors import InvalidInputError
+
+FIRST_RUN_ETA = "about a minute"  # README "First run": the warm-up of `seenstore bench --keys 1e7`
 
 
 @main.command()
@@ -93,6 +96,7 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
     disk bandwidth measured in this run) is printed beside, with the CPU and numpy's
     SIMD dispatch.
     """
+    early_notice()
     if plot:
         try:
             import matplotlib  # noqa: F401
@@ -162,40 +166,82 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
 def _run(stream: CrawlStream, store_path: str, probe: int, quiet: bool,
          **options) -> BenchResult:
     """``run_bench`` with ``options``, and a progress bar on stderr unless ``quiet``.
-    On an empty numba cache it says at once that it compiles, and (unless ``quiet``)
-    reports each warm-up step as it ends."""
-    options["on_warmup"] = _compiling_notice(quiet)
+    On an empty numba cache it says at once that it compiles (``_compiling_notice``)
+    and, unless ``quiet``, each kernel as it is compiled; the bar starts once the
+    kernels are ready."""
+    notice = _compiling_notice(quiet, bool(options.get("bloom", True)))
     if quiet:
-        return run_bench(stream, store_path, probe, **options)
-    with click.progressbar(length=stream.total_keys, label="offering keys", file=sys.stderr,
-                           show_pos=True, item_show_func=lambda s: s) as bar:
+        return run_bench(stream, store_path, probe, on_warmup=notice, **options)
+    with contextlib.ExitStack() as stack:
+        bars: list = []
+
+        def start_bar() -> None:
+            bars.append(stack.enter_context(click.progressbar(
+                length=stream.total_keys, label="offering keys", file=sys.stderr,
+                show_pos=True, item_show_func=lambda s: s)))
+
+        def on_warmup(where: str, kernel: str, seconds: float) -> None:
+            notice(where, kernel, seconds)
+            if where == "ready":
+                start_bar()
 
         def on_batch(row: dict) -> None:
             n = max(1, row["offered"])
-            bar.update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
+            if not bars:
+                start_bar()
+            bars[0].update(row["offered"], f"{row['add_s'] / n * 1e9:.0f} ns/key")
 
-        return run_bench(stream, store_path, probe, on_batch, **options)
+        if notice is None:
+            start_bar()
+        return run_bench(stream, store_path, probe, on_batch,
+                         on_warmup=None if notice is None else on_warmup, **options)
 
 
-def _compiling_notice(quiet: bool):
-    """If the kernels are not compiled for this machine yet (an empty numba cache),
-    say so on stderr now, before minutes without a figure, and return a printer of
-    the warm-up's steps (None when ``quiet``); else None."""
-    from seenstore.kernels import dispatch
+# Said once per bench command, from the first moment it is known (``early_notice``).
+_NOTICE = ("seenstore: first run: compiling the numba kernels this benchmark calls into "
+           "machine code for this CPU (once; {eta} on 2 cores; cached in {where}; "
+           "'seenstore warmup' compiles every kernel ahead)")
+_noticed = [0.0]  # perf_counter when the notice was printed, 0: not yet
+
+
+def early_notice() -> None:
+    """Print the first-run notice now if the kernel cache is surely empty, told
+    without importing numba (jitcache.surely_cold): before the seconds of imports
+    and planning that come first. Called first by each bench command."""
+    from seenstore.kernels.jitcache import cache_dir_guess, surely_cold
+
+    _noticed[0] = 0.0
+    if surely_cold():
+        _say_compiling(cache_dir_guess())
+
+
+def _say_compiling(where: str) -> None:
+    click.echo(_NOTICE.format(eta=FIRST_RUN_ETA, where=where), err=True)
+    _noticed[0] = time.perf_counter()
+
+
+def _compiling_notice(quiet: bool, bloom: bool = True):
+    """If the kernels this bench calls are not compiled for this machine yet (an
+    empty numba cache, bench/warm.py ``cold``), say so on stderr now (unless
+    ``early_notice`` did) and return a printer of the warm-up's events for
+    ``run_bench``'s ``on_warmup`` (``quiet``: silent); else None."""
+    from seenstore.bench.warm import cold
     from seenstore.kernels.jitcache import cache_dir
 
-    if not dispatch.cold():
-        return None
-    click.echo("seenstore: compiling the numba kernels for this machine before the first "
-               f"batch (first run only, about 2 minutes on 2 cores; cached in {cache_dir()}; "
-               "'seenstore warmup' does it ahead)", err=True)
-    if quiet:
-        return None
-    t0 = time.perf_counter()
+    if not _noticed[0]:
+        if not cold(bloom):
+            return None
+        _say_compiling(cache_dir())
+    t0 = _noticed[0]
 
-    def step(name: str, i: int, n: int) -> None:
-        click.echo(f"seenstore: [{i}/{n}] {name}: done ({time.perf_counter() - t0:.0f} s)",
-                   err=True)
+    def step(where: str, kernel: str, seconds: float) -> None:
+        if quiet:
+            return
+        if where == "ready":
+            click.echo(f"seenstore: kernels ready ({time.perf_counter() - t0:.0f} s)", err=True)
+        else:
+            click.echo(f"seenstore: {time.perf_counter() - t0:4.0f} s  compiled {kernel} "
+                       f"({seconds:.1f} s; {where})", err=True)
 
     return step
 

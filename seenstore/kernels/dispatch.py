@@ -69,16 +69,20 @@ def _will_compile(kernel) -> bool:
         return True
 
 
-def cold() -> bool:
+def cold(kernels: tuple[str, ...] | None = None) -> bool:
     """True when a warm-up here would compile: some kernel the store or the URL path
-    calls first (each family's kernels, the sorts, the URL kernel) has no machine
-    code in memory nor an up-to-date cache index. Imports numba."""
+    calls first (each family's kernels, the sorts, the URL kernel; or those named in
+    ``kernels``, as ``"module.kernel"``) has no machine code in memory nor an
+    up-to-date cache index. Imports numba."""
+    if kernels is not None:
+        return any(_will_compile(getattr(kernel_module(m), k))
+                   for m, k in (name.split(".") for name in kernels))
     names = [(family, name) for family in FAMILIES.values() for name in family.names()]
-    kernels = [family.kernel(name) for family, name in names]
+    kernels_ = [family.kernel(name) for family, name in names]
     from seenstore.kernels import sort as ks
     from seenstore.kernels import url as ku
-    kernels += [ks.radix_sort, ks.sort_unique, ks.sort_buckets, ku.normalise_batch]
-    return any(_will_compile(k) for k in kernels)
+    kernels_ += [ks.radix_sort, ks.sort_unique, ks.sort_buckets, ku.normalise_batch]
+    return any(_will_compile(k) for k in kernels_)
 
 
 def jit_live() -> bool:
@@ -137,6 +141,18 @@ def _numba_without_scipy() -> None:
             del sys.modules["scipy"]
 
 
+def kernel_module(name: str):
+    """The module ``seenstore.kernels.<name>``, imported the CLI's way when it asked
+    (``lean_numba``: numba without scipy, cache loads without the compiler's
+    start-up, jitcache.light_cache_loads). Imports numba."""
+    if lean_numba:
+        _numba_without_scipy()
+        from seenstore.kernels.jitcache import light_cache_loads
+
+        light_cache_loads()  # cache loads without numba's compiler start-up
+    return importlib.import_module(f"seenstore.kernels.{name}")
+
+
 class _Family:
     """Functions of ``seenstore.kernels.<name>``; those with a twin below dispatch."""
 
@@ -155,12 +171,7 @@ class _Family:
 
     def kernel(self, name: str):
         """The numba kernel itself (imports numba on first use)."""
-        if lean_numba:
-            _numba_without_scipy()
-            from seenstore.kernels.jitcache import light_cache_loads
-
-            light_cache_loads()  # cache loads without numba's compiler start-up
-        return getattr(importlib.import_module(f"seenstore.kernels.{self._module}"), name)
+        return getattr(kernel_module(self._module), name)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):

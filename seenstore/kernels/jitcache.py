@@ -13,11 +13,19 @@ lighter state. numba's per-LLVM-call timing events are dropped too.
 Process-wide and idempotent; only the CLI asks for it (``dispatch.lean_numba``).
 Skipped (returns False) on a numba whose ``Cache.load_overload`` is not the one
 this was written against (0.5x/0.6x): the refresh then happens as usual.
+
+Also here: where the cache is, told without importing numba (``surely_cold``,
+``cache_dir_guess``: a first run says it compiles before numba's ~0.5-1 s import),
+and ``serialise_cache_saves`` for processes that compile into one cache at once.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 _done = [False]
+_KERNELS = os.path.dirname(os.path.abspath(__file__))
 
 
 def cache_dir() -> str:
@@ -27,6 +35,59 @@ def cache_dir() -> str:
     from seenstore.kernels import merge
 
     return merge.is_strictly_increasing._cache._cache_path
+
+
+def cache_dir_guess() -> str:
+    """Where numba caches this package's kernels, worked out without importing numba
+    as numba 0.5x/0.6x does (numba.core.caching's locators): ``$NUMBA_CACHE_DIR``
+    (which ``$SEENSTORE_CACHE_DIR`` sets) joined with the kernels folder's name and
+    SHA-1; else the ``__pycache__`` beside the kernels when writable; else numba's
+    user-wide cache. ``cache_dir()`` is the exact answer (it imports numba)."""
+    root = os.environ.get("NUMBA_CACHE_DIR")
+    sub = "_".join([os.path.basename(_KERNELS), hashlib.sha1(_KERNELS.encode()).hexdigest()])
+    if root:
+        return os.path.join(root, sub)
+    in_tree = os.path.join(_KERNELS, "__pycache__")
+    if os.access(in_tree if os.path.isdir(in_tree) else _KERNELS, os.W_OK):
+        return in_tree
+    user = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(user, "numba", sub)
+
+
+def surely_cold(modules: tuple[str, ...] = ("sort", "bloom", "batch")) -> bool:
+    """True when the cache holds no index of any kernel of ``modules`` (numba's
+    ``<module>.<kernel>-<line>.py*.nbi`` files) at ``cache_dir_guess()``: the next
+    kernel call compiles. No numba import, a directory listing. False does not mean
+    warm (an index may be stale, or for another signature): ``dispatch.cold`` says."""
+    try:
+        names = os.listdir(cache_dir_guess())
+    except OSError:
+        return True
+    return not any(n.endswith(".nbi") and n.split(".", 1)[0] in modules for n in names)
+
+
+def serialise_cache_saves() -> None:
+    """Make this process's saves to numba's cache take an exclusive lock beside the
+    kernel's index (``<index>.lock``). numba writes each cache file to a temp file
+    renamed over it, but an index (.nbi) and its data (.nbc) are two writes: two
+    processes saving different signatures of one kernel at once could leave an index
+    entry naming the other's data. Processes that compile into one cache together
+    (the warm-up's lanes, a test run's workers) each call this first. Idempotent."""
+    import fcntl
+
+    from numba.core import caching
+
+    save = caching.IndexDataCacheFile.save
+    if getattr(save, "_locked", False):
+        return
+
+    def locked_save(self, key, data):
+        with open(self._index_path + ".lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+            return save(self, key, data)
+
+    locked_save._locked = True
+    caching.IndexDataCacheFile.save = locked_save
 
 
 def light_cache_loads() -> bool:

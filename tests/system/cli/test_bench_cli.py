@@ -41,6 +41,7 @@ def test_tiny_run_subprocess_exit_code_and_json_fields(tmp_path):
     assert r["bytes_written"] >= 8 * r["store_keys"]
     assert r["disk_bytes"] >= 8 * r["store_keys"] and r["disk_bytes_per_key"] >= 8.0
     assert r["peak_rss_bytes"] > 0
+    assert r["jit_in_run"]["kernels"] == 0  # the warm-up ran every kernel the run calls
     assert len(r["disk_probe"]) == 2 and all(d["write_bps"] > 0 for d in r["disk_probe"])
     probe = r["cpu_probe_ns_per_key"]  # the host's speed at the start and at the end
     assert len(probe) == 2 and all(0 < x < 1000 for x in probe)
@@ -257,24 +258,128 @@ def test_warm_up_in_a_child_process_runs_and_reports_success(tmp_path, monkeypat
     assert warmup._warm_up_in_child(str(tmp_path / "missing" / "dir"), None) is False
 
 
-def test_a_cold_cache_is_announced_at_once_with_its_folder_and_steps(monkeypatch, capsys):
+def test_a_cold_cache_is_announced_at_once_with_its_folder_and_kernels(monkeypatch, capsys):
     """On an empty numba cache the bench says it compiles (and where the kernels are
-    cached) before anything else, then each warm-up step; on a warm one, nothing."""
+    cached) before anything else, then each kernel as a lane compiles it; on a warm
+    one, nothing."""
+    from seenstore.bench import warm
     from seenstore.cli import bench_cmd
-    from seenstore.kernels import dispatch
     from seenstore.kernels.jitcache import cache_dir
 
-    monkeypatch.setattr(dispatch, "cold", lambda: False)
+    monkeypatch.setattr(bench_cmd, "_noticed", [0.0])
+    monkeypatch.setattr(warm, "cold", lambda bloom: False)
     assert bench_cmd._compiling_notice(False) is None
     assert capsys.readouterr().err == ""
-    monkeypatch.setattr(dispatch, "cold", lambda: True)
+    monkeypatch.setattr(warm, "cold", lambda bloom: True)
     step = bench_cmd._compiling_notice(False)
     err = capsys.readouterr().err
     assert "compiling the numba kernels" in err and cache_dir() in err
-    step("URL kernels", 3, 3)
-    assert "[3/3] URL kernels: done" in capsys.readouterr().err
-    assert bench_cmd._compiling_notice(True) is None  # --quiet: the notice, no steps
+    step("Bloom filter", "bloom.insert_seeds", 9.5)
+    assert "compiled bloom.insert_seeds (9.5 s; Bloom filter)" in capsys.readouterr().err
+    step("ready", "", 20.0)
+    assert "kernels ready" in capsys.readouterr().err
+    monkeypatch.setattr(bench_cmd, "_noticed", [0.0])
+    quiet = bench_cmd._compiling_notice(True)  # --quiet: the notice, no kernels
     assert "compiling" in capsys.readouterr().err
+    quiet("Bloom filter", "bloom.insert_seeds", 9.5)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_first_run_says_it_compiles_within_a_second(tmp_path):
+    """`seenstore bench` on an empty cache: the first stderr line, printed before numba
+    is imported (jitcache.surely_cold), says it compiles and where. The process is
+    stopped there (the compile itself is not waited for). 1 s on an idle machine;
+    asserted with room for a loaded CI runner."""
+    import select
+    import time
+
+    env = {**os.environ, "SEENSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "seenstore.cli", "bench", "--keys", "1e7",
+                          "--dir", str(tmp_path / "w")], stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, env=env, text=True)
+    try:
+        ready, _, _ = select.select([p.stderr], [], [], 20)
+        first = p.stderr.readline() if ready else ""
+        elapsed = time.perf_counter() - t0
+        assert "seenstore: first run: compiling the numba kernels" in first, first
+        assert str(tmp_path / "cache") in first and elapsed < 10
+        assert "numba" not in _imported_before_notice(env)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _imported_before_notice(env: dict) -> set:
+    """Top-level modules loaded when ``early_notice`` prints on an empty cache."""
+    code = ("import sys; from seenstore.cli import bench_cmd; bench_cmd.early_notice(); "
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and "first run" in p.stderr, p.stderr
+    return set(p.stdout.split())
+
+
+def test_cache_dir_guess_and_surely_cold_agree_with_numba(tmp_path):
+    """jitcache.cache_dir_guess (no numba) names numba's own cache folder, with and
+    without SEENSTORE_CACHE_DIR; surely_cold is True on an empty cache and False once
+    a kernel of the package is saved there; dispatch.cold(kernels) on named ones."""
+    code = ("import sys, numpy as np; from seenstore.kernels import jitcache, dispatch; "
+            "g = jitcache.cache_dir_guess(); c0 = jitcache.surely_cold(); "
+            "k0 = dispatch.cold(('merge.is_strictly_increasing',)); "
+            "from seenstore.kernels import merge; "
+            "merge.is_strictly_increasing(np.arange(3, dtype=np.uint64)); "
+            "print(g == jitcache.cache_dir(), c0, k0, jitcache.surely_cold(('merge',)), "
+            "dispatch.cold(('merge.is_strictly_increasing',)))")
+    env = {**os.environ, "SEENSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and p.stdout.split() == ["True"] * 3 + ["False"] * 2, p.stderr
+    env.pop("SEENSTORE_CACHE_DIR")
+    p = subprocess.run([sys.executable, "-c", "from seenstore.kernels import jitcache as j; "
+                        "print(j.cache_dir_guess() == j.cache_dir())"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "True", p.stderr
+
+
+LANE = """
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def double(a):
+    return a * 2
+
+
+def lane(work, n, dtype="int64", fail=False):
+    assert double(np.arange(n, dtype=dtype)).sum() == n * (n - 1)
+    if fail:
+        raise SystemExit(3)
+"""
+
+
+def test_compile_lanes_run_at_once_and_report_each_kernel_compiled(tmp_path, monkeypatch):
+    """warmup.compile_lanes: every lane runs in a child of its own with its kwargs and
+    reports each kernel as it compiled it (a cache load is no compile); a failing lane
+    makes it return False."""
+    from seenstore.warmup import compile_lanes
+
+    (tmp_path / "lanemod.py").write_text(LANE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    monkeypatch.setenv("SEENSTORE_CACHE_DIR", str(tmp_path / "cache"))
+    events = []
+    lanes = [("one", "lanemod:lane", {"n": 5}),  # two signatures of one kernel, saved at once
+             ("two", "lanemod:lane", {"n": 7, "dtype": "float64"})]
+    assert compile_lanes(lanes, str(tmp_path), lambda *e: events.append(e)) is True
+    assert sorted(e[:2] for e in events) == [("one", "lanemod.double"), ("two", "lanemod.double")]
+    events.clear()
+    assert compile_lanes(lanes[:1], str(tmp_path), lambda *e: events.append(e)) is True
+    assert events == []  # loaded from the cache the lanes saved
+    assert compile_lanes([("bad", "lanemod:lane", {"n": 3, "fail": True})], str(tmp_path)) is False
+    assert os.listdir(tmp_path / "cache") and not [
+        f for f in os.listdir(tmp_path) if f.startswith("seenstore-warmup-")]
 
 
 def test_seenstore_cache_dir_is_where_the_kernels_are_cached(tmp_path):
