@@ -170,9 +170,23 @@ def _merge(parts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return keys, masks.astype(np.uint8), recs
 
 
-def _merged_all(store) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every entry of every value file, merged newest-wins (one sweep)."""
-    return _merge([vf.read_blocks() for vf in open_all(store.path, store._doc)])
+def _newest(store, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, values): field ``name`` of every key that some value file sets, from
+    its newest file (one sweep over the files; keys ascending)."""
+    bit = np.uint8(1 << FIELDS.index(name))
+    ks, vs = [], []
+    for vf in open_all(store.path, store._doc):  # oldest first
+        k, m, r = vf.read_blocks()
+        sets = (m & bit) != 0
+        ks.append(k[sets])
+        vs.append(r[name][sets])
+    if not ks:
+        return np.zeros(0, np.uint64), np.zeros(0, VALUE_DTYPE[name])
+    k, v = np.concatenate(ks), np.concatenate(vs)
+    order = np.argsort(k, kind="stable")  # within a key: file order, oldest first
+    k, v = k[order], v[order]
+    last = np.append(k[1:] != k[:-1], True)[:len(k)]  # each key's newest entry
+    return k[last], v[last]
 
 
 # ------------------------------------------------------------------ writing
@@ -357,8 +371,7 @@ def recount(store) -> dict:
     """The counts recomputed from the value files and the runs (one sweep of each):
     what ``counts`` must equal."""
     require(store)
-    keys, masks, recs = _merged_all(store)
-    states = recs["state"]
+    keys, states = _newest(store, "state")
     nq = states != 0
     keys, states = keys[nq], states[nq]
     states = states[check.contains(store, keys)]
@@ -371,8 +384,7 @@ def recount(store) -> dict:
 def due(store, now: int, limit: int | None = None) -> np.ndarray:
     """``SeenStore.due``'s body (its docstring)."""
     require(store)
-    keys, masks, recs = _merged_all(store)
-    nd = recs["next_due"]
+    keys, nd = _newest(store, "next_due")
     sel = (nd != 0) & (nd <= np.int64(now))
     keys, nd = keys[sel], nd[sel]
     here = check.contains(store, keys)
@@ -385,8 +397,7 @@ def select(store, state, limit: int | None = None) -> np.ndarray:
     """``SeenStore.select``'s body (its docstring)."""
     require(store)
     state = State(state)
-    keys, masks, recs = _merged_all(store)
-    st = recs["state"]
+    keys, st = _newest(store, "state")
     if state != State.QUEUED:
         keys = keys[st == state]
         keys = keys[check.contains(store, keys)]
