@@ -66,6 +66,11 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
         "kept_url_bytes": sum(size(os.path.join(path, e["file"]))
                               for e in doc.get("url_files", ())),
         "evidence_records": (doc.get("evidence") or {}).get("count", 0),  # in the snapshot
+        # per-key values (store/values.py): files, entries, bytes (the manifest's figures)
+        "values": bool(doc.get("values")),
+        "value_files": len(doc.get("value_files", ())),
+        "value_entries": sum(e["count"] for e in doc.get("value_files", ())),
+        "value_bytes": sum(e["bytes"] for e in doc.get("value_files", ())),
         "generation": doc["generation"],
         # what this writer writes new runs as, and the formats of the live runs
         "run_format": (f"{CODEC_MAJOR}.{CODEC_MINOR}" if store.run_format == 2
