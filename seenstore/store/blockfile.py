@@ -1,10 +1,11 @@
 """The frame shared by the store's block-indexed side files (kept-URL files,
 kepturls.py; value files, valuefiles.py; docs/format.md): a 64-byte header
 (magic, major, minor, then the format's own fields, ending in the xxh3-64 of the
-56 bytes before it), compressed blocks, and an index at the end with a row per
-block (first and last key, offset, size, count, xxh3-64 of the block's bytes),
-whose own xxh3-64 the header holds. ``write`` and ``read_index`` handle the
-frame; a block's bytes come back checked from ``read_block``.
+56 bytes before it), blocks (raw DEFLATE, or the format's own packing), and an
+index at the end with a row per block (first and last key, offset, size, count,
+xxh3-64 of the block's bytes), whose own xxh3-64 the header holds. ``write`` and
+``read_index`` handle the frame; a block's bytes come back checked from
+``read_block``.
 """
 
 from __future__ import annotations
@@ -82,13 +83,16 @@ def read_index(path: str, header: struct.Struct, magic: bytes, major: int, what:
     return fields, np.frombuffer(idx, dtype=INDEX)
 
 
-def read_block(f, row, path: str, what: str) -> bytes:
-    """The inflated bytes of the block of index ``row`` from open file ``f``, its
-    checksum checked (CorruptionError naming ``path``)."""
+def read_block(f, row, path: str, what: str, inflate: bool = True) -> bytes:
+    """The bytes of the block of index ``row`` from open file ``f``, its checksum
+    checked (CorruptionError naming ``path``), inflated (raw DEFLATE) with
+    ``inflate``."""
     f.seek(int(row["offset"]))
     data = f.read(int(row["size"]))
     if xxhash.xxh3_64_intdigest(data) != int(row["checksum"]):
         raise CorruptionError(f"{path}: {what} block at {int(row['offset'])} is damaged")
+    if not inflate:
+        return data
     try:
         return zlib.decompress(data, -15)
     except zlib.error as e:

@@ -132,15 +132,17 @@ def _gather(store, uniq: np.ndarray, doc: dict | None = None) -> np.ndarray:
     if not len(uniq):
         return out
     for vf in open_all(store.path, store._doc if doc is None else doc):
-        blocks = vf.blocks_meeting(uniq)
-        if not len(blocks):
-            continue
-        k, m, r = vf.read_blocks(blocks)
-        at = np.minimum(np.searchsorted(k, uniq), len(k) - 1)
-        hit = k[at] == uniq
-        for bit, name in enumerate(FIELDS):
-            sel = hit & ((m[at] >> bit) & 1).astype(np.bool_)
-            out[name][sel] = r[name][at[sel]]
+        for k, m, r in vf.iter_blocks(vf.blocks_meeting(uniq)):
+            # the keys asked for in this block's range, looked up in the block alone
+            # (it stays in the cache; a search over a whole file's keys does not)
+            lo, hi = np.searchsorted(uniq, [k[0], k[-1]])
+            hi += hi < len(uniq) and uniq[hi] == k[-1]
+            at = np.searchsorted(k, uniq[lo:hi])
+            hit = np.flatnonzero(k[at] == uniq[lo:hi])
+            at, got, hit = at[hit], m[at[hit]], hit + lo
+            for bit, name in enumerate(FIELDS):
+                sets = ((got >> bit) & 1).astype(np.bool_)
+                out[name][hit[sets]] = r[name][at[sets]]
     return out
 
 
@@ -244,10 +246,10 @@ def update(store, keys, fields: dict) -> np.ndarray:
     given = _fields(fields, len(keys), "update")
     with store._mutex:
         store._join_compactor(stop=True)  # its commits must not race this one
-        rev_uniq, rev_at = np.unique(keys[::-1], return_index=True)
-        last = len(keys) - 1 - rev_at  # repeated keys: the last occurrence wins
-        present = check.contains(store, rev_uniq)
-        uk, pos = rev_uniq[present], last[present]
+        mask = check.contains(store, keys)  # every occurrence of a stored key
+        pos = np.flatnonzero(mask)
+        uk, rev_at = np.unique(keys[pos][::-1], return_index=True)
+        pos = pos[len(pos) - 1 - rev_at]  # repeated keys: the last occurrence wins
         if len(uk):
             recs = _records(given, len(uk), pos)
             staged = {}
@@ -263,8 +265,7 @@ def update(store, keys, fields: dict) -> np.ndarray:
                 store._drop_kept()
                 raise
         _maybe_merge(store)
-    inv = np.searchsorted(rev_uniq, keys)
-    return present[inv] if len(keys) else np.zeros(0, dtype=np.bool_)
+    return mask
 
 
 def reset_records(store, keys, gen: int | None = None) -> None:
