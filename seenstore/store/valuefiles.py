@@ -57,6 +57,8 @@ def _pack(col: np.ndarray) -> tuple[bytes, bytes]:
     """(column header, bytes) of one column: each value minus the column's
     smallest, little-endian, in as many bytes as the largest difference needs."""
     signed = col.dtype.kind == "i"
+    if col.ndim == 0:  # one value for every entry
+        return COLUMN.pack(0, int(col) & 0xFFFFFFFFFFFFFFFF), b""
     lo, hi = (int(col.min()), int(col.max())) if len(col) else (0, 0)
     width = ((hi - lo).bit_length() + 7) // 8
     base = lo & 0xFFFFFFFFFFFFFFFF
@@ -82,10 +84,10 @@ def _unpack(raw: bytes, head: int, at: int, n: int, dtype) -> tuple[np.ndarray, 
     return (v.view(np.int64) if signed else v).astype(dtype), at + n * width
 
 
-def _encode(keys: np.ndarray, masks: np.ndarray, recs: np.ndarray) -> bytes:
+def _encode(keys: np.ndarray, masks: np.ndarray, cols: dict) -> bytes:
     deltas = np.zeros(len(keys), dtype=np.uint64)  # the first key is in the index
     np.subtract(keys[1:], keys[:-1], out=deltas[1:])
-    parts = [_pack(deltas), _pack(masks)] + [_pack(recs[f]) for f in FIELDS]
+    parts = [_pack(deltas), _pack(masks)] + [_pack(cols[f]) for f in FIELDS]
     return b"".join(h for h, _ in parts) + b"".join(b for _, b in parts)
 
 
@@ -104,11 +106,17 @@ def _decode(raw: bytes, first: int, c: int, keys, masks, recs) -> None:
         recs[f], at = _unpack(raw, (i + 2) * COLUMN.size, at, c, VALUE_DTYPE[f])
 
 
-def write_file(path: str, keys: np.ndarray, masks: np.ndarray, recs: np.ndarray,
+def columns(recs: np.ndarray) -> dict:
+    """The columns ``write_file`` takes, of records ``recs`` (VALUE_DTYPE)."""
+    return {f: recs[f] for f in FIELDS}
+
+
+def write_file(path: str, keys: np.ndarray, masks: np.ndarray, cols: dict,
                seq_lo: int, seq_hi: int, sync: bool = True, threads: int = 1) -> dict:
-    """Write entries (``keys`` uint64 sorted ascending and unique, ``masks`` uint8,
-    ``recs`` VALUE_DTYPE, aligned) to ``path``, fsynced; return the manifest entry
-    ``{file, count, checksum, seq: [lo, hi], bytes}``. Blocks are compressed on
+    """Write entries (``keys`` uint64 sorted ascending and unique; ``masks`` uint8
+    and ``cols``, field -> its dtype, each an array aligned with ``keys`` or a 0-d
+    array: one value for all) to ``path``, fsynced; return the manifest entry
+    ``{file, count, checksum, seq: [lo, hi], bytes}``. Blocks are packed on
     ``threads`` threads."""
     n = len(keys)
     cuts = list(range(0, n, BLOCK_ENTRIES)) + [n]
@@ -116,7 +124,8 @@ def write_file(path: str, keys: np.ndarray, masks: np.ndarray, recs: np.ndarray,
 
     def enc(span):
         i, j = span
-        return _encode(keys[i:j], masks[i:j], recs[i:j])
+        return _encode(keys[i:j], masks if masks.ndim == 0 else masks[i:j],
+                       {f: c if c.ndim == 0 else c[i:j] for f, c in cols.items()})
 
     if threads > 1 and len(spans) > 1:
         with ThreadPoolExecutor(threads) as pool:

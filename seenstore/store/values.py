@@ -33,7 +33,7 @@ from seenstore.frontier.state import State
 from seenstore.keys.batch import as_keys
 from seenstore.store import check
 from seenstore.store.files import fault
-from seenstore.store.valuefiles import (FIELDS, FULL_MASK, VALUE_DTYPE, ValueFile,
+from seenstore.store.valuefiles import (FIELDS, FULL_MASK, VALUE_DTYPE, ValueFile, columns,
                                         file_name, open_all, write_file)
 
 __all__ = ["VALUE_DTYPE", "GET_DTYPE", "FIELDS", "State", "check_update", "update", "get",
@@ -77,13 +77,14 @@ def _moved(store, old_states: np.ndarray, new_states: np.ndarray | None) -> dict
     return {str(s): int(c[s]) for s in range(1, N_STATES) if c[s]}
 
 
-def _write(store, keys: np.ndarray, masks: np.ndarray, recs: np.ndarray) -> dict:
-    """Write the next commit's value file (``keys`` sorted unique) and return the
-    manifest fields naming it after the files already named."""
+def _write(store, keys: np.ndarray, mask: int, cols: dict) -> dict:
+    """Write the next commit's value file (``keys`` sorted unique, every entry with
+    field mask ``mask``, ``cols`` from ``_columns``) and return the manifest fields
+    naming it after the files already named."""
     seq = int(_current(store, "value_seq", 0)) + 1
     path = os.path.join(store.path, file_name(seq))
-    entry = write_file(path, keys, masks, recs, seq, seq, sync=store.sync,
-                       threads=store.threads)
+    entry = write_file(path, keys, np.array(mask, dtype=np.uint8), cols, seq, seq,
+                       sync=store.sync, threads=store.threads)
     store._kept_written.append(path)  # deleted if the commit does not happen
     return {"value_files": list(_current(store, "value_files", [])) + [entry],
             "value_seq": seq}
@@ -112,12 +113,18 @@ def _fields(given: dict, n: int, what: str) -> dict:
     return out
 
 
-def _records(fields: dict, n: int, pick=None) -> np.ndarray:
-    """``n`` records with ``fields`` set (arrays indexed by ``pick``), the rest 0."""
-    recs = np.zeros(n, dtype=VALUE_DTYPE)
-    for name, a in fields.items():
-        recs[name] = a if a.ndim == 0 else (a if pick is None else a[pick])
-    return recs
+def _columns(fields: dict, pick=None) -> dict:
+    """Every field's column for ``write_file``: ``fields``' (arrays indexed by
+    ``pick``, scalars as they are), the others 0 for every entry."""
+    return {name: (fields[name] if fields[name].ndim == 0 or pick is None
+                   else fields[name][pick]) if name in fields
+            else np.zeros((), dtype=VALUE_DTYPE[name]) for name in FIELDS}
+
+
+def _states(cols: dict, n: int) -> np.ndarray:
+    """The ``n`` entries' states of ``_columns``' ``cols``."""
+    st = cols["state"]
+    return np.full(n, st, dtype=np.uint8) if st.ndim == 0 else st
 
 
 def _mask_bits(names) -> int:
@@ -207,17 +214,16 @@ class ValuesHook:
         if not bool(np.all(new_keys[1:] >= new_keys[:-1])):  # sorted within each shard
             new_keys = np.sort(new_keys)
         if all(a.ndim == 0 for a in self.fields.values()):
-            recs = _records(self.fields, len(new_keys))  # no alignment needed
+            cols = _columns(self.fields)  # no alignment needed
         else:
             mask = self.store._admission.mask_of(self.keys, new_keys)  # what add() returns
             pos = np.flatnonzero(mask)
-            pos = pos[np.argsort(self.keys[pos], kind="stable")]
-            recs = _records(self.fields, len(new_keys), pos)
-        states = recs["state"]
-        fields = _write(self.store, new_keys, np.full(len(new_keys), FULL_MASK, np.uint8),
-                        recs)
-        if states.any():
-            fields["value_counts"] = _moved(self.store, np.zeros(0, np.uint8), states)
+            pos = pos[np.argsort(self.keys[pos])]  # unique keys: any sort will do
+            cols = _columns(self.fields, pos)
+        fields = _write(self.store, new_keys, FULL_MASK, cols)
+        if cols["state"].any():
+            fields["value_counts"] = _moved(self.store, np.zeros(0, np.uint8),
+                                            _states(cols, len(new_keys)))
         _stage(self.store, fields)
 
 
@@ -248,16 +254,20 @@ def update(store, keys, fields: dict) -> np.ndarray:
         store._join_compactor(stop=True)  # its commits must not race this one
         mask = check.contains(store, keys)  # every occurrence of a stored key
         pos = np.flatnonzero(mask)
-        uk, rev_at = np.unique(keys[pos][::-1], return_index=True)
-        pos = pos[len(pos) - 1 - rev_at]  # repeated keys: the last occurrence wins
-        if len(uk):
-            recs = _records(given, len(uk), pos)
+        if len(pos):
+            order = np.argsort(keys[pos])  # not stable: the last is taken by position
+            pos = pos[order]
+            sk = keys[pos]
+            starts = np.flatnonzero(np.append(True, sk[1:] != sk[:-1]))
+            uk = sk[starts]
+            pos = np.maximum.reduceat(pos, starts)  # repeated keys: the last occurrence wins
+        if len(pos):
+            cols = _columns(given, pos)
             staged = {}
             if "state" in given:
                 old = _gather(store, uk)["state"]
-                staged["value_counts"] = _moved(store, old, recs["state"])
-            staged.update(_write(store, uk, np.full(len(uk), _mask_bits(given), np.uint8),
-                                 recs))
+                staged["value_counts"] = _moved(store, old, _states(cols, len(uk)))
+            staged.update(_write(store, uk, _mask_bits(given), cols))
             _stage(store, staged)
             try:
                 store._live.commit_counters(0, batches=0, fields=store._take_fields())
@@ -277,8 +287,7 @@ def reset_records(store, keys, gen: int | None = None) -> None:
     require(store)
     uniq = np.unique(as_keys(keys))
     if len(uniq):
-        _stage(store, _write(store, uniq, np.full(len(uniq), FULL_MASK, np.uint8),
-                             np.zeros(len(uniq), dtype=VALUE_DTYPE)))
+        _stage(store, _write(store, uniq, FULL_MASK, _columns({})))
 
 
 def on_forget(store, keys) -> None:
@@ -328,7 +337,8 @@ def _merge_files(store, i: int, j: int) -> None:
                                 for e in group])
     lo, hi = group[0]["seq"][0], group[-1]["seq"][1]
     path = os.path.join(store.path, file_name(lo, hi))
-    entry = write_file(path, keys, masks, recs, lo, hi, sync=store.sync, threads=store.threads)
+    entry = write_file(path, keys, masks, columns(recs), lo, hi, sync=store.sync,
+                       threads=store.threads)
     fault("values-merge-written")
     files = entries[:i] + [entry] + entries[j:]
     try:
