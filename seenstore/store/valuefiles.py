@@ -91,19 +91,23 @@ def _encode(keys: np.ndarray, masks: np.ndarray, cols: dict) -> bytes:
     return b"".join(h for h, _ in parts) + b"".join(b for _, b in parts)
 
 
-def _decode(raw: bytes, first: int, c: int, keys, masks, recs) -> None:
-    """Fill ``keys``, ``masks``, ``recs`` (``c`` entries each) from block ``raw``
-    (its first key ``first``). Raises ValueError when the bytes do not hold them."""
+def _decode(raw: bytes, first: int, c: int, keys, masks, recs, fields=FIELDS) -> None:
+    """Fill ``keys``, ``masks`` and the ``fields`` of ``recs`` (``c`` entries each)
+    from block ``raw`` (its first key ``first``). Raises ValueError when the bytes
+    do not hold them."""
+    widths = [COLUMN.unpack_from(raw, i * COLUMN.size)[0] for i in range(len(COLUMNS))]
     at = len(COLUMNS) * COLUMN.size
-    if at + c * sum(COLUMN.unpack_from(raw, i * COLUMN.size)[0]
-                    for i in range(len(COLUMNS))) != len(raw):
+    if at + c * sum(widths) != len(raw):
         raise ValueError("block size")
     d, at = _unpack(raw, 0, at, c, np.uint64)
     d[0] = first
     np.cumsum(d, out=keys)
     masks[:], at = _unpack(raw, COLUMN.size, at, c, np.uint8)
     for i, f in enumerate(FIELDS):
-        recs[f], at = _unpack(raw, (i + 2) * COLUMN.size, at, c, VALUE_DTYPE[f])
+        if f in fields:
+            recs[f], at = _unpack(raw, (i + 2) * COLUMN.size, at, c, VALUE_DTYPE[f])
+        else:
+            at += c * widths[i + 2]
 
 
 def columns(recs: np.ndarray) -> dict:
@@ -159,10 +163,11 @@ class ValueFile:
         """Indices of the blocks whose key range holds one of ``sorted_keys``."""
         return blockfile.blocks_meeting(self.index, sorted_keys)
 
-    def iter_blocks(self, blocks=None):
+    def iter_blocks(self, blocks=None, fields=FIELDS):
         """(keys, masks, records) of each of ``blocks`` (indices; None: all) in
         order, each block's checksum, size and keys checked (CorruptionError naming
-        the file)."""
+        the file). Only ``fields`` of the records are decoded (the others hold
+        nothing meaningful)."""
         rows = self.index if blocks is None else self.index[np.asarray(blocks, dtype=np.int64)]
         try:
             f = open(self.path, "rb")
@@ -176,16 +181,16 @@ class ValueFile:
                 masks = np.empty(c, dtype=np.uint8)
                 recs = np.empty(c, dtype=VALUE_DTYPE)
                 try:
-                    _decode(raw, int(r["first"]), c, keys, masks, recs)
+                    _decode(raw, int(r["first"]), c, keys, masks, recs, fields)
                 except (ValueError, struct.error) as e:
                     raise CorruptionError(f"{self.path}: value block size mismatch") from e
                 if c and keys[-1] != r["last"]:
                     raise CorruptionError(f"{self.path}: value block keys do not match index")
                 yield keys, masks, recs
 
-    def read_blocks(self, blocks=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def read_blocks(self, blocks=None, fields=FIELDS) -> tuple:
         """``iter_blocks`` joined: (keys, masks, records) in key order."""
-        parts = list(self.iter_blocks(blocks))
+        parts = list(self.iter_blocks(blocks, fields))
         if not parts:
             return np.zeros(0, np.uint64), np.zeros(0, np.uint8), np.zeros(0, VALUE_DTYPE)
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))

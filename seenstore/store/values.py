@@ -185,7 +185,7 @@ def _newest(store, name: str) -> tuple[np.ndarray, np.ndarray]:
     bit = np.uint8(1 << FIELDS.index(name))
     ks, vs = [], []
     for vf in open_all(store.path, store._doc):  # oldest first
-        k, m, r = vf.read_blocks()
+        k, m, r = vf.read_blocks(fields=(name,))
         sets = (m & bit) != 0
         ks.append(k[sets])
         vs.append(r[name][sets])

@@ -158,3 +158,35 @@ def test_a_store_without_values_never_loads_the_values_code(tmp_path):
     assert r.stdout.strip() == "False", r.stderr
     assert not [n for n in os.listdir(tmp_path / "p") if n.endswith(".val")]
     assert "values" not in manifest.read(str(tmp_path / "p"))
+
+
+BATCH_SCRIPT = r"""
+import sys
+import numpy as np
+from seenstore.store import SeenStore
+from seenstore.store.files import arm_fault
+path, point = sys.argv[1], sys.argv[2]
+keys = np.arange(1, 201, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+with SeenStore.open(path) as store:
+    arm_fault(point)
+    store.check_update(keys[100:], state=3, next_due=np.arange(100))
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("point", ["before-manifest", "after-manifest"])
+def test_kill_inside_a_check_update_batch_keeps_keys_and_values_together(tmp_path, point):
+    path = str(tmp_path / "v")
+    with SeenStore.open(path, create=True, values=True) as s:
+        s.check_update(KEYS[:100], state=State.DONE)
+    r = subprocess.run([sys.executable, "-c", BATCH_SCRIPT, path, point], capture_output=True,
+                       text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == -9, r.stderr
+    with SeenStore.open(path) as s:
+        done = point == "after-manifest"
+        assert len(s) == (200 if done else 100)
+        rows = s.get(KEYS[100:])
+        assert rows["present"].all() == done and (rows["state"] == (3 if done else 0)).all()
+        assert s.counts() == values.recount(s)
+        named = {e["file"] for e in s._doc["value_files"]}
+        assert {n for n in os.listdir(path) if n.endswith(".val")} == named
