@@ -190,3 +190,14 @@ def test_kill_inside_a_check_update_batch_keeps_keys_and_values_together(tmp_pat
         assert s.counts() == values.recount(s)
         named = {e["file"] for e in s._doc["value_files"]}
         assert {n for n in os.listdir(path) if n.endswith(".val")} == named
+
+
+def test_due_urls_under_a_policy_with_rules_map_kept_urls_to_their_keys(tmp_path):
+    from seenstore.url.policy import parse_policy
+    policy = parse_policy('version = "w"\n[[rule]]\nhosts = ["*"]\nstrip_www = true\n')
+    with SeenStore.open(str(tmp_path / "v"), create=True, values=True, sync=False,
+                        policy=policy) as s:
+        s.check_update_urls(["http://www.a.test/x", "http://a.test/y"], next_due=[2, 1])
+        assert not s.check_update_urls(["http://a.test/x"]).any()  # www folded: stored
+        assert s.due_urls(5) == ["http://a.test/y", "http://www.a.test/x"]  # kept spelling
+        assert s.get_urls(["http://a.test/x"])["next_due"].tolist() == [2]
