@@ -132,14 +132,15 @@ def _mask_bits(names) -> int:
 
 
 # ------------------------------------------------------------------ the sweeps
-def _gather(store, uniq: np.ndarray, doc: dict | None = None) -> np.ndarray:
+def _gather(store, uniq: np.ndarray, fields=FIELDS) -> np.ndarray:
     """The merged records of ``uniq`` (sorted unique keys): one pass over the value
-    files, oldest first, decoding only the blocks that hold one of them."""
+    files, oldest first, decoding only the blocks that hold one of them, and in
+    them only ``fields`` (the others stay 0)."""
     out = np.zeros(len(uniq), dtype=VALUE_DTYPE)
     if not len(uniq):
         return out
-    for vf in open_all(store.path, store._doc if doc is None else doc):
-        for k, m, r in vf.iter_blocks(vf.blocks_meeting(uniq)):
+    for vf in open_all(store.path, store._doc):
+        for k, m, r in vf.iter_blocks(vf.blocks_meeting(uniq), fields):
             # the keys asked for in this block's range, looked up in the block alone
             # (it stays in the cache; a search over a whole file's keys does not)
             lo, hi = np.searchsorted(uniq, [k[0], k[-1]])
@@ -147,8 +148,8 @@ def _gather(store, uniq: np.ndarray, doc: dict | None = None) -> np.ndarray:
             at = np.searchsorted(k, uniq[lo:hi])
             hit = np.flatnonzero(k[at] == uniq[lo:hi])
             at, got, hit = at[hit], m[at[hit]], hit + lo
-            for bit, name in enumerate(FIELDS):
-                sets = ((got >> bit) & 1).astype(np.bool_)
+            for name in fields:
+                sets = ((got >> FIELDS.index(name)) & 1).astype(np.bool_)
                 out[name][hit[sets]] = r[name][at[sets]]
     return out
 
@@ -265,7 +266,7 @@ def update(store, keys, fields: dict) -> np.ndarray:
             cols = _columns(given, pos)
             staged = {}
             if "state" in given:
-                old = _gather(store, uk)["state"]
+                old = _gather(store, uk, ("state",))["state"]
                 staged["value_counts"] = _moved(store, old, _states(cols, len(uk)))
             staged.update(_write(store, uk, _mask_bits(given), cols))
             _stage(store, staged)
@@ -296,7 +297,8 @@ def on_forget(store, keys) -> None:
     require(store)
     uniq = np.unique(as_keys(keys))
     if len(uniq):
-        _stage(store, {"value_counts": _moved(store, _gather(store, uniq)["state"], None)})
+        old = _gather(store, uniq, ("state",))["state"]
+        _stage(store, {"value_counts": _moved(store, old, None)})
 
 
 # ------------------------------------------------------------------ merging
