@@ -15,8 +15,9 @@ stays commit order.
 Counters: the manifest's ``value_counts`` holds, per state other than QUEUED, the
 present keys in it, kept by every commit that changes a state; QUEUED is
 ``len(store)`` minus their sum, so the counts always sum to ``len(store)`` and
-every path that admits keys without records (add, add_new_file, a stage, a
-cluster shard) counts them QUEUED without a pass here. ``recount`` recomputes them.
+every path that admits keys without records (add, add_new, add_sorted,
+add_new_file, a DedupStage) counts them QUEUED without a pass here. ``recount``
+recomputes them.
 
 This module is imported by the facade's value calls only: a store without values
 never loads it.
