@@ -29,6 +29,14 @@ insert does, lots of --lot random keys (default 2^20) into a filter of about GIB
 kernel, lots interleaved, thread CPU per key, median and min of R lots each. Needs GIB
 of memory, and first touch of that much fresh memory takes a while on a VM.
 
+Part 6 (alone, --fuse KEYS [--fuse-bits 8 11 12 16] [--reps R]): a static binary fuse
+filter (seenstore/bloom/fuse.py) against the blocked Bloom filter at equal
+false-positive rate, on KEYS host-skewed keys: for each fingerprint width f, the fuse
+filter's bits per key and measured FPR beside a blocked Bloom filter sized for that
+measured rate (``for_capacity(KEYS, rate)``: its bits per key and measured rate), and
+for both the build (fuse: the whole build; Bloom: the insert of every key) and the
+probes of absent and present keys in ns/key of thread CPU (best of R, same keys).
+
 With --baseline FILE (a seenstore/kernels/bloom.py of another checkout, e.g. of a
 worktree of main) part 2 adds a row "baseline file": the same filter through that
 file's kernels, in the same run (an A/B of a kernel change on a shared machine).
@@ -38,6 +46,7 @@ file's kernels, in the same run (an A/B of a kernel change on a shared machine).
     python bench/bench_bloom.py --peers-stream 1e8 1e7 [--lots 4] [--workdir DIR]
     python bench/bench_bloom.py --big-filter 3 [--lot 1048576] [--reps 7]
     python bench/bench_bloom.py --skip-fpr --baseline ../main/seenstore/kernels/bloom.py
+    python bench/bench_bloom.py --fuse 1e7 [--fuse-bits 8 11 12 16] [--reps 3]
 """
 
 from __future__ import annotations
@@ -391,6 +400,50 @@ def big_part(a: argparse.Namespace) -> None:
     print(f"wall/CPU median {np.median(CONTENTION):.2f} (above 1: the machine was shared)")
 
 
+def fuse_part(a: argparse.Namespace) -> None:
+    """Part 6: binary fuse against blocked Bloom at equal measured FPR (module doc)."""
+    from seenstore.bloom.fuse import FuseFilter
+
+    n, n_probes = int(a.fuse), int(a.probes)
+    rng = np.random.default_rng(a.seed)
+    buckets = rng.permutation(2**20)[: a.hosts].astype(np.uint64)
+    keys = np.unique(skewed_keys(rng, n, buckets))
+    rng.shuffle(keys)  # a run's keys are sorted; the costs here do not depend on it
+    n = len(keys)
+    probes = absent(skewed_keys(rng, n_probes, buckets), np.sort(keys))
+    FuseFilter.build(keys[:1000], 8).query(keys[:10])  # compile or load the kernels
+    print(f"\n== static binary fuse vs blocked Bloom, {n:,} distinct host-skewed keys, "
+          f"{len(probes):,} absent probes; ns/key = thread CPU, best of {a.reps} ==")
+    print(f"{'filter':<24} {'bits/key':>9} {'FPR':>10} {'build':>8} {'absent':>8} "
+          f"{'present':>8}")
+    for bits in a.fuse_bits:
+        best = {"build": 1e18, "absent": 1e18, "present": 1e18}
+        for _ in range(a.reps):
+            c0 = time.thread_time()
+            f = FuseFilter.build(keys, bits)
+            best["build"] = min(best["build"], (time.thread_time() - c0) / n * 1e9)
+            best["absent"] = min(best["absent"], timed(len(probes), f.query, probes))
+            best["present"] = min(best["present"], timed(n, f.query, keys))
+        assert f.query(keys).all()
+        rate = float(f.query(probes).mean())
+        print(f"{f'fuse {bits}-bit':<24} {f.bits_per_key:9.2f} {rate:10.3e} "
+              f"{best['build']:8.1f} {best['absent']:8.1f} {best['present']:8.1f}")
+        target = max(rate, 1e-9)
+        bbest = {"build": 1e18, "absent": 1e18, "present": 1e18}
+        for _ in range(a.reps):
+            bf = B.BloomFilter.for_capacity(n, target)
+            bbest["build"] = min(bbest["build"], timed(n, bf.add, keys))
+            bbest["absent"] = min(bbest["absent"], timed(len(probes), bf.query, probes))
+            bbest["present"] = min(bbest["present"], timed(n, bf.query, keys))
+        brate = float(bf.query(probes).mean())
+        label = f"blocked Bloom k={bf.n_hashes}"
+        print(f"{label:<24} {bf.bits_per_key:9.2f} {brate:10.3e} "
+              f"{bbest['build']:8.1f} {bbest['absent']:8.1f} {bbest['present']:8.1f}"
+              f"   fuse/Bloom memory {f.bits_per_key / bf.bits_per_key:.2f}")
+    print(f"machine contention (wall/CPU of the timed calls): median "
+          f"{float(np.median(CONTENTION)):.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -419,6 +472,9 @@ def main() -> None:
                     help="another checkout's seenstore/kernels/bloom.py: a 'baseline file' row")
     ap.add_argument("--variants", nargs="+", metavar="NAME",
                     help="part 2: only these rows besides 'blocked' (e.g. 'baseline file')")
+    ap.add_argument("--fuse", type=float, metavar="KEYS",
+                    help="only part 6: a static binary fuse filter against blocked Bloom")
+    ap.add_argument("--fuse-bits", type=int, nargs="+", default=[8, 11, 12, 16])
     a = ap.parse_args()
     if a.baseline:
         import importlib.util
@@ -436,6 +492,9 @@ def main() -> None:
         return
     if a.peers_stream:
         peers_part(a)
+        return
+    if a.fuse:
+        fuse_part(a)
         return
     if a.big_filter:
         a.reps = max(a.reps, 1)

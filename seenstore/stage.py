@@ -408,7 +408,9 @@ class DedupStage:
             idx, k, cslot = idx[miss], k[miss], cslot[miss]
         seen_k, buf = k, self._cur
         in_store = self.store.bloom.query(k)
-        if self.mode == "approximate":  # a Bloom positive counts as seen
+        if self.mode == "approximate":  # a Bloom positive counts as seen, unless forgotten
+            if hasattr(self.store, "forgotten"):  # (the filter still holds forgotten keys)
+                in_store &= ~self.store.forgotten(k)
             st["approx_answered"] += int(in_store.sum())
             buf.n_approx += int(in_store.sum())  # made durable by this buffer's merge
             keep = np.flatnonzero(~in_store)

@@ -78,7 +78,7 @@ class ResourcePlan:
     batch: int
     bloom_bytes: int
     disk_needed: int
-    run_format: int = 1
+    run_format: int | None = None  # None: the store's default, by size (runs.live.format_for)
     bloom_fpr: float = SPILL_BLOOM_TARGETS[0]
     memory_estimate: dict = field(default_factory=dict)  # spill_peak's parts (spilled)
     spill_memory: int | None = None
@@ -156,7 +156,8 @@ def spill_budget(cap: int, bloom_bytes: int) -> int:
 
 
 def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_dir: str,
-                   bloom_capacity: int | None, probe_bytes: int, run_format: int | None = 1,
+                   bloom_capacity: int | None, probe_bytes: int,
+                   run_format: int | str | None = "auto",
                    memory: int | None = None, spill: bool | None = None,
                    stream_shape: tuple = (20, None, 0),
                    bloom_fpr: float | None = None) -> ResourcePlan:
@@ -174,8 +175,10 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
     the batch as large as SPILL_DISK_SHARE of the spare disk holds as spill buckets, the
     busiest shard's bucket (measured on the stream, ``stream_shape`` = (host_bits,
     n_hosts, seed)) counted twice for its split, at most SPILL_MAX_BATCH (docs/bench.md,
-    "Batch size of a spilled run"). ``run_format`` None: raw runs (1) when the raw plan
-    takes at most 80% of the free disk, else compressed (2).
+    "Batch size of a spilled run"). ``run_format`` 1 or 2 forces that format for every
+    run; None is the store's default (runs of 2^22 keys or more compressed, smaller
+    ones raw); "auto": that default when the raw plan takes at most 80% of the free disk,
+    else compressed (2).
 
     Raises DiskFullError (exit 6) naming what is needed when the disk is short,
     StoreIOError when the Bloom filter alone would not leave memory for batches,
@@ -188,8 +191,8 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
     free = shutil.disk_usage(work_dir).free
     share = 0.0  # the busiest shard's share of a spilled batch (its bucket is split)
 
-    def disk_for(fmt: int, spill_batch: int) -> dict:
-        return {"runs": PLAN_RUN_BYTES[fmt] * distinct_keys, "bloom_file": bloom_bytes,
+    def disk_for(fmt: int | None, spill_batch: int) -> dict:  # by size: planned as raw
+        return {"runs": PLAN_RUN_BYTES[fmt or 1] * distinct_keys, "bloom_file": bloom_bytes,
                 "spill_buckets": int(8 * spill_batch * (1 + share)), "disk_probe": probe_bytes}
 
     def check(d: dict) -> int:
@@ -202,8 +205,8 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
                 f"{gib(d['disk_probe'])} disk probe), only {gib(free)} is free")
         return need
 
-    auto_format = run_format is None
-    if auto_format:  # raw if it fits with room to spare (the batch decided), else compressed
+    auto_format = run_format == "auto"
+    if auto_format:  # by size if raw fits with room to spare (the batch decided), else 2
         run_format = 2
     mem_batch = None
     if batch is None and room >= 4 * 100_000 * BYTES_PER_OFFERED_KEY:
@@ -221,7 +224,7 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
                     "use --no-bloom or a smaller --bloom-capacity")
             batch = mem_batch
         if auto_format and sum(disk_for(1, 0).values()) <= 0.8 * free:
-            run_format = 1
+            run_format = None
         d = disk_for(run_format, 0)
         return ResourcePlan(avail, total_mem, free, batch, bloom_bytes, check(d), run_format,
                             fpr, disk=d)
@@ -253,7 +256,7 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
         n_batches = -(-total_keys // batch)
         batch = -(-total_keys // n_batches)
     if auto_format and sum(disk_for(1, batch).values()) <= 0.8 * free:
-        run_format = 1
+        run_format = None
     d = disk_for(run_format, batch)
     return ResourcePlan(avail, total_mem, free, batch, bloom_bytes, check(d), run_format,
                         fpr, spill_peak(memory, bloom_bytes), memory, shard_bits, share, d)
@@ -261,7 +264,7 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
 
 def plan_bench(total: int, distinct: int, batch: int | None, reoffer: float, dup: float,
                seed: int, work_dir: str, probe: int, bloom_capacity: int | None, sized: bool,
-               bloom: bool, run_format: int | None, memory: int | None,
+               bloom: bool, run_format: int | str | None, memory: int | None,
                spill: bool | None) -> tuple[ResourcePlan, int | None]:
     """The run's ResourcePlan and the Bloom capacity it was made for, from a first
     guess of the stream's ``distinct`` keys (``stream_distinct``). They depend on the

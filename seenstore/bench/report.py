@@ -167,6 +167,12 @@ def _batch_lines(batches: list) -> list[str]:
     return out
 
 
+def _format_label(run_format: int | None) -> str:
+    """How the report names a run's run format (None: the store's default, by size)."""
+    return ("by size (runs of 2^22 keys or more 2, smaller 1)" if run_format is None
+            else str(run_format))
+
+
 def _resource_lines(r: dict) -> list[str]:
     """What the plan chose and what the run used of it; for a spilled run, the memory
     plan's estimated peak RSS by part against the measured peak (and the sampled peak
@@ -178,7 +184,7 @@ def _resource_lines(r: dict) -> list[str]:
               f"busiest shard {res['busiest_shard_share']:.1%} of a batch) " if sm
               else "in memory ")
            + f"from {gib(res['memory_available'])} memory available; run format "
-           f"{res['run_format']}; disk needed about {gib(res['disk_needed'])} ("
+           f"{_format_label(res['run_format'])}; disk needed about {gib(res['disk_needed'])} ("
            + ", ".join(f"{k} {gib(v)}" for k, v in res.get("disk", {}).items())
            + f") of {gib(res['disk_free'])} free, used "
            f"{gib(res['disk_used'] or 0)}; peak RSS {gib(res['peak_rss'] or 0)}"]

@@ -139,7 +139,7 @@ def run_bench(
     bloom_capacity: int | None = None,
     answer: str = "new",
     bloom: bool = True,
-    run_format: int = 1,
+    run_format: int | None = None,
     threads: int | None = None,
     spill_memory: int | None = None,
     shard_bits: int | None = None,

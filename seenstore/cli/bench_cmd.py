@@ -57,8 +57,10 @@ from seenstore.errors import InvalidInputError
                    "the offered keys (SeenStore.add; one more pass, shown as 'align').")
 @click.option("--run-format", type=click.Choice(["1", "2", "auto"]), default="auto",
               show_default=True,
-              help="Runs written as 2 (compressed, ~4.5 B/key) or 1 (raw 8 B/key keys); auto: "
-                   "raw when the raw plan takes at most 80% of the free disk, else compressed.")
+              help="Every run written as 2 (compressed, ~4.5 B/key) or 1 (raw 8 B/key keys); "
+                   "auto: the store's default (runs of 2^22 keys or more compressed, smaller "
+                   "ones raw: most batches' runs) when a raw plan takes at most 80% of the "
+                   "free disk, else every run compressed.")
 @click.option("--memory", type=SIZE, default=None,
               help="Spill every batch (SeenStore.add_new_file) with this memory budget "
                    "(e.g. 2G; implies --spill). Default: chosen from the memory found.")
@@ -125,7 +127,7 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
             raise InvalidInputError("--memory is the spilled batches' budget: drop --in-memory")
         plan, bloom_capacity = plan_bench(
             total, distinct, batch, reoffer, dup, seed, work_dir, probe, bloom_capacity, sized,
-            bloom, None if run_format == "auto" else int(run_format), memory,
+            bloom, "auto" if run_format == "auto" else int(run_format), memory,
             spill if answer == "new" else False)
         stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
         res = _run(stream, store_path, probe, quiet, bloom_capacity=bloom_capacity,

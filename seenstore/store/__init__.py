@@ -18,6 +18,8 @@ model):
   compaction.py  the size-tiered policy and the background ``Compactor``
   spill.py       batches bigger than memory (buckets.py, runsink.py)
   wal.py         the write-ahead log a DedupStage leaves in the store
+  tombstones.py  the forgotten keys (T): their file, and how readers and writers skip them
+  forgetting.py  ``forget`` and ``drop_host``: stored keys join T in a commit of their own
   report.py      ``stats`` figures and the ``verify`` check
   files.py       the directory's file names, leftovers, the crash-test seam
   lock.py        one writer at a time (flock on LOCK)

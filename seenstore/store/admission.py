@@ -23,9 +23,10 @@ from seenstore.store import spill
 from seenstore.bloom.deferred import Gate
 from seenstore.keys.batch import as_keys, first_new_mask, first_new_mask_of_distinct, prepare
 from seenstore.kernels.dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
-from seenstore.errors import InvalidInputError
+from seenstore.errors import InvalidInputError, NotSupportedError
 from seenstore.store.runs.format import policy_digest
 from seenstore.store.files import fault, io_error
+from seenstore.store import compaction, tombstones
 from seenstore.store.scheduling import Target, write_shards
 
 compact_inplace = _kernels.compact_inplace
@@ -48,6 +49,8 @@ class Admission:
         self._distinct: tuple | None = None  # the last batch's distinct keys (_drop_repeats)
         self._adding: np.ndarray | None = None  # the keys of the add() under way
         self._mask_made: tuple | None = None  # (new keys, mask) mask_of made for them
+        # (T's file before, after) while a batch that offers forgotten keys is under way
+        self._revived: tuple | None = None
 
     def add(self, keys, progress=None) -> np.ndarray:
         """The body of ``SeenStore.add`` (its docstring)."""
@@ -101,6 +104,8 @@ class Admission:
             # waited for: the spill and check never touch the filter, and the next
             # deferred insert waits for both on its own thread (spill._start_insert)
             self._store.cache_bytes = 0
+            if tombstones.count(self._store._doc):
+                self._drop_forgotten()
             # the compaction between batches runs on while the batch is spilled (that
             # reads no run): admit_file joins it before the check and the commit
             figures = spill.admit_file(self._store, path, memory, fault, new_out,
@@ -127,7 +132,19 @@ class Admission:
         with self._store._mutex:
             waited = self._store._join_compactor(stop=True)
             self._store._keeper.ready()
-            is_new = self._add_sorted(uniq, progress, approx_answered)
+            rest, revived = self._revive(uniq, is_sorted=True)
+            try:
+                is_new = self._add_sorted(rest, progress, approx_answered)
+                if revived is not None:  # forgotten keys offered: new, and stored already
+                    hit = np.zeros(len(uniq), dtype=np.bool_)
+                    hit[tombstones.in_sorted(revived, uniq)] = True
+                    out = hit.copy()
+                    out[~hit] = is_new
+                    is_new = out
+            except BaseException:
+                self._settle_revived(failed=True)
+                raise
+            self._settle_revived(failed=False)
             self._record_compaction(waited)
             return is_new
 
@@ -159,23 +176,112 @@ class Admission:
             if behind is not None:  # its keys are still read from the scratch: wait
                 behind.wait_copied()
             t0 = time.perf_counter()
-            work = self._drop_repeats(keys)
-            if self._store.mode == "exact":
-                part, bounds, fine = self._store._sorter.partition(  # by finer groups: see there
-                    work, self._store.shard_bits, self._store.threads,
-                    out=self._store._arena.get("part", len(work), np.uint64))
-                t_sort = time.perf_counter() - t0
-                new = self._add_partitioned(part, bounds, fine, progress, defer,
-                                            scratch_answer, gate)
-            else:
-                uniq = prepare(work, self._store.threads)
-                t_sort = time.perf_counter() - t0
-                is_new = self._add_sorted(uniq, progress)
-                new = uniq[:compact_inplace(uniq, is_new)]
-        self._store.last_timings["sort_s"] = t_sort
+            work, revived = self._revive(self._drop_repeats(keys))
+            try:
+                new = self._admit_work(work, progress, defer, scratch_answer, gate, t0)
+                if revived is not None:  # forgotten keys offered: new, and stored already
+                    new = tombstones.joined(new, revived)
+            except BaseException:
+                self._settle_revived(failed=True)
+                raise
+            self._settle_revived(failed=False)
         self._store.last_timings["offered"] = len(keys)
+        self._store.last_timings["revived"] = 0 if revived is None else len(revived)
         self._record_compaction(waited)
         return new
+
+    def _admit_work(self, work: np.ndarray, progress, defer: bool, scratch_answer: bool,
+                    gate: Gate | None, t0: float) -> np.ndarray:
+        """``_admit``'s batch (its repeats and forgotten keys taken out) partitioned or
+        sorted, checked, written and committed; returns its new keys."""
+        if self._store.mode == "exact":
+            part, bounds, fine = self._store._sorter.partition(  # by finer groups: see there
+                work, self._store.shard_bits, self._store.threads,
+                out=self._store._arena.get("part", len(work), np.uint64))
+            t_sort = time.perf_counter() - t0
+            new = self._add_partitioned(part, bounds, fine, progress, defer,
+                                        scratch_answer, gate)
+        else:
+            uniq = prepare(work, self._store.threads)
+            t_sort = time.perf_counter() - t0
+            is_new = self._add_sorted(uniq, progress)
+            new = uniq[:compact_inplace(uniq, is_new)]
+        self._store.last_timings["sort_s"] = t_sort
+        return new
+
+    def _revive(self, keys: np.ndarray,
+                is_sorted: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(keys without the forgotten ones, the forgotten ones sorted unique or
+        None)``. With forgotten keys offered, T without them is written and staged
+        for the batch's commit (``_settle_revived`` after the batch, always). Costs
+        nothing while T is empty; else a look-up per key (``tombstones.member``), or
+        with ``is_sorted`` keys (sorted unique) a search of T's keys in them."""
+        store = self._store
+        if not tombstones.count(store._doc):
+            return keys, None
+        t = store._tomb.keys(store._doc)
+        if is_sorted:
+            pos = tombstones.in_sorted(t, keys)
+            if not len(pos):
+                return keys, None
+            revived, rest = keys[pos], np.delete(keys, pos)
+        else:
+            hit = tombstones.member(t, keys)
+            if not hit.any():
+                return keys, None
+            revived, rest = prepare(keys[hit]), keys[~hit]
+        try:
+            entry = store._tomb.write(tombstones.less(t, revived),
+                                      store.generation + 1, store.sync)
+        except OSError as e:
+            raise io_error(e, f"{store.path}: writing tombstones") from e
+        store._batch_fields = {**(store._batch_fields or {}), tombstones.FIELD: entry}
+        self._revived = (store._doc.get(tombstones.FIELD), entry)
+        try:
+            tombstones.on_readmitted(store, revived, store.generation + 1)
+        except BaseException:
+            self._settle_revived(failed=True)
+            raise
+        return rest, revived
+
+    def _settle_revived(self, failed: bool) -> None:
+        """After a batch ``_revive`` staged T for: a batch that committed nothing of
+        its own (every key offered was forgotten, or stored) commits T alone; a batch
+        that failed before its commit deletes T's new file. A committed T's old file
+        is deleted."""
+        staged, self._revived = self._revived, None
+        if staged is None:
+            return
+        old, entry = staged
+        store = self._store
+        fields = store._batch_fields or {}
+        if tombstones.FIELD in fields:  # not taken by a commit
+            if failed:  # the batch failed before its commit: T stays as it was
+                fields.pop(tombstones.FIELD)
+                store._tomb.discard(entry)
+                return
+            try:
+                store._commit_counters(0)
+            except BaseException:
+                store._batch_fields = {k: v for k, v in (store._batch_fields or {}).items()
+                                       if k != tombstones.FIELD} or None
+                store._tomb.discard(entry)
+                raise
+        store._tomb.retire(old, entry)
+
+    def _drop_forgotten(self) -> None:
+        """Before a spilled batch (``add_new_file``, which checks runs straight from
+        disk): merge the runs of every shard holding forgotten keys, which drops them
+        (compaction.py), so the batch finds them absent and stores them anew."""
+        store = self._store
+        if store._compactor.tomb is None:
+            raise NotSupportedError(
+                f"{store.path}: add_new_file on an approximate-mode store with forgotten "
+                "keys: offer them with add, or open the store in exact mode")
+        store._join_compactor(stop=True)
+        held = tombstones.shards(store._tomb.keys(store._doc), store.shard_bits)
+        store._compactor.run([j for j in compaction.plan(store._doc["runs"], True, held)
+                              if j[0] in held])
 
     def _drop_repeats(self, keys: np.ndarray) -> np.ndarray:
         """``keys`` without their repeats (first occurrences, in order: a view of the

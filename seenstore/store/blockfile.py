@@ -10,7 +10,6 @@ xxh3-64 of the block's bytes), whose own xxh3-64 the header holds. ``write`` and
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 
@@ -18,6 +17,7 @@ import numpy as np
 import xxhash
 
 from seenstore.errors import CorruptionError, NotSupportedError
+from seenstore.store.files import write_replacing
 
 HEADER_BYTES = 64
 INDEX = np.dtype([("first", "<u8"), ("last", "<u8"), ("offset", "<u8"),
@@ -28,16 +28,7 @@ def write(path: str, head: bytes, blocks: list, index: np.ndarray, sync: bool) -
     """Write ``head`` (HEADER_BYTES; its last 8 bytes become its checksum), the
     ``blocks`` and ``index`` (INDEX rows, ``fill_index``) to ``path`` through a
     temp file renamed over it, fsynced with ``sync``."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(seal(head))
-        for block in blocks:
-            f.write(block)
-        f.write(index.tobytes())
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_replacing(path, [seal(head), *blocks, index.tobytes()], sync)
 
 
 def fill_index(blocks: list, index: np.ndarray) -> tuple[int, int]:

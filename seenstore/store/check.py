@@ -17,7 +17,7 @@ from seenstore.errors import CorruptionError
 from seenstore.kernels.dispatch import batch as _kernels  # numpy twins below dispatch.SMALL keys
 from seenstore.kernels.dispatch import merge as _merge_kernels
 from seenstore.keys.batch import prepare
-from seenstore.store import report
+from seenstore.store import report, tombstones
 from seenstore.store.runs import live as runsmod
 from seenstore.store.runs.format import HEADER_SIZE
 
@@ -34,20 +34,33 @@ def shard_bounds(sorted_keys: np.ndarray, shard_bits: int) -> np.ndarray:
 
 def contains(store, keys: np.ndarray) -> np.ndarray:
     """Mask over ``keys`` (uint64): True where ``store`` holds the key (see
-    ``SeenStore.contains``)."""
+    ``SeenStore.contains``): in its runs and not forgotten (tombstones.py), or in a
+    stage's write-ahead log."""
     # WAL keys first, then the runs: a segment is deleted only after its merge
     # committed, so a key is in one or the other (wal.PendingKeys)
     pending = store._pending.keys()
-    store._refresh()
-    _, runs = store._snapshot()
+    _, runs, forgotten = tombstones.snapshot(store)
     uniq = prepare(keys, store.threads)
     bf = store.bloom  # once: a failed insert on the writer's thread may drop it
     if bf is not None:
         uniq = uniq[bf.query(uniq)]  # Bloom negatives are certainly absent
+    found = in_runs(store, runs, uniq)
+    stored = uniq[found]
+    if len(forgotten):  # forgotten keys are in their runs, but absent
+        stored = np.delete(stored, tombstones.in_sorted(forgotten, stored))
+    mask = mark_members(keys, stored)  # every occurrence, not just the first
+    if len(pending):
+        mask |= report.member(pending, keys)
+    return mask
+
+
+def in_runs(store, runs: dict, uniq: np.ndarray) -> np.ndarray:
+    """Mask over sorted unique ``uniq``: True where one of ``runs`` (one snapshot's
+    live runs by shard) holds the key (forgotten keys too)."""
     found = np.zeros(len(uniq), dtype=np.bool_)
     bounds = shard_bounds(uniq, store.shard_bits)
     cache = store._live.cache
-    for shard, shard_runs in runs.items():  # one snapshot of the live runs
+    for shard, shard_runs in runs.items():
         lo, hi = bounds[shard], bounds[shard + 1]
         for reader in shard_runs:
             todo = lo + np.flatnonzero(~found[lo:hi])
@@ -63,10 +76,7 @@ def contains(store, keys: np.ndarray) -> np.ndarray:
                 finally:
                     cache.release(entry)
             found[todo[sub]] = True
-    mask = mark_members(keys, uniq[found])  # every occurrence, not just the first
-    if len(pending):
-        mask |= report.member(pending, keys)
-    return mask
+    return found
 
 
 HALVES_MIN_KEYS = 1 << 16  # a smaller slice is checked on one thread (check_slice)

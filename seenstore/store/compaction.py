@@ -18,8 +18,10 @@ import threading
 import time
 import warnings
 
+import numpy as np
+
 from seenstore.layout import Layout
-from seenstore.store import manifest
+from seenstore.store import manifest, tombstones
 from seenstore.store.runs.format import policy_digest
 from seenstore.store.runs import live as runsmod
 from seenstore.store.commit import Live
@@ -28,7 +30,7 @@ from seenstore.store.scheduling import Syncer
 from seenstore.runtime.worker import Worker
 
 FANOUT = 4  # size-tiered: FANOUT runs of one tier merge into one run of the next
-MIN_TIER_KEYS = 1 << 16  # runs below this size share tier 0
+MIN_TIER_KEYS = 1 << 12  # runs below this size share tier 0
 # Compaction credit: each batch earns compaction the right to read (and write)
 # COMPACT_CREDIT times the bytes of the new run(s) it wrote; unspent credit carries
 # over. After one batch, jobs run while they fit both the credit and COMPACT_CREDIT x
@@ -59,14 +61,15 @@ def tier(count: int) -> int:
     return 1 + int(math.log(count / MIN_TIER_KEYS, FANOUT) + 1e-9)
 
 
-def plan(runs: list, full: bool = False) -> list:
+def plan(runs: list, full: bool = False, rewrite: frozenset = frozenset()) -> list:
     """Compaction jobs for a manifest's ``runs`` (dicts with shard, file, count): a list
     of ``(shard, [run entries])``, at most one per shard, smallest input first.
 
     Size-tiered: a shard's runs are grouped by ``tier``; the lowest tier holding
     FANOUT or more runs is merged into one run (which usually lands one tier up).
     Empty runs (left by format 1 stores) always go. ``full``: every shard with more
-    than one run (or an empty one) is merged into a single run."""
+    than one run (or an empty one), or in ``rewrite`` (shards holding forgotten keys,
+    which a merge drops), is merged into a single run."""
     by_shard: dict[int, list] = {}
     for r in runs:
         by_shard.setdefault(r["shard"], []).append(r)
@@ -75,8 +78,8 @@ def plan(runs: list, full: bool = False) -> list:
         empty = [r for r in rs if r["count"] == 0]
         live = [r for r in rs if r["count"]]
         if full:
-            if len(live) > 1 or empty:
-                jobs.append((shard, rs if len(live) > 1 else empty))
+            if len(live) > 1 or empty or shard in rewrite:
+                jobs.append((shard, rs if len(live) > 1 or shard in rewrite else empty))
             continue
         tiers: dict[int, list] = {}
         for r in live:
@@ -112,11 +115,12 @@ def pending(doc: dict) -> dict:
 
 
 class Compactor:
-    """Merges the runs of ``live`` (a writer's), in ``run_format``, one commit per
-    shard; in the background between batches (``start``/``join``) or now (``run``).
+    """Merges the runs of ``live`` (a writer's), in ``run_format`` (None: by size,
+    ``runs.live.format_for``), one commit per shard; in the background between
+    batches (``start``/``join``) or now (``run``).
     Not thread-safe: the store calls it under its write mutex."""
 
-    def __init__(self, live: Live, run_format: int) -> None:
+    def __init__(self, live: Live, run_format: int | None) -> None:
         self.live = live
         self.run_format = run_format
         self.credit = 0  # bytes compaction may still read (earned by batches)
@@ -126,13 +130,16 @@ class Compactor:
         self.joined: dict = {}  # ... of the one the last join waited for
         self._worker: Worker | None = None  # the background compaction, until joined
         self._stop = threading.Event()  # set by join(stop=True): end after this job
+        # the store's forgotten keys, which a merge drops (None: kept, approximate mode)
+        self.tomb: tombstones.Tombstones | None = None
 
     def earn(self, bytes_written: int) -> None:
         """A batch that wrote ``bytes_written`` of new runs pays for compaction."""
         self.credit_step = COMPACT_CREDIT * bytes_written
         self.credit += self.credit_step
 
-    def run(self, jobs: list, paid: bool = False, run_format: int | None = None) -> dict:
+    def run(self, jobs: list, paid: bool = False, run_format: int | None = None,
+            debt: bool = False) -> dict:
         """Run compaction ``jobs`` (``plan``) in order. ``paid``: spend the batches'
         credit — stop before a job that does not fit what is left of it, or that
         would take this round past ``credit_step`` (a first job may), or once a
@@ -140,12 +147,18 @@ class Compactor:
         GROUP_JOB_BYTES each and GROUP_BYTES in all merge as one group: one commit,
         their runs fsynced side by side (``_merge_group``); a larger job is a group
         of its own. A stop is honoured between groups. ``run_format``: what the new
-        runs are written as (default ``self.run_format``)."""
+        runs are written as (default ``self.run_format``). ``debt``: the first job
+        runs whatever the credit (which may go below zero)."""
         t0 = time.perf_counter()
         done = {"jobs": 0, "runs_merged": 0, "bytes_read": 0, "bytes_written": 0,
                 "stopped": False, "commits": 0}
         self.tally = {}  # run bytes merged from the run cache, not read (runs.merged_chunks)
         i, broke = 0, False
+        # a round spends what one batch earned; a shard past STALL_RUNS spends the
+        # credit saved too (small batches earn little each, and a round of one
+        # credit_step merged about one shard's job per batch: the others piled up)
+        limit = max(self.credit, self.credit_step) if paid and self.behind() \
+            else self.credit_step
         while i < len(jobs) and not broke:
             if paid and self._stop.is_set():
                 done["stopped"] = True
@@ -157,8 +170,9 @@ class Compactor:
                     break
                 if paid:
                     taken = done["bytes_read"] + group_bytes
-                    if cost > self.credit or ((done["jobs"] or group)
-                                              and taken + cost > self.credit_step):
+                    first = not (done["jobs"] or group)
+                    if (cost > self.credit and not (first and debt)) or (
+                            not first and taken + cost > limit):
                         broke = True
                         break
                     self.credit -= cost
@@ -183,9 +197,14 @@ class Compactor:
         """Merge the runs of each ``(shard, entries)`` of ``group`` into one new run per
         shard and commit them together (one manifest write: the commit's fixed cost,
         ~3 fsyncs, is paid once); with more than one run, the runs are fsynced side
-        by side after all are written. Returns the bytes written."""
+        by side after all are written. Forgotten keys (``tomb``) met are left out of
+        the new runs and out of T, in the same commit. Returns the bytes written."""
         live = self.live
         doc = live.doc
+        t = (self.tomb.keys(doc) if self.tomb is not None and tombstones.count(doc)
+             else tombstones.EMPTY)
+        dropped: list = []
+        entry = None
         gen = live.generation + 1
         host_bits = Layout.from_dict(doc["layout"]).host_bits
         pdigest = policy_digest(manifest.runs_policy_id(doc))
@@ -204,9 +223,19 @@ class Compactor:
                                        host_bits, doc["shard_bits"], shard, pdigest,
                                        run_format, cache=live.cache, keys=count)
                 writers.append(w)
+                kept = 0
                 for chunk in runsmod.merged_chunks(readers, cache=live.cache, tally=self.tally):
-                    w.write(chunk)
+                    hit = tombstones.in_sorted(t, chunk)  # only T's keys in its range
+                    if len(hit):
+                        dropped.append(chunk[hit])  # copies: the chunk is a view
+                        chunk = np.delete(chunk, hit)
+                    if len(chunk):
+                        w.write(chunk)
+                    kept += len(chunk)
                     fault("compact-write")
+                if not kept:  # every key was forgotten: no run at all
+                    writers.pop().abort()
+                    continue
                 header, sparse, nbytes = runsmod.finish(w, live.sync and not side_by_side)
                 written += nbytes
                 added.append((shard, header, sparse))
@@ -215,38 +244,61 @@ class Compactor:
                 for w in writers:
                     syncer.submit(w.path)
                 syncer.wait()
+            fields = None
+            if dropped:
+                gone = np.concatenate(dropped)
+                entry = self.tomb.write(tombstones.less(t, gone), gen,
+                                        live.sync)
+                fields = {tombstones.FIELD: entry}
             fault("compact-written")
             live.commit(gen, added, removed,
-                        {"compactions": len(group), "bytes_compacted": written},
-                        step="compact-")
-            return written
+                        {"compactions": len(group), "bytes_compacted": written,
+                         "forgotten_dropped": sum(len(d) for d in dropped)},
+                        step="compact-", fields=fields)
         except OSError as e:
-            for w in writers:
-                w.abort()
+            self._abandon(writers, entry)
             where = f"shard {shard}" if len(group) == 1 else f"shards {[g[0] for g in group]}"
             raise io_error(e, f"{live.path}: compacting {where}") from e
         except BaseException:
-            for w in writers:
-                w.abort()
+            self._abandon(writers, entry)
             raise
+        if fields is not None:
+            self.tomb.retire(doc.get(tombstones.FIELD), entry)
+        return written
 
-    def behind(self) -> bool:
-        """True when a shard holds more than STALL_RUNS live runs."""
+    def _abandon(self, writers: list, entry: dict | None) -> None:
+        """A merge that did not commit: its runs and its T file go."""
+        for w in writers:
+            w.abort()
+        if self.tomb is not None:
+            self.tomb.discard(entry)
+
+    def _runs_per_shard(self) -> dict:
         per_shard: dict = {}
         for r in self.live.doc["runs"]:
             per_shard[r["shard"]] = per_shard.get(r["shard"], 0) + 1
-        return max(per_shard.values(), default=0) > STALL_RUNS
+        return per_shard
+
+    def behind(self) -> bool:
+        """True when a shard holds more than STALL_RUNS live runs."""
+        return max(self._runs_per_shard().values(), default=0) > STALL_RUNS
 
     def start(self) -> None:
         """After a batch: run the pending size-tiered jobs its credit pays for on a
         background thread (joined by the next write, ``close``), so compaction
-        overlaps the caller's own work between batches."""
+        overlaps the caller's own work between batches. A store that fell behind
+        (``behind``) merges its most crowded shards first, the first of them even
+        past the credit (a debt later batches pay): the backlog stays bounded."""
         jobs = plan(self.live.doc["runs"])
-        if not jobs or job_bytes(jobs[0][1]) > self.credit:
+        behind = self.behind()
+        if behind:
+            crowded = self._runs_per_shard()
+            jobs.sort(key=lambda j: -crowded.get(j[0], 0))
+        if not jobs or (job_bytes(jobs[0][1]) > self.credit and not behind):
             return
 
         def run():  # an error is reported by the join; the store stays consistent
-            self.last = self.run(jobs, paid=True)
+            self.last = self.run(jobs, paid=True, debt=behind)
 
         self._worker = Worker(run, "compact")
 

@@ -1,11 +1,12 @@
 """SeenStore: the set of every key ever admitted, in a crash-safe directory.
 
 The public face of the store package: opening, ``add``/``add_new``/``add_sorted``/
-``add_new_file``, ``contains``, ``compact``, ``upgrade``, ``stats``, ``verify``,
-``checkpoint``, ``close``. A batch passes each stage once: partitioned by shard
-here, sorted, checked and written by the shard threads (scheduling.py, runs/live.py),
-committed (commit.py), then compaction paid for by it runs between batches
-(compaction.py). The Bloom filter beside it lives in seenstore/bloom/ (keeper.py).
+``add_new_file``, ``contains``, ``forget``/``drop_host``, ``compact``, ``upgrade``,
+``stats``, ``verify``, ``checkpoint``, ``close``. A batch passes each stage once:
+partitioned by shard here, sorted, checked and written by the shard threads
+(scheduling.py, runs/live.py), committed (commit.py), then compaction paid for by it
+runs between batches (compaction.py). The Bloom filter beside it lives in
+seenstore/bloom/ (keeper.py).
 See docs/architecture.md for the protocol and cost model.
 """
 
@@ -29,7 +30,7 @@ from seenstore.store.runs.buffers import DEFAULT_CHUNK_KEYS
 from seenstore.runtime.parallel import default_threads
 from seenstore.store import commit as commitmod, compaction as compactionmod, report
 from seenstore.store.runs import live as runsmod
-from seenstore.store import check, opening
+from seenstore.store import check, forgetting, opening, tombstones
 from seenstore.store.admission import Admission
 from seenstore.store.policyheld import held_policy, policy_fields, policy_version
 from seenstore.store import rebuild as rebuildmod, urls as urlcalls
@@ -48,12 +49,12 @@ class SeenStore:
     (an internal lock serialises ``add``); ``contains`` may run beside ``add``."""
 
     def __init__(self, path: str, doc: dict, lock: WriterLock | None, mode: str = "exact",
-                 run_format: int = runsmod.DEFAULT_RUN_FORMAT):
+                 run_format: int | None = runsmod.DEFAULT_RUN_FORMAT):
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
-        if run_format not in runsmod.RUN_FORMATS:
-            raise InvalidInputError(f"run_format must be one of {runsmod.RUN_FORMATS}, "
-                                    f"got {run_format!r}")
+        if run_format is not None and run_format not in runsmod.RUN_FORMATS:
+            raise InvalidInputError(f"run_format must be None or one of "
+                                    f"{runsmod.RUN_FORMATS}, got {run_format!r}")
         self.path = path
         self.mode = mode
         self._keeper = BloomKeeper()
@@ -61,6 +62,11 @@ class SeenStore:
         self._lock = lock
         self._mutex = threading.Lock()
         self._compactor = Compactor(self._live, run_format)
+        self._tomb = tombstones.Tombstones(path)  # the forgotten keys (tombstones.py)
+        # exact mode only: approximate mode answers a Bloom positive as seen, and the
+        # filter still holds a key a compaction dropped, so its forgotten keys stay
+        # in their runs (and in T) until offered again
+        self._compactor.tomb = self._tomb if mode == "exact" else None
         self.run_format = run_format  # what new runs (batches, compaction) are written as
         self.compact_between_batches = True
         self.chunk_keys = DEFAULT_CHUNK_KEYS
@@ -101,7 +107,7 @@ class SeenStore:
              shard_bits: int | None = None, wait: float | None = 0.0,
              mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
              bloom_capacity: int | None = None, sync: bool = True,
-             run_format: int = runsmod.DEFAULT_RUN_FORMAT,
+             run_format: int | None = runsmod.DEFAULT_RUN_FORMAT,
              threads: int | None = None, cache_bytes: int | None = None,
              policy: Policy | None = None, keep_urls: bool | None = None,
              values: bool | None = None) -> "SeenStore":
@@ -124,9 +130,13 @@ class SeenStore:
         CorruptionError, NotSupportedError. ``sync=False`` skips every fsync: the
         commit is still atomic against a process crash, but not durable against
         power loss (for tests and throwaway stores). ``run_format``: how this writer
-        writes new runs, 1 raw keys (8 B/key, the default) or 2 compressed; runs of
-        both formats are always read, and compaction rewrites the runs it merges in
-        ``run_format``. ``threads``: shards sorted at once and threads of a
+        writes new runs: None (the default) by size, runs of
+        ``runs.live.COMPRESS_MIN_KEYS`` (2^22) keys or more compressed (about 4-5
+        B/key: compaction's larger outputs, and a batch's run only when it brings
+        that many new keys to one shard), smaller ones raw (8 B/key: most batches'
+        runs); 1 every run raw; 2 every run compressed. Runs of both formats are
+        always read, and compaction rewrites the runs it merges in the format this
+        gives. ``threads``: shards sorted at once and threads of a
         whole-batch sort (default: the cores this process may use); answers never
         depend on it. ``cache_bytes``: memory a writer may keep live runs' keys in,
         so a batch checks them without reading the disk (store/runcache.py; default
@@ -191,7 +201,9 @@ class SeenStore:
 
     def _binding(self) -> Binding:
         """What a Bloom filter of this store's current runs records (docs/bloom.md)."""
-        return Binding(self._doc.get("store_id", ""), len(self), manifest.runs_digest(self._doc))
+        # the keys in the runs, forgotten ones too: the filter holds every one of them
+        return Binding(self._doc.get("store_id", ""), self._live.n_keys(),
+                       manifest.runs_digest(self._doc))
 
     def checkpoint(self) -> None:
         """Save the Bloom filter (BLOOM) for the current generation, so the next
@@ -279,12 +291,13 @@ class SeenStore:
         self._live.sync = value
 
     @property
-    def run_format(self) -> int:
-        """What new runs (batches and compaction) are written as: 1 raw, 2 compressed."""
+    def run_format(self) -> int | None:
+        """What new runs (batches and compaction) are written as: 1 raw, 2 compressed,
+        None by size (runs of 2^22 keys or more compressed; see ``open``)."""
         return self._compactor.run_format
 
     @run_format.setter
-    def run_format(self, value: int) -> None:
+    def run_format(self, value: int | None) -> None:
         self._compactor.run_format = value
 
     @property
@@ -331,12 +344,15 @@ class SeenStore:
 
     def iter_keys(self, lo: int = 0, hi: int = 1 << 64) -> Iterator[np.ndarray]:
         """Every stored key in [lo, hi), ascending, in chunks of at most 2^20 keys (of a
-        read-only store: its newest committed generation, when the iteration starts).
-        Use each chunk before asking for the next. Raises CorruptionError when a run
-        fails its checks on the way."""
+        read-only store: its newest committed generation, when the iteration starts);
+        forgotten keys are not stored. Use each chunk before asking for the next.
+        Raises CorruptionError when a run fails its checks on the way."""
         self._check_open()
-        self._refresh()
-        return runsmod.iter_range(self._live.runs, lo, hi)
+        _, runs, forgotten = tombstones.snapshot(self)
+        chunks = runsmod.iter_range(runs, lo, hi)
+        if not len(forgotten):
+            return chunks
+        return tombstones.without(forgotten, chunks)
 
     def wait_for_compaction(self) -> float:
         """Wait until the compaction running between batches is done (a benchmark's
@@ -348,16 +364,49 @@ class SeenStore:
         """The smallest and largest stored key (None for an empty store), from each live
         run's first and last key: no run body is read beyond that."""
         self._check_open()
-        self._refresh()
-        _, runs = self._snapshot()
+        _, runs, forgotten = tombstones.snapshot(self)
         ends = [runsmod.first_last(r) for rs in runs.values() for r in rs if r.count]
         if not ends:
             return None
-        return min(a for a, _ in ends), max(b for _, b in ends)
+        lo, hi = min(a for a, _ in ends), max(b for _, b in ends)
+        if len(forgotten):  # a forgotten end: the nearest stored key inside
+            return tombstones.live_bounds(runs, forgotten, lo, hi)
+        return lo, hi
+
+    def forgotten(self, keys) -> np.ndarray:
+        """Mask over ``keys``: True where the key is forgotten (``forget``) and still in
+        its run: absent, new when offered. All False while nothing is forgotten."""
+        self._check_open()
+        keys = as_keys(keys)
+        _, _, t = tombstones.snapshot(self)
+        return tombstones.member(t, keys)
 
     def __len__(self) -> int:
+        """The stored keys: the keys in the runs less the forgotten ones."""
         self._check_open()
-        return self._live.n_keys()
+        return self._live.n_keys() - tombstones.count(self._doc)
+
+    # ------------------------------------------------------------- forgetting
+    def forget(self, keys) -> int:
+        """Forget ``keys``: each stored key among them becomes absent (``contains``
+        False, left out of ``len``, ``iter_keys``, ``bounds``, ``stats``, ``export``) and
+        new again when offered (answered new by every add call; stored again by that
+        batch's commit); keys not stored (or already forgotten) are ignored. One
+        commit; the keys leave the run files when compaction next merges their runs
+        (exact mode; docs/frontier.md "Forgetting"). Keys a DedupStage logged and has
+        not merged are not stored yet: flush the stage first. Returns the number of
+        keys forgotten."""
+        return forgetting.forget(self, keys)
+
+    def drop_host(self, host: str) -> int:
+        """Forget every stored key of ``host`` (a host name): the kept URLs whose host
+        is ``host`` are normalised under the store's policy and their keys forgotten
+        (``forget``), so the answer is exact for the URLs the store admitted through
+        ``add_urls``. Only kept-URL blocks of the host's hash range are read. Raises
+        NotSupportedError for a store that keeps no URLs. Their kept URLs stay (a
+        URL offered again is new, and keeps its first spelling). Returns the number of
+        keys forgotten."""
+        return forgetting.drop_host(self, host)
 
     # The parts' state under the names the store's helpers (spill.py, wal.py, the
     # cluster, tools) and the tests use.
@@ -642,8 +691,9 @@ class SeenStore:
         return check.shard_bounds(sorted_keys, self.shard_bits)
 
     def contains(self, keys) -> np.ndarray:
-        """Mask over ``keys``: True where the key has been admitted, including keys a
-        DedupStage handed out that sit in its write-ahead log, not merged yet.
+        """Mask over ``keys``: True where the key has been admitted (and not forgotten
+        since: ``forget``), including keys a DedupStage handed out that sit in its
+        write-ahead log, not merged yet.
         Reads only; a read-only store answers from the newest committed generation."""
         self._check_open()
         return check.contains(self, as_keys(keys))
@@ -652,11 +702,16 @@ class SeenStore:
     def compact(self, full: bool = True) -> dict:
         """Merge runs now: ``full`` every shard into one run, else the jobs the
         size-tiered policy has pending (compaction.plan). One commit per shard, so the
-        temporary disk space is at most one shard's runs. Returns figures."""
+        temporary disk space is at most one shard's runs. Forgotten keys in the runs
+        merged leave them (exact mode): ``full`` also rewrites every shard holding
+        one, so T is empty afterwards. Returns figures."""
         self._check_writable()
         with self._mutex:
             self._join_compactor()
-            return self._compactor.run(plan(self._doc["runs"], full=full))
+            held = frozenset()
+            if full and self._compactor.tomb is not None and tombstones.count(self._doc):
+                held = tombstones.shards(self._tomb.keys(self._doc), self.shard_bits)
+            return self._compactor.run(plan(self._doc["runs"], full=full, rewrite=held))
 
     def upgrade(self) -> dict:
         """Bring the store to the current formats: a format 1 manifest is rewritten

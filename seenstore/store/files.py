@@ -26,6 +26,7 @@ URL_RE = re.compile(r"^u-g\d{10}(-m[0-9a-f]+)?\.url(\.tmp)?$")
 VALUE_RE = re.compile(r"^v-q\d{10}(-\d{10})?\.val(\.tmp)?$")  # store/valuefiles.py
 EVIDENCE_LOG = "evidence.log"  # store/evidencelog.py (its .tmp: TMP_RE)
 EVIDENCE_RE = re.compile(r"^e-g\d{10}(-[0-9a-f]+)?\.evd(\.tmp)?$")
+TOMB_RE = re.compile(r"^t-g\d{10}-[0-9a-f]{8}\.tomb(\.tmp)?$")  # store/tombstones.py
 BLOOM_RE = re.compile(r"^BLOOM(\.L\d+)?$")
 # test seam: "point" or "point@n" -> SIGKILL self at the (n-th) pass through there
 _FAULT, _, _FAULT_AT = os.environ.get("SEENSTORE_FAULT", "").partition("@")
@@ -59,6 +60,19 @@ def io_error(e: OSError, what: str) -> SeenStoreError:
     return StoreIOError(f"{what}: {e.strerror or e}; nothing was committed")
 
 
+def write_replacing(path: str, parts, sync: bool = True) -> None:
+    """Write the bytes of ``parts`` to ``path``.tmp (fsynced with ``sync``) and rename it
+    over ``path``: a reader sees the old file or the whole new one."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        for part in parts:
+            f.write(part)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def size(path: str, missing=0):
     """Size of ``path`` in bytes, or ``missing`` when it does not exist (any more)."""
     try:
@@ -71,18 +85,20 @@ def stray_files(path: str) -> list:
     """Names in directory ``path`` that no store (nor an interrupted creation) holds."""
     names = os.listdir(path) if os.path.isdir(path) else []
     return [n for n in names if not (RUN_RE.match(n) or TMP_RE.match(n) or n == LOCK_NAME
-                                     or SPILL_RE.match(n) or URL_RE.match(n) or VALUE_RE.match(n)
-                                     or EVIDENCE_RE.match(n) or n == EVIDENCE_LOG)]
+                                     or SPILL_RE.match(n) or URL_RE.match(n)
+                                     or EVIDENCE_RE.match(n) or n == EVIDENCE_LOG
+                                     or TOMB_RE.match(n) or VALUE_RE.match(n))]
 
 
 def remove_leftovers(path: str, live: set) -> None:
     """Delete files of an interrupted merge, compaction or upgrade: runs, kept-URL,
-    value and evidence files not in ``live`` (the manifest's), temporary manifests and
-    Bloom files, the spill folders of a batch bigger than memory (``add_new_file``)."""
+    evidence, tombstone and value files not in ``live`` (the manifest's), temporary
+    manifests and Bloom files, the spill folders of a batch bigger than memory
+    (``add_new_file``)."""
     _remove_spill_dirs(path)
     for name in os.listdir(path):
         if ((RUN_RE.match(name) or URL_RE.match(name) or EVIDENCE_RE.match(name)
-                or VALUE_RE.match(name))
+             or TOMB_RE.match(name) or VALUE_RE.match(name))
                 and name not in live) or TMP_RE.match(name):
             try:
                 os.unlink(os.path.join(path, name))

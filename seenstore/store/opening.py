@@ -26,7 +26,7 @@ PREFAULT_MIN_BYTES = 4 << 20  # smaller new filters fault in within the first in
 
 def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_id,
                shard_bits, wait, mode: str, bloom: bool, bloom_fpr: float, bloom_capacity,
-               sync: bool, run_format: int, threads, cache_bytes, policy=None,
+               sync: bool, run_format: int | None, threads, cache_bytes, policy=None,
                keep_urls=None, values=None):
     """``cls.open``'s body (facade.py ``SeenStore.open``: its docstring)."""
     if policy is not None:
@@ -90,7 +90,7 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
         if bloom or mode == "approximate":
             readers = store._all_readers()
             store._keeper.open(os.path.join(path, BLOOM_NAME), store.generation,
-                               store._binding(), len(store), bloom_fpr, bloom_capacity,
+                               store._binding(), store._live.n_keys(), bloom_fpr, bloom_capacity,
                                lambda m: runsmod.spread_samples(readers, m),
                                lambda m: runsmod.iter_keys(readers, m))
             store._keeper.start_prefault(PREFAULT_MIN_BYTES)

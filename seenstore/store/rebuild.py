@@ -28,7 +28,7 @@ from seenstore.errors import PolicyError
 from seenstore.store import kepturls
 from seenstore.store.urls import normalised
 from seenstore.store.files import fault, io_error, run_name
-from seenstore.store import manifest
+from seenstore.store import manifest, tombstones
 from seenstore.store.runs import live as runsmod
 from seenstore.store.runs.format import policy_digest
 from seenstore.url.fingerprint import fingerprint_many
@@ -74,6 +74,10 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
         shards = set(shard_of(prefixes << ub).tolist()) | set(shard_of(new_keys).tolist())
     doc, runs = store._snapshot()
     gen = store.generation + 1
+    forgotten = store._tomb.keys(doc)  # T keys no longer stored leave T in this commit
+    t_shard = shard_of(forgotten)
+    t_gone: list = []
+    entry = None
     added, removed, writers = [], [], []
     n_removed = bytes_written = rewritten = 0
     pdigest = policy_digest(manifest.runs_policy_id(doc))
@@ -92,6 +96,8 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
                 continue  # none of these hosts' keys here, none to add
             n_removed += before - len(keys)
             keys = np.union1d(keys, mine)
+            t_here = forgotten[t_shard == shard]
+            t_gone.append(t_here[~np.isin(t_here, keys)])
             rewritten += 1
             removed += [r.name for r in readers]
             if len(keys):
@@ -107,17 +113,26 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
                 added.append((shard, header, sparse))
             if progress:
                 progress(shard)
+        gone = np.concatenate(t_gone) if t_gone else forgotten[:0]
+        if len(gone):
+            entry = store._tomb.write(tombstones.less(forgotten, gone), gen,
+                                      store.sync)
+            fields = {**fields, tombstones.FIELD: entry}
         fault("rebuild-written")
         counters = {"rebuilds": 1, "bytes_written": bytes_written}
         store._commit(gen, added, removed, counters, step="rebuild-", fields=fields)
     except OSError as e:
         for w in writers:
             w.abort()
+        store._tomb.discard(entry)
         raise io_error(e, f"{store.path}: rebuilding") from e
     except BaseException:
         for w in writers:
             w.abort()
+        store._tomb.discard(entry)
         raise
+    if entry is not None or len(gone):
+        store._tomb.retire(doc.get(tombstones.FIELD), entry)
     return {"hosts": None if hosts is None else sorted(hosts), "kept_urls": len(urls),
             "keys_removed": int(n_removed), "keys_added": int(len(new_keys)),
             "shards_rewritten": rewritten,
@@ -183,8 +198,9 @@ def apply(store, policy: Policy, hosts=None, notes=None, bump: bool = True) -> d
         keeper = store._keeper
         if keeper.bf is not None:
             if store.mode == "approximate":  # a filter answers alone: drop removed keys
+                # every key of the runs, forgotten ones too (contains trusts a negative)
                 keeper.rebuild(max(2 * len(store), 1 << 20), keeper.bf.target_fpr,
-                               store.iter_keys())
+                               runsmod.iter_range(store._runs))
             elif len(new_keys):  # exact: every stored key must be in it; extras are harmless
                 keeper.add(new_keys)
         return fig

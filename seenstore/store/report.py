@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from seenstore.store import manifest, wal as walmod
+from seenstore.store import manifest, tombstones, wal as walmod
 from seenstore.errors import CorruptionError, StoreIOError
 from seenstore.layout import Layout
 from seenstore.store.runs.format import (COMPRESSED_MAJOR as CODEC_MAJOR,
@@ -21,15 +21,22 @@ from seenstore.store.runs.live import merged_chunks
 from seenstore.store.files import BLOOM_RE, size
 
 
+def _format_name(run_format: int) -> str:
+    """The version a new run of ``run_format`` (1 raw, 2 compressed) is written as."""
+    return f"{CODEC_MAJOR}.{CODEC_MINOR}" if run_format == 2 else f"{RUN_MAJOR}.{RUN_MINOR}"
+
+
 def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
     """The figures of ``SeenStore.stats`` (its docstring) for generation ``doc`` and
     its live ``runs``; ``bloom``: the Bloom filter's (bloom/keeper.py)."""
     path = store.path
-    files = [r["file"] for r in doc["runs"]] + [manifest.NAME]
+    files = [r["file"] for r in doc["runs"]] + [manifest.NAME] + (
+        [doc[tombstones.FIELD]["file"]] if doc.get(tombstones.FIELD) else [])
     disk = sum(size(os.path.join(path, name)) for name in files)
     bloom_file = sum(size(os.path.join(path, n)) for n in os.listdir(path)
                      if BLOOM_RE.match(n))  # BLOOM and its layers' BLOOM.Li
-    keys = sum(r.count for rs in runs.values() for r in rs)
+    forgotten = tombstones.count(doc)
+    keys = sum(r.count for rs in runs.values() for r in rs) - forgotten
     per_shard = {shard: len(rs) for shard, rs in runs.items()}
     c = {"approx_answered": 0, **doc["counters"]}
     wal_sizes = [size(p, None) for _, p in walmod.list_segments(path)]  # a merge may delete one
@@ -37,7 +44,9 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
     return {
         "path": path,
         "store_id": doc.get("store_id"),
-        "keys": keys,
+        "keys": keys,  # stored: the keys in the runs less the forgotten ones
+        # forgotten keys still in their runs (tombstones), until compaction drops them
+        "forgotten": forgotten,
         "files": len(files),
         "bytes_on_disk": disk,  # runs + manifest
         "bytes_per_key": (disk / keys) if keys else None,
@@ -72,9 +81,11 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
         "value_entries": sum(e["count"] for e in doc.get("value_files", ())),
         "value_bytes": sum(e["bytes"] for e in doc.get("value_files", ())),
         "generation": doc["generation"],
-        # what this writer writes new runs as, and the formats of the live runs
-        "run_format": (f"{CODEC_MAJOR}.{CODEC_MINOR}" if store.run_format == 2
-                       else f"{RUN_MAJOR}.{RUN_MINOR}"),
+        # what this writer writes new runs below and from COMPRESS_MIN_KEYS keys as (by
+        # size by default: runs.live.format_for), and the formats of the live runs
+        "run_format": _format_name(runsmod.format_for(store.run_format, None)),
+        "large_run_format": _format_name(
+            runsmod.format_for(store.run_format, runsmod.COMPRESS_MIN_KEYS)),
         "run_formats": runsmod.count_formats(runsmod.all_readers(runs)),
         "manifest_format": f"{doc.get('major', manifest.MAJOR)}.{doc.get('minor', 0)}",
         # live runs of an older minor version of their format (raw 1.0: no page index,
@@ -113,6 +124,7 @@ def verify(path: str, doc: dict, runs: dict) -> dict:
                 lo, hi = first >> (64 - sb), last >> (64 - sb)
                 if lo != shard or hi != shard:
                     raise CorruptionError(f"{reader.name}: keys outside shard {shard}")
+    forgotten = _verify_tombstones(path, doc, runs)
     segments = 0
     for _, seg in walmod.list_segments(path):
         try:
@@ -122,9 +134,33 @@ def verify(path: str, doc: dict, runs: dict) -> dict:
                 continue  # merged and removed meanwhile
             raise
         segments += 1
-    return {"keys": sum(r.count for rs in runs.values() for r in rs),
-            "runs": sum(len(rs) for rs in runs.values()),
+    return {"keys": sum(r.count for rs in runs.values() for r in rs) - forgotten,
+            "forgotten": forgotten, "runs": sum(len(rs) for rs in runs.values()),
             "generation": doc["generation"], "wal_segments": segments}
+
+
+def _verify_tombstones(path: str, doc: dict, runs: dict) -> int:
+    """Check the tombstone file ``doc`` names (checksums, order) and that each of its
+    keys is in a live run of its shard (T is a subset of the stored keys); return |T|."""
+    entry = doc.get(tombstones.FIELD)
+    if not entry:
+        return 0
+    t = tombstones.read_file(os.path.join(path, entry["file"]), entry)
+    sb = doc["shard_bits"]
+    shard_of = (t >> np.uint64(64 - sb)).astype(np.int64) if sb else np.zeros(len(t), np.int64)
+    for shard in np.unique(shard_of).tolist():
+        keys = t[shard_of == shard]
+        found = np.zeros(len(keys), dtype=np.bool_)
+        for reader in runs.get(shard, []):
+            if not reader.count:
+                continue
+            sub = np.zeros(len(keys), dtype=np.bool_)
+            runsmod.lookup(reader, keys, sub)
+            found |= sub
+        if not found.all():
+            raise CorruptionError(f"{entry['file']}: forgotten key {int(keys[~found][0]):#x} "
+                                  "is in no run (tombstones must name stored keys)")
+    return len(t)
 
 
 def member(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:

@@ -200,7 +200,7 @@ class Target:
     host_bits: int
     shard_bits: int
     policy_digest: bytes
-    run_format: int
+    run_format: int | None  # runs.live.format_for
     sync: bool
 
 

@@ -40,7 +40,17 @@ from seenstore.store.runs.writer import BUF_KEYS, RunWriter
 from seenstore.store.runcache import Entry, RunCache, run_key
 
 RUN_FORMATS = (1, 2)  # 1: raw keys (format.py), 2: compressed (codec.py)
-DEFAULT_RUN_FORMAT = 1  # raw until compressed runs are measured not slower (docs/architecture.md)
+# None (the default): formats by run size, as LSM trees compress their older, larger
+# levels. A run of COMPRESS_MIN_KEYS keys or more is compressed (about half the bytes:
+# compaction's output, encoded on its background thread, and a batch's run only when
+# the batch brings that many new keys to one shard); a smaller one, which is most
+# batches' fresh runs, is raw (written at disk speed, a point lookup reads one checked
+# page). 1 or 2 force every run.
+DEFAULT_RUN_FORMAT = None
+# Runs below this stay raw: their bytes are few, and a small store never loads the
+# codec's kernels (32 MiB raw: a store of up to ~6e7 keys on 16 shards keeps every
+# run raw; docs/architecture.md, "Run formats").
+COMPRESS_MIN_KEYS = 1 << 22
 # A raw run of fewer keys than this is written through the page cache, not O_DIRECT:
 # O_DIRECT pays a device round trip per write (the header's placeholder, the body, the
 # header) where buffered writes pay one at the fsync. Large runs stay O_DIRECT: no
@@ -54,16 +64,25 @@ def direct_for(keys: int | None) -> bool:
 
 
 # -- the two run formats behind one contract (docs/format.md) ---------------------
+def format_for(run_format: int | None, keys: int | None) -> int:
+    """The format (1 raw, 2 compressed) of a new run of ``keys`` keys (None: not known,
+    as a spilled batch's run) under a store's ``run_format`` (1 or 2: that one; None:
+    by size, see DEFAULT_RUN_FORMAT)."""
+    if run_format is not None:
+        return run_format
+    return 2 if keys is not None and keys >= COMPRESS_MIN_KEYS else 1
+
+
 def new_writer(path: str, host_bits: int, shard_bits: int, shard: int, pdigest: bytes,
-               run_format: int, buf: np.ndarray | None = None, cache: RunCache | None = None,
-               keys: int | None = None):
-    """A writer of a new run in ``run_format`` (1 raw, 2 compressed); ``buf``: the
-    raw writer's block buffer (the compressed one keeps its own). ``cache``: the
-    keys written are also kept there (filed when ``finish`` succeeds, dropped when
-    the writer is aborted), so the next batch checks them from memory. ``keys``: how
-    many keys the run will hold, when known: a raw run below ``DIRECT_MIN_KEYS`` is
-    written through the page cache (``direct_for``)."""
-    if run_format == 1:
+               run_format: int | None, buf: np.ndarray | None = None,
+               cache: RunCache | None = None, keys: int | None = None):
+    """A writer of a new run in ``format_for(run_format, keys)`` (1 raw, 2
+    compressed); ``buf``: the raw writer's block buffer (the compressed one keeps its
+    own). ``cache``: the keys written are also kept there (filed when ``finish``
+    succeeds, dropped when the writer is aborted), so the next batch checks them from
+    memory. ``keys``: how many keys the run will hold, when known: a raw run below
+    ``DIRECT_MIN_KEYS`` is written through the page cache (``direct_for``)."""
+    if format_for(run_format, keys) == 1:
         if buf is None and keys is not None and keys < BUF_KEYS:
             buf = aligned_empty(max(whole_blocks(8 * keys), ALIGN) // 8)  # not 8 MiB faulted in
         w = RunWriter(path, host_bits, shard_bits, shard, pdigest, direct=direct_for(keys),

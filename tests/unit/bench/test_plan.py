@@ -39,7 +39,7 @@ def test_the_1e10_plan_estimates_its_peak_under_the_cap(monkeypatch, tmp_path):
     stays RSS_MARGIN under the cap (half the memory here)."""
     _machine(monkeypatch, tmp_path)
     distinct = CrawlStream(10**10, 2 * 10**9).expected_total_new
-    p = benchplan.plan_resources(10**10, distinct, None, str(tmp_path), distinct, GiB, None,
+    p = benchplan.plan_resources(10**10, distinct, None, str(tmp_path), distinct, GiB, "auto",
                                 None, None, (20, None, 0))
     est = p.memory_estimate
     assert p.bloom_fpr == 2e-3 and p.bloom_bytes == benchplan.bloom_bytes_for(distinct, 2e-3)
@@ -63,7 +63,7 @@ def test_a_small_run_keeps_the_default_bloom_target(monkeypatch, tmp_path):
 def test_a_filter_too_large_for_any_target_is_refused(monkeypatch, tmp_path):
     _machine(monkeypatch, tmp_path)
     with pytest.raises(StoreIOError, match="leaving too little for spilled batches"):
-        benchplan.plan_resources(10**10, 10**10, None, str(tmp_path), 10**10, GiB, None,
+        benchplan.plan_resources(10**10, 10**10, None, str(tmp_path), 10**10, GiB, "auto",
                                 None, True, (20, None, 0))
 
 
@@ -71,7 +71,7 @@ def _plan_1e10(monkeypatch, tmp_path, free_gb):
     _machine(monkeypatch, tmp_path, free_gb=free_gb)
     distinct = CrawlStream(10**10, 2 * 10**9).expected_total_new
     return benchplan.plan_resources(10**10, distinct, None, str(tmp_path), distinct, GiB,
-                                   None, None, None, (20, None, 0))
+                                   "auto", None, None, (20, None, 0))
 
 
 def test_the_1e10_plan_takes_as_few_batches_as_the_disk_holds(monkeypatch, tmp_path):
@@ -109,7 +109,7 @@ def test_the_bench_takes_one_batch_more_when_the_bigger_batchs_keys_do_not_fit(
     first = benchplan.stream_distinct(10**10, None, 0.5, 0.1, 0)
     assert first == CrawlStream(10**10, 10**8, 0.5, 0.1, seed=0).expected_total_new
     plan, cap = benchplan.plan_bench(10**10, first, None, 0.5, 0.1, 0, str(tmp_path),
-                                     1 << 30, first, True, True, None, None, None)
+                                     1 << 30, first, True, True, "auto", None, None)
     assert plan.spill_memory is not None
     n_batches = -(-10**10 // plan.batch)
     assert n_batches >= 4  # 3 batches' filter does not fit under the cap
@@ -120,19 +120,21 @@ def test_the_bench_takes_one_batch_more_when_the_bigger_batchs_keys_do_not_fit(
     fewer = -(-10**10 // (n_batches - 1))
     d = CrawlStream(10**10, fewer, 0.5, 0.1, seed=0).expected_total_new
     with pytest.raises(StoreIOError):
-        benchplan.plan_resources(10**10, d, fewer, str(tmp_path), d, 1 << 30, None, None,
+        benchplan.plan_resources(10**10, d, fewer, str(tmp_path), d, 1 << 30, "auto", None,
                                 True, (20, None, 0))
 
 
-@pytest.mark.parametrize("free_gb,fmt", [(70, 2), (300, 1), (40, None)])
+@pytest.mark.parametrize("free_gb,fmt", [(70, 2), (300, None), (40, "short")])
 def test_the_1e10_plan_spills_within_12_gib_and_fits_the_disk(monkeypatch, tmp_path, free_gb, fmt):
     """A 24 GiB machine (``_machine``): 1e10 keys are spilled batches under the RSS cap,
-    runs compressed where raw ones would not leave room; with the disk short the plan
-    stops with what it needs (DiskFullError, exit 6)."""
+    every run compressed where raw ones would not leave room, else the store's tiered
+    default (None); with the disk short the plan stops with what it needs
+    (DiskFullError, exit 6)."""
     _machine(monkeypatch, tmp_path, free_gb=free_gb)
     distinct = CrawlStream(10**10, 10**9).expected_total_new
-    args = (10**10, distinct, None, str(tmp_path), distinct, GiB, None, None, None, (20, None, 0))
-    if fmt is None:
+    args = (10**10, distinct, None, str(tmp_path), distinct, GiB, "auto", None, None,
+            (20, None, 0))
+    if fmt == "short":
         with pytest.raises(DiskFullError,
                            match="needs about .* spill buckets.* only 37.3 GiB is free"):
             benchplan.plan_resources(*args)

@@ -561,3 +561,24 @@ def test_a_batch_stops_compaction_after_the_job_under_way_unless_it_fell_behind(
         assert max(Counter(r["shard"] for r in s._doc["runs"]).values()) <= 2
         assert np.array_equal(_stored(s), everything)
         s.verify()
+
+
+def test_many_small_batches_keep_every_shard_within_the_stall_bound(tmp_path, rng):
+    """Batches that leave a few hundred keys per shard earn little credit each: the
+    rounds must still keep up (a crowded shard merges first, past the credit when it
+    must), so no shard holds many more than STALL_RUNS runs, and every key stays."""
+    from collections import Counter
+
+    from seenstore.store import compaction
+
+    everything = np.empty(0, np.uint64)
+    worst = 0
+    with SeenStore.open(str(tmp_path / "s"), create=True, shard_bits=4, sync=False) as s:
+        for _ in range(120):
+            b = rng.integers(0, 2**64, 4000, dtype=np.uint64)
+            s.add_new(b)
+            everything = union(everything, b)
+            per_shard = Counter(r["shard"] for r in s._doc["runs"])
+            worst = max(worst, max(per_shard.values()))
+        assert worst <= compaction.STALL_RUNS + compaction.FANOUT
+        assert np.array_equal(_stored(s), everything)
