@@ -629,6 +629,13 @@ class SeenStore:
         from seenstore.store import values
         return values.select(self, state, limit)
 
+    def _forget_values(self, keys: np.ndarray) -> None:
+        """For ``forget`` (tombstones.on_forgotten), on a store with values: ``keys``
+        leave the state counters and get all-zero records, staged for its commit."""
+        from seenstore.store import values
+        values.on_forget(self, keys)  # reads the old states: before the reset
+        values.reset_records(self, keys)
+
     def check_update_urls(self, urls, base: str | None = None, **initial) -> np.ndarray:
         """``check_update`` of URLs under the store's policy (kept like ``add_urls``);
         ``initial`` arrays align with ``urls``. Returns the mask of ``add_urls``."""

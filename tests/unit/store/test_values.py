@@ -201,3 +201,23 @@ def test_due_urls_under_a_policy_with_rules_map_kept_urls_to_their_keys(tmp_path
         assert not s.check_update_urls(["http://a.test/x"]).any()  # www folded: stored
         assert s.due_urls(5) == ["http://a.test/y", "http://www.a.test/x"]  # kept spelling
         assert s.get_urls(["http://a.test/x"])["next_due"].tolist() == [2]
+
+
+def test_forget_and_readmit_through_check_update_keep_counts_and_records(tmp_path):
+    with SeenStore.open(str(tmp_path / "v"), create=True, values=True, sync=False) as s:
+        s.check_update(KEYS[:10], state=State.DONE, next_due=3)
+        assert s.forget(KEYS[:4]) == 4
+        assert s.counts()[State.DONE] == 6 and len(s) == 6
+        rows = s.get(KEYS[:5])
+        assert rows["present"].tolist() == [False] * 4 + [True]
+        got = s.check_update(KEYS[:6], state=State.FAILED, next_due=7)
+        assert got.tolist() == [True] * 4 + [False] * 2  # forgotten keys are new again
+        rows = s.get(KEYS[:6])
+        assert rows["state"].tolist() == [State.FAILED] * 4 + [State.DONE] * 2
+        assert rows["next_due"].tolist() == [7] * 4 + [3] * 2
+        assert s.counts() == values.recount(s)
+        assert s.counts()[State.FAILED] == 4 and s.counts()[State.DONE] == 6
+        s.forget(KEYS[4:6])
+        s.add(KEYS[4:6])  # readmitted by a plain add: QUEUED, nothing set
+        assert s.get(KEYS[4:6])["next_due"].tolist() == [0, 0]
+        assert s.counts() == values.recount(s) and s.counts()[State.QUEUED] == 2
