@@ -144,6 +144,6 @@ class ValuesOracle(RuleBasedStateMachine):
 
 
 ValuesOracle.TestCase.settings = settings(
-    max_examples=30, stateful_step_count=20, deadline=None,
+    max_examples=60, stateful_step_count=25, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_values_oracle = ValuesOracle.TestCase
