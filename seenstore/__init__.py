@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "SeenStore": "seenstore.store",
+    "State": "seenstore.frontier.state",
     "DedupStage": "seenstore.stage",
     "normalise": "seenstore.url.normalise",
     "try_normalise": "seenstore.url.normalise",
@@ -42,7 +43,7 @@ _LAZY = {
     "AsyncClient": "seenstore.serve.client",
 }
 
-__all__ = ["SeenStore", "DedupStage", "normalise", "try_normalise", "normalise_many",
+__all__ = ["SeenStore", "State", "DedupStage", "normalise", "try_normalise", "normalise_many",
            "Rejection", "fingerprint", "fingerprint_many", "Policy", "load_policy", "errors",
            "page_digest", "page_simhash", "Client", "AsyncClient",
            "SeenStoreError", "Layout", "DEFAULT_LAYOUT", "__version__"]

@@ -472,10 +472,13 @@ class Admission:
         timings["merge_parts"] = out.parts
         n_new = out.n_new
         try:
-            if self._store._on_new is not None:  # a URL batch keeps its new URLs
-                self._store._on_new(np.concatenate(  # a sorter moved the new keys first
+            hooks = [h for h in (self._store._on_new, self._store._on_values) if h is not None]
+            if hooks:  # a URL batch keeps its new URLs, check_update writes their values
+                new_keys = np.concatenate(  # a sorter moved the new keys first
                     [keys[lo:lo + k] if sort_parts else keys[lo:lo + m][mask]
-                     for lo, m, mask, k in out.segs] or [keys[:0]]), gen)
+                     for lo, m, mask, k in out.segs] or [keys[:0]])
+                for hook in hooks:
+                    hook(new_keys, gen)
             self._store._publish(gen, out.added, n_new, out.bytes_written,
                                  timings["approx_answered"])
         except BaseException:

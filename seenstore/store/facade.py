@@ -91,7 +91,10 @@ class SeenStore:
         # its commit, it writes their kept URLs and stages the manifest fields
         self._on_new = None
         self._batch_fields: dict | None = None
-        self._kept_written: list[str] = []  # kept-URL files the staged fields name
+        # set by check_update (store/values.py): called beside ``_on_new``, it writes
+        # the batch's new keys' records and stages the manifest fields naming them
+        self._on_values = None
+        self._kept_written: list[str] = []  # kept-URL and value files the staged fields name
         self._given_policy: Policy | None = None  # open(policy=) of an identity-only store
         self._policy_cache: tuple | None = None
         self._evidence = None  # fetch evidence (store/learning.py), read on first use
@@ -106,7 +109,8 @@ class SeenStore:
              bloom_capacity: int | None = None, sync: bool = True,
              run_format: int | None = runsmod.DEFAULT_RUN_FORMAT,
              threads: int | None = None, cache_bytes: int | None = None,
-             policy: Policy | None = None, keep_urls: bool | None = None) -> "SeenStore":
+             policy: Policy | None = None, keep_urls: bool | None = None,
+             values: bool | None = None) -> "SeenStore":
         """Open (or with ``create=True`` create) the store at ``path``.
 
         ``layout``/``policy_id``: when given, must match the store's (MismatchError
@@ -143,14 +147,18 @@ class SeenStore:
         (MismatchError; change it with ``set_policy``), and one that recorded only
         its identity learns the whole policy from it. ``keep_urls``: keep the URLs
         admitted by ``add_urls`` (safe-rule form, for ``rebuild``); None: decided by
-        a new store's first batch (kept when it is a URL batch)."""
+        a new store's first batch (kept when it is a URL batch). ``values``: True
+        creates a store that keeps a record per key beside it (``check_update``,
+        ``update``, ``get``, ``counts``, ``due``, ``select``: store/values.py);
+        decided at creation: True on a store created without values raises
+        MismatchError, None/False on a values store leave it its values."""
         return opening.open_store(cls, path, create, readonly=readonly, layout=layout,
                                   policy_id=policy_id, shard_bits=shard_bits, wait=wait,
                                   mode=mode, bloom=bloom, bloom_fpr=bloom_fpr,
                                   bloom_capacity=bloom_capacity, sync=sync,
                                   run_format=run_format, threads=threads,
                                   cache_bytes=cache_bytes, policy=policy,
-                                  keep_urls=keep_urls)
+                                  keep_urls=keep_urls, values=values)
 
     def _adopt_settings(self, policy: Policy | None, keep_urls: bool | None) -> None:
         """At open, after the identity check: a store that records only its policy's
@@ -172,8 +180,12 @@ class SeenStore:
             raise MismatchError(f"{self.path}: store was created with keep_urls={have}, "
                                 f"not {keep_urls}")
 
-    def _check_identity(self, layout, policy_id, shard_bits) -> None:
+    def _check_identity(self, layout, policy_id, shard_bits, values=None) -> None:
         d = self._doc
+        if values and not d.get("values"):
+            raise MismatchError(f"{self.path}: store was created without values; "
+                                "values=True needs a store created with it "
+                                "(values are decided at creation)")
         if layout is not None and Layout.from_dict(d["layout"]) != layout:
             raise MismatchError(
                 f"{self.path}: store uses fingerprint layout "
@@ -441,8 +453,8 @@ class SeenStore:
         return fields
 
     def _drop_kept(self) -> None:
-        """A batch failed before its commit: delete the kept-URL files its hook wrote
-        and unstage the fields naming them (the fields staged at open stay)."""
+        """A batch failed before its commit: delete the kept-URL and value files its
+        hooks wrote and unstage the fields naming them (the fields staged at open stay)."""
         for path in self._kept_written:
             try:
                 os.unlink(path)
@@ -450,7 +462,8 @@ class SeenStore:
                 pass  # a leftover the next open removes
         self._kept_written = []
         if self._batch_fields:
-            self._batch_fields.pop("url_files", None)
+            for name in ("url_files", "value_files", "value_seq", "value_counts"):
+                self._batch_fields.pop(name, None)
 
     def _join_retire(self) -> None:
         self._live.join_retire()
@@ -567,6 +580,89 @@ class SeenStore:
         if self.policy is None:
             urlcalls.store_policy(self)
         return rebuildmod.apply(self, self.policy, hosts, bump=False)
+
+    # ------------------------------------------------------------------ values
+    @property
+    def values(self) -> bool:
+        """Whether the store keeps a record per key (created with ``values=True``)."""
+        return bool(self._doc.get("values"))
+
+    def check_update(self, keys, **initial) -> np.ndarray:
+        """Admit ``keys`` as ``add`` does and give each new key a full record: the
+        fields named in ``initial`` (scalars, or arrays aligned with ``keys``: a new
+        key takes its first occurrence's), the others 0 (``state`` QUEUED). Returns
+        the mask of ``add``. One batch, one commit: the records are written before
+        it and named by it. NotSupportedError on a store without values."""
+        from seenstore.store import values
+        return values.check_update(self, keys, initial)
+
+    def update(self, keys, **fields) -> np.ndarray:
+        """Set the named ``fields`` (scalars or arrays aligned with ``keys``) of the
+        stored ``keys``; absent keys are ignored, a repeated key takes its last
+        occurrence's values. Returns the mask of keys updated (stored). Its own
+        commit; per field the newest commit wins."""
+        from seenstore.store import values
+        return values.update(self, keys, fields)
+
+    def get(self, keys) -> np.ndarray:
+        """A structured array aligned with ``keys`` (``values.GET_DTYPE``): ``present``
+        and the record's fields (absent keys: all zero). One sweep of the value
+        files, decoding only the blocks that hold one of the keys."""
+        from seenstore.store import values
+        return values.get(self, keys)
+
+    def counts(self) -> dict:
+        """{State: number of stored keys in it}, summing to ``len(store)`` (from the
+        manifest's counters: no file is read)."""
+        from seenstore.store import values
+        return values.counts(self)
+
+    def due(self, now: int, limit: int | None = None) -> np.ndarray:
+        """Stored keys whose ``next_due`` is set (not 0) and <= ``now``, by ``next_due``
+        then key, at most ``limit``: uint64. One sweep of the value files."""
+        from seenstore.store import values
+        return values.due(self, now, limit)
+
+    def select(self, state, limit: int | None = None) -> np.ndarray:
+        """Stored keys whose state is ``state`` (a State), ascending, at most
+        ``limit``. QUEUED includes keys with no record (a pass over the keys too)."""
+        from seenstore.store import values
+        return values.select(self, state, limit)
+
+    def _forget_values(self, keys: np.ndarray) -> None:
+        """For ``forget`` (tombstones.on_forgotten), on a store with values: ``keys``
+        leave the state counters and get all-zero records, staged for its commit."""
+        from seenstore.store import values
+        values.on_forget(self, keys)  # reads the old states: before the reset
+        values.reset_records(self, keys)
+
+    def check_update_urls(self, urls, base: str | None = None, **initial) -> np.ndarray:
+        """``check_update`` of URLs under the store's policy (kept like ``add_urls``);
+        ``initial`` arrays align with ``urls``. Returns the mask of ``add_urls``."""
+        from seenstore.store import valueurls
+        return valueurls.check_update_urls(self, urls, base, initial)
+
+    def update_urls(self, urls, base: str | None = None, **fields) -> np.ndarray:
+        """``update`` of URLs under the store's policy; mask aligned with ``urls``."""
+        from seenstore.store import valueurls
+        return valueurls.update_urls(self, urls, base, fields)
+
+    def get_urls(self, urls, base: str | None = None) -> np.ndarray:
+        """``get`` of URLs under the store's policy, aligned with ``urls`` (rejected
+        URLs: not present)."""
+        from seenstore.store import valueurls
+        return valueurls.get_urls(self, urls, base)
+
+    def due_urls(self, now: int, limit: int | None = None) -> list:
+        """The kept URLs (safe-rule form) of ``due(now, limit)``, in its order (a key
+        with no kept URL is left out). NotSupportedError when the store keeps none."""
+        from seenstore.store import valueurls
+        return valueurls.urls_of(self, self.due(now, limit))
+
+    def select_urls(self, state, limit: int | None = None) -> list:
+        """The kept URLs of ``select(state, limit)``, as ``due_urls``."""
+        from seenstore.store import valueurls
+        return valueurls.urls_of(self, self.select(state, limit))
 
     # --------------------------------------------------------------- evidence
     def record_fetch(self, url, status, *, location=None, canonical=None, digest=None,

@@ -23,6 +23,7 @@ RUN_RE = re.compile(r"^s(\d{4})-g(\d{10})\.run$")
 TMP_RE = re.compile(r"^(MANIFEST\.tmp|BLOOM(\.L\d+)?\.tmp\.\d+|evidence\.log\.tmp)$")
 # kept-URL files (store/kepturls.py; .tmp: being written) and evidence snapshots
 URL_RE = re.compile(r"^u-g\d{10}(-m[0-9a-f]+)?\.url(\.tmp)?$")
+VALUE_RE = re.compile(r"^v-q\d{10}(-\d{10})?\.val(\.tmp)?$")  # store/valuefiles.py
 EVIDENCE_LOG = "evidence.log"  # store/evidencelog.py (its .tmp: TMP_RE)
 EVIDENCE_RE = re.compile(r"^e-g\d{10}(-[0-9a-f]+)?\.evd(\.tmp)?$")
 TOMB_RE = re.compile(r"^t-g\d{10}-[0-9a-f]{8}\.tomb(\.tmp)?$")  # store/tombstones.py
@@ -86,17 +87,18 @@ def stray_files(path: str) -> list:
     return [n for n in names if not (RUN_RE.match(n) or TMP_RE.match(n) or n == LOCK_NAME
                                      or SPILL_RE.match(n) or URL_RE.match(n)
                                      or EVIDENCE_RE.match(n) or n == EVIDENCE_LOG
-                                     or TOMB_RE.match(n))]
+                                     or TOMB_RE.match(n) or VALUE_RE.match(n))]
 
 
 def remove_leftovers(path: str, live: set) -> None:
     """Delete files of an interrupted merge, compaction or upgrade: runs, kept-URL,
-    evidence and tombstone files not in ``live`` (the manifest's), temporary manifests and
-    Bloom files, the spill folders of a batch bigger than memory (``add_new_file``)."""
+    evidence, tombstone and value files not in ``live`` (the manifest's), temporary
+    manifests and Bloom files, the spill folders of a batch bigger than memory
+    (``add_new_file``)."""
     _remove_spill_dirs(path)
     for name in os.listdir(path):
         if ((RUN_RE.match(name) or URL_RE.match(name) or EVIDENCE_RE.match(name)
-             or TOMB_RE.match(name))
+             or TOMB_RE.match(name) or VALUE_RE.match(name))
                 and name not in live) or TMP_RE.match(name):
             try:
                 os.unlink(os.path.join(path, name))

@@ -20,19 +20,17 @@ import zlib
 from collections.abc import Iterator
 
 import numpy as np
-import xxhash
 
-from seenstore.errors import CorruptionError, NotSupportedError
-from seenstore.store.files import write_replacing
+from seenstore.errors import CorruptionError
 from seenstore.kernels.dispatch import kept as _kernels  # numpy twin below dispatch.SMALL
+from seenstore.store import blockfile
 
 MAGIC = b"SEENURLS"
 MAJOR, MINOR = 1, 0
 HEADER = struct.Struct("<8sHHIQQQ16xQ")  # magic, major, minor, n_blocks, n_urls,
-# index_offset, index_checksum, (reserved), header_checksum over the 56 bytes before it
-assert HEADER.size == 64
-INDEX = np.dtype([("first", "<u8"), ("last", "<u8"), ("offset", "<u8"),
-                  ("size", "<u4"), ("count", "<u4"), ("checksum", "<u8")])
+# index_offset, index_checksum, (reserved), header_checksum (blockfile.py)
+assert HEADER.size == blockfile.HEADER_BYTES
+INDEX = blockfile.INDEX
 BLOCK_BYTES = 64 << 10  # URL text per block before compression
 LEVEL = 1  # zlib level: 6 saves ~8 % more bytes at ~3x the time (docs/format.md)
 NAME_RE = re.compile(r"^u-g(\d{10})(-m[0-9a-f]+)?\.url(\.tmp)?$")  # -m: merged
@@ -76,19 +74,16 @@ def write_file(path: str, keys: np.ndarray, urls, sync: bool = True) -> dict:
         cuts.append(max(cuts[-1] + 1, int(np.searchsorted(ends, start + BLOCK_BYTES)) + 1))
         cuts[-1] = min(cuts[-1], n)
     view = memoryview(ordered)
-    index = []
-    body = bytearray()
-    for i, j in zip(cuts, cuts[1:]):
+    spans = list(zip(cuts, cuts[1:]))
+    index = np.zeros(len(spans), dtype=INDEX)
+    blocks = []
+    for row, (i, j) in zip(index, spans):
         lo = int(ends[i - 1]) if i else 0
-        block = _deflate(view[lo:int(ends[j - 1]) - 1])  # its URLs without the last newline
-        index.append((int(skeys[i]), int(skeys[j - 1]), HEADER.size + len(body), len(block),
-                      j - i, xxhash.xxh3_64_intdigest(block)))
-        body += block
-    idx = np.array(index, dtype=INDEX).tobytes()
-    idx_sum = xxhash.xxh3_64_intdigest(idx)
-    head = HEADER.pack(MAGIC, MAJOR, MINOR, len(index), n, HEADER.size + len(body), idx_sum, 0)
-    head = head[:-8] + struct.pack("<Q", xxhash.xxh3_64_intdigest(head[:56]))
-    write_replacing(path, (head, body, idx), sync)
+        blocks.append(_deflate(view[lo:int(ends[j - 1]) - 1]))  # without the last newline
+        row["first"], row["last"], row["count"] = skeys[i], skeys[j - 1], j - i
+    off, idx_sum = blockfile.fill_index(blocks, index)
+    head = HEADER.pack(MAGIC, MAJOR, MINOR, len(index), n, off, idx_sum, 0)
+    blockfile.write(path, head, blocks, index, sync)
     return {"file": os.path.basename(path), "count": n, "checksum": f"{idx_sum:016x}"}
 
 
@@ -98,41 +93,16 @@ class KeptUrls:
 
     def __init__(self, path: str, entry: dict | None = None):
         self.path = path
-        try:
-            with open(path, "rb") as f:
-                head = f.read(HEADER.size)
-                magic, major, minor, nb, n, ioff, isum, hsum = HEADER.unpack(head) \
-                    if len(head) == HEADER.size else (b"",) + (0,) * 7
-                if magic != MAGIC:
-                    raise CorruptionError(f"{path}: not a kept-URL file (bad magic)")
-                if major != MAJOR:
-                    raise NotSupportedError(f"{path}: kept-URL format {major}.{minor} is not "
-                                            f"one this seenstore reads ({MAJOR}.x)")
-                if xxhash.xxh3_64_intdigest(head[:56]) != hsum:
-                    raise CorruptionError(f"{path}: kept-URL header checksum mismatch")
-                f.seek(ioff)
-                idx = f.read(nb * INDEX.itemsize)
-        except OSError as e:
-            raise CorruptionError(f"{path}: cannot read kept-URL file: {e.strerror}") from e
-        if len(idx) != nb * INDEX.itemsize or xxhash.xxh3_64_intdigest(idx) != isum:
-            raise CorruptionError(f"{path}: kept-URL index damaged or truncated")
+        fields, self.index = blockfile.read_index(path, HEADER, MAGIC, MAJOR, "kept-URL", 3, 5)
+        n, isum = fields[4], fields[6]
         if entry is not None and (entry["count"] != n or entry["checksum"] != f"{isum:016x}"):
             raise CorruptionError(f"{path}: kept-URL file does not match the manifest")
         self.count = n
-        self.index = np.frombuffer(idx, dtype=INDEX)
 
     def _blocks(self, rows) -> Iterator[list[bytes]]:
         with open(self.path, "rb") as f:
             for r in rows:
-                f.seek(int(r["offset"]))
-                data = f.read(int(r["size"]))
-                if xxhash.xxh3_64_intdigest(data) != int(r["checksum"]):
-                    raise CorruptionError(
-                        f"{self.path}: kept-URL block at {int(r['offset'])} is damaged")
-                try:
-                    text = zlib.decompress(data, -15)
-                except zlib.error as e:
-                    raise CorruptionError(f"{self.path}: kept-URL block undecodable") from e
+                text = blockfile.read_block(f, r, self.path, "kept-URL")
                 lines = text.split(b"\n")
                 if len(lines) != int(r["count"]):
                     raise CorruptionError(f"{self.path}: kept-URL block count mismatch")
@@ -147,6 +117,11 @@ class KeptUrls:
         for lines in self._blocks(sel):
             out.extend(lines)
         return out
+
+    def blocks_holding(self, sorted_keys: np.ndarray) -> Iterator[list[bytes]]:
+        """The URLs of each block whose key range holds one of ``sorted_keys``
+        (sorted uint64), block by block (a superset: callers match the keys)."""
+        yield from self._blocks(self.index[blockfile.blocks_meeting(self.index, sorted_keys)])
 
     def iter_all(self) -> Iterator[list[bytes]]:
         """Every URL, block by block, in key order."""

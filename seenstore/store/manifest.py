@@ -29,7 +29,8 @@ MINOR = 1
 # Minor 1 adds optional fields older readers ignore safely: "runs_policy_id" (the
 # identity run headers carry; absent: "policy_id"), "policy" (the whole policy the
 # store holds), "keep_urls", "url_files", "evidence", "tombstones" (the forgotten
-# keys' file: file, count, checksum; store/tombstones.py). A store whose policy changed
+# keys' file: file, count, checksum; store/tombstones.py), "values", "value_files",
+# "value_seq", "value_counts" (store/values.py). A store whose policy changed
 # has "policy_id" != "runs_policy_id", which a 2.0 reader refuses (run headers do
 # not match), so it never answers under the wrong policy.
 OLDEST_MAJOR = 1  # format 1 (one run per shard) is read and upgraded
@@ -152,9 +153,10 @@ def runs_policy_id(doc: dict) -> str:
 
 
 def named_files(doc: dict) -> set:
-    """Every file name ``doc`` names: runs, kept-URL files, the evidence snapshot, the
-    tombstone file."""
+    """Every file name ``doc`` names: runs, kept-URL and value files, the evidence
+    snapshot, the tombstone file."""
     names = {r["file"] for r in doc["runs"]} | {e["file"] for e in doc.get("url_files", ())}
+    names |= {e["file"] for e in doc.get("value_files", ())}
     for field in ("evidence", "tombstones"):
         if doc.get(field):
             names.add(doc[field]["file"])

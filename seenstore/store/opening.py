@@ -27,7 +27,7 @@ PREFAULT_MIN_BYTES = 4 << 20  # smaller new filters fault in within the first in
 def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_id,
                shard_bits, wait, mode: str, bloom: bool, bloom_fpr: float, bloom_capacity,
                sync: bool, run_format: int | None, threads, cache_bytes, policy=None,
-               keep_urls=None):
+               keep_urls=None, values=None):
     """``cls.open``'s body (facade.py ``SeenStore.open``: its docstring)."""
     if policy is not None:
         if policy_id is not None and policy_id != policy.identity:
@@ -36,6 +36,8 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
         policy_id = policy.identity
     if keep_urls not in (None, True, False):
         raise InvalidInputError(f"keep_urls must be True, False or None, got {keep_urls!r}")
+    if values not in (None, True, False):
+        raise InvalidInputError(f"values must be True, False or None, got {values!r}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
     check_budget(cache_bytes)
@@ -57,7 +59,7 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
         raise InvalidInputError(f"mode must be one of {MODES}, got {mode!r}")
     if readonly:
         store = cls(path, manifest.read(path), None)
-        store._check_identity(layout, policy_id, None)
+        store._check_identity(layout, policy_id, None, values)
         store._adopt_settings(policy, keep_urls)
         store._live.refresh(force=True)
         store.threads = threads or store.threads
@@ -70,6 +72,8 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
     try:
         if not os.path.exists(os.path.join(path, manifest.NAME)):
             fields = {} if keep_urls is None else {"keep_urls": keep_urls}
+            if values:
+                fields["values"] = True
             if policy is not None and policy.identity != DEFAULT_POLICY_ID:
                 fields["policy"] = {"version": 0, "toml": policy.to_toml(), "hosts": {}}
             commitmod.create(path, layout or DEFAULT_LAYOUT, policy_id or DEFAULT_POLICY_ID,
@@ -79,7 +83,7 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
         store._live.sync = sync
         store.threads = threads or store.threads
         store.cache_bytes = default_budget() if cache_bytes is None else cache_bytes
-        store._check_identity(layout, policy_id, shard_bits)
+        store._check_identity(layout, policy_id, shard_bits, values)
         store._adopt_settings(policy, keep_urls)
         remove_leftovers(path, manifest.named_files(store._doc))
         store._live.open_runs()

@@ -75,6 +75,11 @@ def stats(store, doc: dict, runs: dict, bloom: dict | None) -> dict:
         "kept_url_bytes": sum(size(os.path.join(path, e["file"]))
                               for e in doc.get("url_files", ())),
         "evidence_records": (doc.get("evidence") or {}).get("count", 0),  # in the snapshot
+        # per-key values (store/values.py): files, entries, bytes (the manifest's figures)
+        "values": bool(doc.get("values")),
+        "value_files": len(doc.get("value_files", ())),
+        "value_entries": sum(e["count"] for e in doc.get("value_files", ())),
+        "value_bytes": sum(e["bytes"] for e in doc.get("value_files", ())),
         "generation": doc["generation"],
         # what this writer writes new runs below and from COMPRESS_MIN_KEYS keys as (by
         # size by default: runs.live.format_for), and the formats of the live runs

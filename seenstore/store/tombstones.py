@@ -233,16 +233,21 @@ def on_forgotten(store, keys: np.ndarray, generation: int) -> None:
     """The seam for state kept beside keys: called by ``forget`` with the keys it is
     about to forget (sorted unique, each stored and not yet in T) before the commit
     of ``generation``; what it stages in ``store._batch_fields`` is committed with T.
-    A store with nothing beside its keys has nothing to do."""
-    return None
+    A store with values (store/values.py) moves the keys' states out of its counters
+    and stages all-zero records for them (a readmitted key starts QUEUED); a store
+    with nothing beside its keys has nothing to do."""
+    if store._doc.get("values"):
+        store._forget_values(keys)
 
 
 def on_readmitted(store, keys: np.ndarray, generation: int) -> None:
     """The other seam: called by a batch with the forgotten keys it offers (sorted
     unique; answered new, left in their runs, taken out of T by the batch's commit
     of ``generation``) before that commit. They do not pass through the store's
-    ``_on_new`` hook, which gets the keys the batch writes."""
-    return None
+    ``_on_new`` hook, which gets the keys the batch writes; a ``check_update``'s
+    values hook (``_on_values``) gets them here, so they get their records too."""
+    if store._on_values is not None:
+        store._on_values(keys, generation)
 
 
 def without(t: np.ndarray, chunks) -> Iterator[np.ndarray]:
