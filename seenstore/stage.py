@@ -142,7 +142,7 @@ class DedupStage:
              bloom_capacity: int | None = None, threads: int | None = None,
              learn: bool = False, learn_every: int = DEFAULT_LEARN_EVERY,
              keep_urls: bool | None = None, traps=None,
-             token: str | None = None) -> DedupStage:
+             token: str | None = None, values: bool | None = None) -> DedupStage:
         """Open the store at ``store_dir`` as its one writer; the store's open
         replays the WAL (``SeenStore.open``, figures in ``stats()["replay"]``).
 
@@ -157,6 +157,8 @@ class DedupStage:
         online from ``record_fetch`` (every ``learn_every`` records: the store's
         ``learn(apply=True)``, so later offers use them). ``keep_urls``: as for
         ``SeenStore.open`` (URL offers keep their new URLs for rebuilds).
+        ``values``: as for ``SeenStore.open`` (a new store keeps a state per key:
+        what the stage hands out is QUEUED; ``mark``, ``counts``, ``requeue``).
         ``threads``: threads of the URL kernels (None: the cores; results do not
         depend on it). ``traps``: bound trap shapes among offered URLs
         (docs/frontier.md): True (a ``TrapGuard()``), an int (its
@@ -192,7 +194,7 @@ class DedupStage:
         store = SeenStore.open(store_dir, create, layout=layout, shard_bits=shard_bits,
                                policy=policy, keep_urls=keep_urls, wait=wait,
                                mode="exact", bloom=True, bloom_fpr=bloom_fpr,
-                               bloom_capacity=bloom_capacity, sync=sync)
+                               bloom_capacity=bloom_capacity, sync=sync, values=values)
         try:
             replay = store.wal_replay
             stage = cls(store, mode=mode, budget_bytes=int(budget_bytes),
@@ -258,6 +260,58 @@ class DedupStage:
         while (fut := self._flush_step(target)) is not None:
             await asyncio.wrap_future(fut)
         return self._result(_EMPTY, None, [])
+
+    # ------------------------------------------------------------ frontier state
+    def _wait_merged(self) -> None:
+        """Wait until every key handed out before this call is in the store (its
+        merge committed); the items that merges found new stay for the next
+        ``offer``/``poll``/``flush``."""
+        target = self._flush_target()
+        while (fut := self._flush_step(target)) is not None:
+            self._wait(fut, "flush_wait_s")
+
+    def _keys_of(self, items) -> np.ndarray:
+        if isinstance(items, (str, bytes)) or (
+                isinstance(items, (list, tuple)) and items and isinstance(items[0], (str, bytes))):
+            _check_all_urls(items)
+            return urlcalls.normalised(items, None, self._url_policy(), self.layout,
+                                       self.threads).keys
+        return as_keys(items)
+
+    def mark(self, items, state, **fields) -> int:
+        """Record the frontier state of URLs (under the stage's policy) or keys handed
+        out: ``state`` a ``seenstore.State`` (IN_FLIGHT, DONE, FAILED, SKIPPED, or
+        QUEUED again), ``fields`` other values to set (``fetched_at``, ``next_due``,
+        ``retries``, ``status``, ``digest``). Needs a store with values. Keys not merged
+        yet are merged first (one batch). Returns how many stored keys were marked."""
+        from seenstore.frontier.state import State
+
+        self._check()
+        keys = self._keys_of(items)
+        self._wait_merged()
+        return int(self.store.update(keys, state=State(state), **fields).sum())
+
+    def counts(self) -> dict:
+        """Keys per ``State``, adding up to every distinct key handed out or stored
+        (merges under way are waited for first). Needs a store with values."""
+        self._check()
+        self._wait_merged()
+        return self.store.counts()
+
+    def requeue(self, limit: int | None = None) -> list:
+        """After a crash: what was IN_FLIGHT, marked QUEUED again and returned to be
+        fetched again: the URLs where the store keeps them, else the keys (uint64
+        array). Needs a store with values."""
+        from seenstore.frontier.state import State
+
+        self._check()
+        self._wait_merged()
+        keys = self.store.select(State.IN_FLIGHT, limit=limit)
+        out = (self.store.select_urls(State.IN_FLIGHT, limit=limit)
+               if self.store.keep_urls else keys)
+        if len(keys):
+            self.store.update(keys, state=State.QUEUED)
+        return out
 
     # ---------------------------------------------------------------- internals
     def _prepare(self, items, payloads, base) -> tuple[np.ndarray, list | None, list,

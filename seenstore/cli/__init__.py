@@ -266,6 +266,7 @@ _COMMAND_MODULES = {
     "dump-run": "integration_cmds", "serve": "serve_cmd",
     "policy": "policy_cmds", "rebuild": "policy_cmds", "learn": "policy_cmds",
     "duplicates": "policy_cmds", "hosts": "hosts_cmd",
+    "select": "frontier_cmds", "due": "frontier_cmds", "forget": "frontier_cmds",
 }
 
 

@@ -20,7 +20,10 @@ from seenstore.store import learning, urls as urlcalls
 from seenstore.url.policy import host_key
 
 NO_VALUES = ("per-URL state (queued, in flight, done, failed, skipped), fetch times and "
-             "values per URL: the store keeps no values beside its keys yet")
+             "values per URL: this store keeps no values (a store created with values=True "
+             "does)")
+VALUES_ELSEWHERE = ("per-host counts of URL states: this report does not read the store's "
+                    "values (seenstore select --state S lists the URLs in a state)")
 NO_OFFERS = ("discovered counts only first sightings: the store keeps the URLs it admitted; "
              "links offered again are not counted, so discovered = admitted here")
 
@@ -99,7 +102,7 @@ def host_report(store, top: int | None = None) -> dict:
             e["discovered_per_fetched"] = round(e["kept_urls"] / e["fetched"], 3)
         e["depth"] = dict(sorted(e["depth"].items()))
     out = sorted(hosts.values(), key=lambda e: (-e["kept_urls"], -e["fetched"], e["host"]))
-    missing = [NO_VALUES, NO_OFFERS]
+    missing = [VALUES_ELSEWHERE if store.values else NO_VALUES, NO_OFFERS]
     if not keep:
         missing.append("kept URLs, pages per depth and discovered/fetched: the store keeps "
                        "no URLs (keys only: their top bits hash the host, not name it)")

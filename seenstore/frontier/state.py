@@ -15,3 +15,18 @@ class State(IntEnum):
     DONE = 2       # fetched
     FAILED = 3     # fetching failed (``retries`` says how often)
     SKIPPED = 4    # decided not to fetch (robots, traps, policy)
+
+
+def parse_state(text) -> State:
+    """A ``State`` from its name (any case) or number, as a user types it; raises
+    InvalidInputError naming the states otherwise."""
+    from seenstore.errors import InvalidInputError
+
+    if isinstance(text, State):
+        return text
+    s = str(text).strip()
+    try:
+        return State(int(s)) if s.isdigit() else State[s.upper().replace("-", "_")]
+    except (KeyError, ValueError):
+        raise InvalidInputError(f"unknown state {text!r}: one of "
+                                + ", ".join(f"{x.name} ({x.value})" for x in State)) from None
