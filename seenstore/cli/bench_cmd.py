@@ -29,7 +29,7 @@ from seenstore.bench.workload import CrawlStream
 from seenstore.cli import COUNT, SIZE, Count, fail, main, threads_option
 from seenstore.errors import InvalidInputError
 
-FIRST_RUN_ETA = "about a minute"  # README "First run": the warm-up of `seenstore bench --keys 1e7`
+FIRST_RUN_ETA = "about 20 s"  # README "First run": the warm-up of `seenstore bench --keys 1e7`
 
 
 @main.command()
