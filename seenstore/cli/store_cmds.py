@@ -281,8 +281,14 @@ def stats(store_dir, as_json):
         ("kept URLs", "not kept" if s["keep_urls"] is False else
          f"{s['kept_urls']:,} in {s['kept_url_files']} files "
          f"({_human_bytes(s['kept_url_bytes'])})"),
+        ("forgotten", f"{s['forgotten']:,} keys (leave the runs at their next compaction)"),
+        ("values", "kept beside the keys: " + (f"{s['value_entries']:,} entries in "
+                                               f"{s['value_files']} files")
+         if s["values"] else "not kept"),
         ("generation", str(s["generation"])),
-        ("formats", f"run {s['run_format']}, manifest {s['manifest_format']}"
+        ("formats", f"runs {s['run_format']} (large runs {s['large_run_format']}; live: "
+                    + ", ".join(f"{n} of {f}" for f, n in sorted(s["run_formats"].items()))
+                    + f"), manifest {s['manifest_format']}"
                     + (" (upgraded by the next write or `seenstore upgrade`)"
                        if int(s["manifest_format"].split(".")[0]) < manifest.MAJOR else "")
                     + (f"; {s['runs_to_upgrade']} runs of format 1.0, lookups in them "
