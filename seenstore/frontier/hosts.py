@@ -96,7 +96,8 @@ def host_report(store, top: int | None = None) -> dict:
                     e["duplicate_fetches"] += 1
                 seen.add(rec.digest)
     for t in store._doc.get(MANIFEST_FIELD) or ():
-        entry(t["host"])["traps"].append(dict(t))
+        if t.get("detected", True) is not False:  # else a count kept, not a trap
+            entry(t["host"])["traps"].append(dict(t))
     for e in hosts.values():
         if e["fetched"] and keep:
             e["discovered_per_fetched"] = round(e["kept_urls"] / e["fetched"], 3)

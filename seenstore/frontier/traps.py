@@ -75,6 +75,10 @@ from seenstore.url.policy import host_key
 MANIFEST_FIELD = "traps"
 SHAPES = ("repeat", "deep", "calendar", "session", "params")
 TRACK_CAP = 1 << 14        # digests, fetched URLs, rests kept per pattern
+# patterns not detected (yet) are recorded with their counts too, most URLs first,
+# so a reopened stage goes on counting them: a template detected after a restart
+# is bounded by every URL it let through, not only by those since the restart
+RECORD_TRACKED = 1024
 _CACHE_CAP = 1 << 16       # segment -> typed segment
 _DATE_TYPES = ("{yyyy}", "{mm}", "{dd}", "{date}", "{ym}")
 _DATE_NAMES = frozenset(("date", "day", "month", "year", "week", "y", "m", "d", "ym", "ymd",
@@ -499,8 +503,7 @@ class TrapGuard:
             if p.shape == "session" and p.detected and (rest in p.rests
                                                         or len(p.rests) < TRACK_CAP):
                 p.rests[rest] = p.rests.get(rest, 0) + 1
-            if p.detected:
-                self.changed = True
+        self.changed = True  # a count moved: recorded with the next commit
         return None
 
     # ------------------------------------------------------------- fetches
@@ -549,12 +552,21 @@ class TrapGuard:
     def record(self) -> list[dict]:
         """The detected patterns as manifest entries (``load`` reads them back)."""
         self.changed = False
-        return [{"host": t.host, "shape": t.shape, "pattern": t.pattern, "count": t.count,
-                 "refused": t.refused, "bound": t.bound} for t in self.traps()]
+        out = [{"host": t.host, "shape": t.shape, "pattern": t.pattern, "count": t.count,
+                "refused": t.refused, "bound": t.bound} for t in self.traps()]
+        tracked = sorted(((p.count, host, key) for host, pats in self.hosts.items()
+                          for key, p in pats.items() if not p.detected and p.count > 1),
+                         reverse=True)[:RECORD_TRACKED]
+        for count, host, key in tracked:
+            shape, pattern = key.split(" ", 1)
+            out.append({"host": host, "shape": shape, "pattern": pattern, "count": count,
+                        "detected": False})
+        return out
 
     def load(self, entries) -> None:
         """Take detected patterns from ``record()`` entries (a reopened stage keeps
-        refusing them; a session pattern's per-page counts start again at zero)."""
+        refusing them; a session pattern's per-page counts start again at zero), and
+        the counts of patterns not detected yet (``"detected": false``)."""
         for e in entries or ():
             shape = e.get("shape")
             if shape not in SHAPES:
@@ -563,6 +575,9 @@ class TrapGuard:
             p = pats.get(f"{shape} {e['pattern']}")
             if p is None:
                 p = pats[f"{shape} {e['pattern']}"] = _Pat(shape)
+            if e.get("detected", True) is False:
+                p.count = max(p.count, int(e.get("count", 0)))
+                continue
             p.detected = True
             p.count = max(p.count, int(e.get("count", 0)))
             p.refused = max(p.refused, int(e.get("refused", 0)))
