@@ -47,7 +47,10 @@ def forget(store, keys) -> int:
             store._tomb.discard(entry)
             raise
         store._tomb.retire(doc.get(tombstones.FIELD), entry)
-        return int(len(newly))
+    if store.values:  # the reset records went to a value file: merge past the limit
+        from seenstore.store import values
+        values.maybe_merge(store)
+    return int(len(newly))
 
 
 def canonical_host(host: str) -> str:

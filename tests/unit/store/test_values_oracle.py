@@ -1,5 +1,5 @@
-"""Stateful oracle for values beside keys: random check_update / update / add / get /
-counts / due / select / compact / merge of value files / reopen against a dict of
+"""Stateful oracle for values beside keys: random check_update / update / add / forget /
+get / counts / due / select / compact / merge of value files / reopen against a dict of
 records (small stores: numpy twins, merges forced by a small file limit)."""
 
 import os
@@ -86,6 +86,14 @@ class ValuesOracle(RuleBasedStateMachine):
                 self.recs[k].update({f: value_at(v, i) for f, v in fields.items()})
         got = self.store.update(np.array(keys, dtype=np.uint64), **as_arrays(fields))
         assert got.tolist() == want
+
+    @rule(keys=batch)
+    def forget(self, keys):
+        """Forgotten keys are absent; offered again they start from a fresh record."""
+        want = len({k for k in keys if k in self.recs})
+        for k in keys:
+            self.recs.pop(k, None)
+        assert self.store.forget(np.array(keys, dtype=np.uint64)) == want
 
     @rule(keys=batch)
     def get(self, keys):
