@@ -249,9 +249,7 @@ class DedupStage:
     def flush(self) -> Admitted:
         """Merge everything offered before this call; return every item not yet
         handed out. Afterwards every key offered before is in the store (durable)."""
-        target = self._flush_target()
-        while (fut := self._flush_step(target)) is not None:
-            self._wait(fut, "flush_wait_s")
+        self._wait_merged()
         return self._result(_EMPTY, None, [])
 
     async def flush_async(self) -> Admitted:
@@ -263,17 +261,17 @@ class DedupStage:
 
     # ------------------------------------------------------------ frontier state
     def _wait_merged(self) -> None:
-        """Wait until every key handed out before this call is in the store (its
-        merge committed); the items that merges found new stay for the next
+        """Wait until every key offered before this call is merged (its merge
+        committed); the items that merges found new stay for the next
         ``offer``/``poll``/``flush``."""
         target = self._flush_target()
         while (fut := self._flush_step(target)) is not None:
             self._wait(fut, "flush_wait_s")
 
     def _keys_of(self, items) -> np.ndarray:
-        if isinstance(items, (str, bytes)) or (
-                isinstance(items, (list, tuple)) and items and isinstance(items[0], (str, bytes))):
-            _check_all_urls(items)
+        """The keys of URLs (under the stage's policy) or keys, checked as offers are."""
+        items, is_urls = _items(items)
+        if is_urls:
             return urlcalls.normalised(items, None, self._url_policy(), self.layout,
                                        self.threads).keys
         return as_keys(items)
@@ -323,18 +321,7 @@ class DedupStage:
         of URLs (str/bytes), not both; a single str/bytes is one URL."""
         if self._closed:
             raise ClosedError("the dedup stage is closed")
-        if isinstance(items, (str, bytes)):
-            items = [items]
-        elif isinstance(items, Mapping) or not isinstance(items, (np.ndarray, Iterable)):
-            raise InvalidInputError(
-                f"offer takes keys (a uint64 array or ints) or URLs (str/bytes), in a list "
-                f"or any iterable; got {type(items).__name__}")
-        elif not isinstance(items, (np.ndarray, list, tuple)):
-            items = list(items)  # generators, sets, ranges ...: read once
-        is_urls = (not isinstance(items, np.ndarray) and len(items) > 0
-                   and isinstance(items[0], (str, bytes)))
-        if is_urls:
-            _check_all_urls(items)
+        items, is_urls = _items(items)
         if payloads is not None and (not hasattr(payloads, "__len__")
                                      or len(payloads) != len(items)):
             raise InvalidInputError("payloads must have one entry per offered item")
@@ -886,6 +873,24 @@ def _mark_sorted(needles: np.ndarray, chunk: np.ndarray, out: np.ndarray) -> Non
         sub = needles[a:b]
         p = np.minimum(np.searchsorted(chunk, sub), len(chunk) - 1)
         out[a:b] |= chunk[p] == sub
+
+
+def _items(items) -> tuple:
+    """``items`` as offered (see ``_prepare``) checked and read once: (a uint64 array,
+    list or tuple, whether they are URLs). Raises InvalidInputError."""
+    if isinstance(items, (str, bytes)):
+        items = [items]
+    elif isinstance(items, Mapping) or not isinstance(items, (np.ndarray, Iterable)):
+        raise InvalidInputError(
+            f"offer takes keys (a uint64 array or ints) or URLs (str/bytes), in a list "
+            f"or any iterable; got {type(items).__name__}")
+    elif not isinstance(items, (np.ndarray, list, tuple)):
+        items = list(items)  # generators, sets, ranges ...: read once
+    is_urls = (not isinstance(items, np.ndarray) and len(items) > 0
+               and isinstance(items[0], (str, bytes)))
+    if is_urls:
+        _check_all_urls(items)
+    return items, is_urls
 
 
 def _check_all_urls(items) -> None:

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from seenstore.cli import default_store_dir, main, store_option
+from seenstore.cli import main, store_option
 
 _FORMATS = ("auto", "urls", "keys", "raw")
 _format_option = click.option(
@@ -22,10 +22,9 @@ _limit_option = click.option("--limit", type=click.IntRange(min=1), default=None
 
 
 def _open(store_dir, readonly: bool):
-    from seenstore.store import SeenStore
+    from seenstore.cli.store_cmds import _open as open_store
 
-    return SeenStore.open(store_dir or default_store_dir(), readonly=readonly,
-                          wait=0.0 if readonly else None)
+    return open_store(store_dir, readonly=readonly, wait=0.0 if readonly else None)
 
 
 def _print(store, keys, urls_of, fmt: str, as_json: bool, what: dict) -> None:
@@ -118,7 +117,7 @@ def forget_cmd(store_dir, urls, keys_file, hosts, as_json):
     import numpy as np
 
     from seenstore.errors import InvalidInputError
-    from seenstore.store.urls import normalised, store_policy
+    from seenstore.store.urls import store_normalised
 
     if not urls and keys_file is None and not hosts:
         raise click.UsageError("give URLs, - (URLs on stdin), --keys FILE or --host HOST")
@@ -133,7 +132,7 @@ def forget_cmd(store_dir, urls, keys_file, hosts, as_json):
     out = {"forgotten": 0, "rejected": 0, "hosts": {}}
     with _open(store_dir, readonly=False) as store:
         if urls:
-            nz = normalised(list(urls), None, store_policy(store), store.layout, store.threads)
+            nz = store_normalised(store, list(urls))
             out["rejected"] = len(nz.rejected)
             keys = np.concatenate([keys, nz.keys])
         if len(keys):

@@ -14,7 +14,7 @@ from seenstore.keys.batch import as_keys, prepare
 from seenstore.store import check, kepturls, tombstones
 from seenstore.store.files import fault, io_error
 from seenstore.store.rebuild import host_prefixes
-from seenstore.store.urls import normalised, store_policy
+from seenstore.store.urls import store_normalised
 from seenstore.url.fingerprint import fingerprint_many, url_host
 from seenstore.url.normalise import Rejection, try_normalise
 from seenstore.url.policy import DEFAULT_POLICY
@@ -93,5 +93,5 @@ def drop_host(store, host: str) -> int:
     urls = host_urls(store, canonical_host(host))
     if not urls:
         return 0
-    keys = normalised(urls, None, store_policy(store), store.layout, store.threads).keys
+    keys = store_normalised(store, urls).keys
     return forget(store, keys)

@@ -103,10 +103,15 @@ def store_policy(store) -> Policy:
     return policy
 
 
+def store_normalised(store, urls, base: str | None = None) -> Normalised:
+    """``urls`` normalised under the policy ``store`` holds (``normalised``)."""
+    return normalised(urls, base, store_policy(store), store.layout, store.threads)
+
+
 def add_urls(store, urls, base: str | None = None) -> np.ndarray:
     """``SeenStore.add_urls``'s body (its docstring)."""
     store._check_writable()
-    nz = normalised(urls, base, store_policy(store), store.layout, store.threads)
+    nz = store_normalised(store, urls, base)
     return nz.aligned(add_normalised(store, nz))
 
 
@@ -164,7 +169,7 @@ class KeptLinesHook:
 def contains_urls(store, urls, base: str | None = None) -> np.ndarray:
     """``SeenStore.contains_urls``'s body (its docstring)."""
     store._check_open()
-    nz = normalised(urls, base, store_policy(store), store.layout, store.threads)
+    nz = store_normalised(store, urls, base)
     return nz.aligned(store.contains(nz.keys))
 
 

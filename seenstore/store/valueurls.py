@@ -25,16 +25,11 @@ def _at(fields: dict, positions: np.ndarray, n: int) -> dict:
     return out
 
 
-def _normalised(store, urls, base):
-    return urlcalls.normalised(urls, base, urlcalls.store_policy(store), store.layout,
-                               store.threads)
-
-
 def check_update_urls(store, urls, base, initial: dict) -> np.ndarray:
     """``SeenStore.check_update_urls``'s body (its docstring)."""
     values.require(store)
     store._check_writable()
-    nz = _normalised(store, urls, base)
+    nz = urlcalls.store_normalised(store, urls, base)
     mask = values.check_update(store, nz.keys, _at(initial, nz.positions, nz.n),
                                admit=lambda _: urlcalls.add_normalised(store, nz))
     return nz.aligned(mask)
@@ -43,14 +38,14 @@ def check_update_urls(store, urls, base, initial: dict) -> np.ndarray:
 def update_urls(store, urls, base, fields: dict) -> np.ndarray:
     """``SeenStore.update_urls``'s body (its docstring)."""
     values.require(store)
-    nz = _normalised(store, urls, base)
+    nz = urlcalls.store_normalised(store, urls, base)
     return nz.aligned(values.update(store, nz.keys, _at(fields, nz.positions, nz.n)))
 
 
 def get_urls(store, urls, base=None) -> np.ndarray:
     """``SeenStore.get_urls``'s body (its docstring)."""
     values.require(store)
-    nz = _normalised(store, urls, base)
+    nz = urlcalls.store_normalised(store, urls, base)
     out = np.zeros(nz.n, dtype=values.GET_DTYPE)
     out[nz.positions] = values.get(store, nz.keys)
     return out
