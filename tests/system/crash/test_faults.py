@@ -12,7 +12,7 @@ import pytest
 
 from seenstore.store.runs.reader import RunReader
 
-DAMAGES = int(os.environ.get("SEENSTORE_FAULT_DAMAGES", "210"))  # 35 per kind, ~17 s here
+DAMAGES = int(os.environ.get("SEENSTORE_FAULT_DAMAGES", "120"))  # 20 per kind, ~9 s here
 
 
 @pytest.fixture(scope="module")

@@ -230,11 +230,11 @@ def _store_and_batch_4x(tmp_path, memory: int, seed: int, **open_kw):
 
 
 def test_merge_of_a_batch_4x_its_memory_stays_within_the_budget(tmp_path):
-    memory = 64 << 20
+    memory = 32 << 20
     path, store, want_new, want_store = _store_and_batch_4x(tmp_path, memory, 11)
     _, base = _peak_rss(sys.executable, "-c", BASELINE)
     _, peak = _peak_rss(sys.executable, "-m", "seenstore.cli", "merge", path, "--store", store,
-                        "--memory", "64M", "--new-out", str(tmp_path / "new.bin"))
+                        "--memory", "32M", "--new-out", str(tmp_path / "new.bin"))
     assert peak - base < memory, (peak >> 20, base >> 20)
     new = np.fromfile(str(tmp_path / "new.bin"), dtype="<u8")
     assert np.array_equal(new, want_new)
@@ -258,7 +258,7 @@ def test_spilled_merge_into_compressed_runs_stays_within_the_budget(tmp_path):
     sweeps and the new runs are written compressed, one writer per shard kept until
     the commit (each held its 16 MiB of buffers: 459 MiB peak for a 64 MiB budget
     before the writers freed them at finish). Batch 4x the budget, oracle check."""
-    memory = 64 << 20
+    memory = 32 << 20
     path, store, want_new, want_store = _store_and_batch_4x(tmp_path, memory, 12, run_format=2,
                                                             shard_bits=6)
     # baseline: the same script, a 64-key batch, on a copy of the store (every kernel
