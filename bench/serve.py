@@ -14,6 +14,11 @@ and the exactly-once check (the union of "new" answers is every distinct URL,
 none twice). Memory per distinct URL: Redis ``INFO memory`` used_memory (and its
 growth from the empty server); seenstore: the server's RSS at the end (and its
 growth from the idle server, after the warm-up) and the store's bytes on disk.
+Both also sampled every 0.25 s during the run (seenstore: the server's RSS against
+its key count, /v1/stats; Redis: used_memory against SCARD): the *marginal* bytes
+per URL is the least-squares slope over the second half of the keys, what each
+further URL costs once the fixed parts (the interpreter and kernels, the run cache
+and answer log up to their budgets) are in.
 
     python bench/serve.py --urls 1e6          # 8 clients x 1e6 URLs (the issue's figure)
     python bench/serve.py --urls 1e5 --clients 4 --request 5000
@@ -52,6 +57,17 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def rss_parts(pid: int) -> dict:
+    """RssAnon, RssFile, RssShmem of ``pid`` in bytes (file pages: mapped files,
+    reclaimable)."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("RssAnon", "RssFile", "RssShmem")):
+                out[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,6 +82,45 @@ def rss_of(pid: int) -> tuple[int, int]:
             if line.startswith(("VmRSS", "VmHWM")):
                 out[line.split(":")[0]] = int(line.split()[1]) * 1024
     return out.get("VmRSS", 0), out.get("VmHWM", 0)
+
+
+class Sampler:
+    """(keys, bytes) pairs from ``probe()`` every ``step`` seconds on a thread."""
+
+    def __init__(self, probe, step: float = 0.25) -> None:
+        import threading
+
+        self.points: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._probe = probe
+
+        def run() -> None:
+            while not self._stop.wait(step):
+                try:
+                    self.points.append(self._probe())
+                except Exception:  # noqa: BLE001 - a sample lost is a sample lost
+                    pass
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        """Stop; the marginal bytes per key: the slope over the second half of the
+        keys (NaN with fewer than 4 samples there)."""
+        self._stop.set()
+        self._thread.join()
+        try:
+            self.points.append(self._probe())
+        except Exception:  # noqa: BLE001
+            pass
+        if not self.points:
+            return float("nan")
+        top = max(k for k, _ in self.points)
+        late = [(k, b) for k, b in self.points if k >= top / 2]
+        if len(late) < 4 or len({k for k, _ in late}) < 2:
+            return float("nan")
+        k, b = np.array(late, dtype=np.float64).T
+        return float(np.polyfit(k, b, 1)[0])
 
 
 def client_urls(c: int, n: int) -> tuple[list[str], np.ndarray]:
@@ -162,8 +217,15 @@ def bench_seenstore(work: str, clients: int, n: int, req: int, max_delay: float,
         line = proc.stdout.readline()
         url = line.split(" on ")[-1].strip()
         idle_rss = rss_of(proc.pid)[0]
-        out = run_clients(_seenstore_client, url, clients, n, req)
+        idle_parts = rss_parts(proc.pid)
+        from seenstore import Client
+
+        with Client(url) as probe_client:
+            sampler = Sampler(lambda: (probe_client.stats()["keys"], rss_of(proc.pid)[0]))
+            out = run_clients(_seenstore_client, url, clients, n, req)
+            out["marginal_per_url"] = sampler.stop()
         rss, hwm = rss_of(proc.pid)
+        out["parts"] = {k: (idle_parts[k], v) for k, v in rss_parts(proc.pid).items()}
         disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(store)
                    for f in fs)
         out.update(rss=rss, hwm=hwm, idle_rss=idle_rss, disk=disk)
@@ -196,7 +258,10 @@ def bench_redis(clients: int, n: int, req: int) -> dict:
             except redis.ConnectionError:
                 time.sleep(0.05)
         base = r.info("memory")["used_memory"]
+        probe = redis.Redis(port=port)
+        sampler = Sampler(lambda: (probe.scard("seen"), probe.info("memory")["used_memory"]))
         out = run_clients(_redis_client, port, clients, n, req)
+        out["marginal_per_url"] = sampler.stop()
         mem = r.info("memory")
         out.update(used_memory=mem["used_memory"], base_memory=base,
                    rss=rss_of(proc.pid)[0])
@@ -230,24 +295,27 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     r = None if a.skip_redis else bench_redis(a.clients, n, a.request)
     print(f"{'':12}{'URLs/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'exactly once':>14}"
-          f"{'memory B/URL':>14}{'(growth)':>10}{'disk B/URL':>12}")
+          f"{'memory B/URL':>14}{'(growth)':>10}{'marginal':>10}{'disk B/URL':>12}")
     print(f"{'seenstore':12}{s['urls_per_s']:>12,.0f}{s['p50_ms']:>9.1f}{s['p99_ms']:>9.1f}"
           f"{str(s['exactly_once']):>14}{s['rss_per_url']:>14.1f}{s['growth_per_url']:>10.1f}"
-          f"{s['disk_per_url']:>12.1f}")
+          f"{s['marginal_per_url']:>10.1f}{s['disk_per_url']:>12.1f}")
     if r is not None:
         print(f"{'redis':12}{r['urls_per_s']:>12,.0f}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
               f"{str(r['exactly_once']):>14}{r['mem_per_url']:>14.1f}"
-              f"{r['growth_per_url']:>10.1f}{'-':>12}")
+              f"{r['growth_per_url']:>10.1f}{r['marginal_per_url']:>10.1f}{'-':>12}")
     print(f"distinct URLs {s['distinct']:,}; seenstore new answers {s['new']:,}, server RSS "
           f"{s['rss'] / 2**20:.0f} MiB (peak {s['hwm'] / 2**20:.0f}, idle "
           f"{s['idle_rss'] / 2**20:.0f}), store {s['disk'] / 2**20:.1f} MiB on disk, "
           f"SIGTERM exit {s['exit']}")
+    print("server RSS by kind, idle -> end (MiB): " + ", ".join(
+        f"{k} {a / 2**20:.0f} -> {b / 2**20:.0f}" for k, (a, b) in s["parts"].items()))
     if r is not None:
         print(f"redis: new answers {r['new']:,}, used_memory {r['used_memory'] / 2**20:.0f} "
               f"MiB (empty {r['base_memory'] / 2**20:.1f}), RSS {r['rss'] / 2**20:.0f} MiB")
         print(f"throughput seenstore/redis {s['urls_per_s'] / r['urls_per_s']:.2f}x; memory "
               f"per URL seenstore RSS/redis used_memory {s['rss_per_url'] / r['mem_per_url']:.2f}"
-              f" (growth {s['growth_per_url'] / r['growth_per_url']:.2f})")
+              f" (growth {s['growth_per_url'] / r['growth_per_url']:.2f}, marginal "
+              f"{s['marginal_per_url'] / r['marginal_per_url']:.2f})")
     ok = s["exactly_once"] and (r is None or r["exactly_once"])
     sys.exit(0 if ok else 1)
 

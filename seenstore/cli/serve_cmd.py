@@ -24,6 +24,9 @@ from seenstore.cli import SIZE, USAGE_EXIT, fail, main, store_option, default_st
 # past ~8e6 keys the server grows mostly by its Bloom filter; and glibc keeps fewer
 # arenas of free memory.
 SERVE_MALLOC_ARENAS = 2
+# A group commit checks a few thousand keys per shard: its merge buffers (three per
+# checking thread, streaming the runs in) need not be the store's 8 MiB each.
+SERVE_CHUNK_KEYS = 1 << 18
 
 
 @main.command("serve")
@@ -48,10 +51,15 @@ SERVE_MALLOC_ARENAS = 2
 @click.option("--cache-bytes", default="64M", show_default=True, metavar="SIZE",
               help="Memory for live runs' keys (the run cache: 8 B per key cached; 0 off: "
                    "batches read the runs from disk).")
+@click.option("--bloom/--no-bloom", default=False, show_default=True,
+              help="Keep a Bloom filter in memory. The server admits URLs and keys by the "
+                   "exact sweep, which never asks the filter; the filter only answers "
+                   "/contains requests for absent keys without a sweep, at 2.4-12 B per "
+                   "key of memory (docs/serve.md, \"Memory\").")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
 def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max_body, warm,
-              cache_bytes, wait):
+              cache_bytes, bloom, wait):
     """Serve the store to many clients (HTTP/1.1): group commit, exactly-once answers.
 
     Endpoints: POST /v1/urls/add, /v1/urls/contains, /v1/keys/add, /v1/keys/contains;
@@ -89,7 +97,9 @@ def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max
         warm_up(os.path.dirname(os.path.abspath(path)) or None, child=True)
     cache_bytes = 0 if cache_bytes.strip() == "0" else SIZE.convert(cache_bytes, None, None)
     store = SeenStore.open(path, create=create, policy=given,
-                           wait=None if wait < 0 else wait, cache_bytes=cache_bytes)
+                           wait=None if wait < 0 else wait, cache_bytes=cache_bytes,
+                           bloom=bloom)
+    store.chunk_keys = SERVE_CHUNK_KEYS
     try:
         from seenstore.store.urls import store_policy
 

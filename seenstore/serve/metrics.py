@@ -45,7 +45,7 @@ def prometheus(fig: dict, latency) -> str:
           cnt.get("compactions", 0))
     _line(out, "bytes_compacted_total", "counter", "Bytes compaction wrote.",
           cnt.get("bytes_compacted", 0))
-    if bloom:
+    if bloom.get("bytes"):  # a server with --bloom
         _line(out, "bloom_false_positive_rate", "gauge",
               "The Bloom filter's expected false-positive rate at its fill.",
               bloom.get("expected_fpr", 0.0))

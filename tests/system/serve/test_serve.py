@@ -83,6 +83,51 @@ def test_concurrent_clients_get_each_url_new_exactly_once(server):
             False, True]
 
 
+def _metrics(url: str) -> dict:
+    """GET /metrics parsed: {name{labels}: value}; every sample has its # TYPE line."""
+    status, body = _post(f"{url}/metrics", method="GET")
+    assert status == 200
+    typed, out = set(), {}
+    for line in body.decode().splitlines():
+        if line.startswith("# TYPE "):
+            typed.add(line.split()[2])
+        elif line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            base = name.split("{")[0]
+            assert base in typed or base.rsplit("_", 1)[0] in typed, line
+            out[name] = float(value)
+    return out
+
+
+@pytest.mark.parametrize("bloom", [False, True])
+def test_metrics_agree_with_stats_with_and_without_the_filter(tmp_path, bloom):
+    """GET /metrics in Prometheus text: keys, batches, the latency histogram, runs,
+    compaction, queue depth; the Bloom filter's rate and bytes only with --bloom (the
+    server admits by the exact sweep without it, docs/serve.md "Memory")."""
+    args = ["--max-delay", "1"] + (["--bloom"] if bloom else [])
+    with ServerProc(tmp_path / "store", *args) as s, Client(s.url) as cl:
+        urls = [f"http://m{i % 7}.example/p/{i}" for i in range(3000)]
+        assert cl.add_urls(urls).all()
+        assert not cl.add_urls(urls[:1000]).any()
+        assert not cl.contains_urls(["http://absent.example/"]).any()
+        m, st = _metrics(s.url), cl.stats()
+        assert m["seenstore_keys"] == st["keys"] == 3000
+        assert m["seenstore_keys_new_total"] == 3000
+        assert m["seenstore_keys_offered_total"] == 4000
+        assert m["seenstore_batches_total"] == st["groups"] >= 2
+        count = m["seenstore_batch_latency_seconds_count"]
+        assert count == st["groups"]
+        assert m['seenstore_batch_latency_seconds_bucket{le="+Inf"}'] == count
+        assert m["seenstore_runs"] >= 1 and m["seenstore_queue_depth"] == 0
+        assert "seenstore_compaction_pending_jobs" in m
+        if bloom:
+            assert 0 < m["seenstore_bloom_false_positive_rate"] < 1e-2
+            assert m["seenstore_bloom_bytes"] == st["store_stats"]["bloom"]["bytes"] > 0
+        else:
+            assert "seenstore_bloom_bytes" not in m
+            assert "seenstore_bloom_false_positive_rate" not in m
+
+
 def _post(url: str, body: bytes = b"", headers: dict | None = None, method: str = "POST"):
     req = urllib.request.Request(url, data=body if method == "POST" else None,
                                  headers=headers or {}, method=method)
