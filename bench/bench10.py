@@ -102,6 +102,11 @@ def _path(params: dict) -> str:
     return "in memory"
 
 
+def _fmt(run_format) -> str:
+    """The run format column: None is the store's default, the format by run size."""
+    return "by size (2 from 2^22 keys)" if run_format is None else str(run_format)
+
+
 def render(logs: str) -> str:
     runs = load(logs)
     lines = ["| --keys | batches | path | run format | verified | store s | ns/key | "
@@ -118,7 +123,7 @@ def render(logs: str) -> str:
         lines.append(
             f"| {k} | {len(r['batches'])} x {p['batch']:,} | "
             f"{_path(p)} | "
-            f"{p.get('run_format')} | {r['verified']} | {r['store_s']:.0f} | {ns:.1f} | "
+            f"{_fmt(p.get('run_format'))} | {r['verified']} | {r['store_s']:.0f} | {ns:.1f} | "
             f"{r['bytes_read'] / n:.1f} | {r['bytes_written'] / n:.1f} | "
             f"{r['disk_bytes_per_key'] or 0:.2f} | {r['peak_rss_bytes'] / 2**30:.2f} | "
             f"{res.get('disk_needed', 0) / 2**30:.1f} |")
