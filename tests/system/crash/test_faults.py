@@ -12,7 +12,7 @@ import pytest
 
 from seenstore.store.runs.reader import RunReader
 
-DAMAGES = int(os.environ.get("SEENSTORE_FAULT_DAMAGES", "120"))  # 20 per kind, ~9 s here
+DAMAGES = int(os.environ.get("SEENSTORE_FAULT_DAMAGES", "90"))  # 15 per kind, ~7 s here
 
 
 @pytest.fixture(scope="module")
