@@ -224,11 +224,12 @@ def tiered(tmp_path_factory):
     return _tiered_world(tmp_path_factory, "tiered", 11, 400_000)
 
 
-COMPACT_POINTS = ([f"compact-write@{n}" for n in (1, 2, 3, 4)]
-                  + [f"compact-written@{n}" for n in (1, 2, 3, 4)]
-                  + [f"compact-before-manifest@{n}" for n in (1, 2, 3, 4)]
-                  + [f"compact-after-manifest@{n}" for n in (1, 2, 3, 4)]
-                  + [f"compact-retire@{n}" for n in (1, 7, 20)])
+# each step at the first shard's merge and at the last (4 shards)
+COMPACT_POINTS = ([f"compact-write@{n}" for n in (1, 4)]
+                  + [f"compact-written@{n}" for n in (1, 4)]
+                  + [f"compact-before-manifest@{n}" for n in (1, 4)]
+                  + [f"compact-after-manifest@{n}" for n in (1, 4)]
+                  + [f"compact-retire@{n}" for n in (1, 20)])
 
 
 @pytest.mark.slow
