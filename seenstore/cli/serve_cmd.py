@@ -20,9 +20,9 @@ from seenstore.errors import InvalidInputError, StoreIOError
 from seenstore.cli import SIZE, USAGE_EXIT, fail, main, store_option, default_store_dir
 
 # The server's memory per URL is the product's figure (docs/serve.md, "Memory"): the
-# run cache gets a fixed budget, not a share of the machine (the store's default), so
-# past ~8e6 keys the server grows mostly by its Bloom filter; and glibc keeps fewer
-# arenas of free memory.
+# run cache gets a fixed budget, not a share of the machine (the store's default); no
+# Bloom filter unless --bloom (the admits never ask it); and glibc keeps fewer arenas
+# of free memory.
 SERVE_MALLOC_ARENAS = 2
 # A group commit checks a few thousand keys per shard: its merge buffers (three per
 # checking thread, streaming the runs in) need not be the store's 8 MiB each.
