@@ -21,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from seenstore.keys.batch import as_keys
-from seenstore.errors import (CorruptionError, InvalidInputError, MismatchError, NotAStoreError,
-                              SeenStoreError, StoreIOError, StoreNotFoundError)
+from seenstore.errors import (ClosedError, CorruptionError, InvalidInputError, MismatchError,
+                              NotAStoreError, SeenStoreError, StoreIOError,
+                              StoreNotFoundError)
 from seenstore.kernels.batch import mark_first_new, mark_members
 from seenstore.layout import DEFAULT_LAYOUT, Layout
 from seenstore.keys.partition import partition
@@ -321,6 +322,7 @@ class ShardedStore:
         directory. Errors raised by a shard come back as themselves."""
         from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayTaskError
 
+        self._check_open()
         refs = {i: submit(i) for i in shards}
         out, tries = {}, {}
         while refs:
@@ -376,9 +378,16 @@ class ShardedStore:
             return {i: self._ray.put(p) for i, p in parts.items()}
         return dict(zip(parts, self._pool.map(self._ray.put, parts.values())))
 
+    def _check_open(self) -> None:
+        """A closed store (its actors stopped; or a copy taken after that) has no shard
+        to ask: every call raises rather than answer from none."""
+        if not self.actors:
+            raise ClosedError("the sharded store is closed (its shard actors are stopped)")
+
     def _admit(self, keys: np.ndarray, batch_id: str | None, sorted_unique: bool):
         """Send each shard its part of the batch; return (grouped keys, bounds, the
         answer of every shard that got keys: sorted new keys)."""
+        self._check_open()
         bid = batch_id or uuid.uuid4().hex
         t0 = time.perf_counter()
         part, bounds = self._parts(keys, sorted_unique)

@@ -251,6 +251,28 @@ def test_ray_data_dedup(twins):
     assert dedup(ds, column="url", store=s).count() == 0
 
 
+def test_a_closed_sharded_store_refuses_every_call(ray_cluster, tmp_path):
+    """After close (its actors stopped), or in a copy taken after it (a Ray Data task),
+    a call raises ClosedError: it never answers from no shard (every key "seen")."""
+    import ray.data
+
+    from seenstore.errors import ClosedError
+
+    st = ShardedStore.open(str(tmp_path / "c"), shards=2, create=True, sync=False)
+    st.add(np.arange(5, dtype=np.uint64))
+    st.close()
+    st.close()  # twice: nothing more to do
+    keys = np.arange(10, dtype=np.uint64)
+    for call in (st.add, st.add_new, st.contains, st.maybe_contains):
+        with pytest.raises(ClosedError, match="closed"):
+            call(keys)
+    with pytest.raises(ClosedError):
+        len(st)
+    ds = ray.data.from_items([{"url": "https://a.example/x"}])
+    with pytest.raises(Exception, match="closed"):
+        dedup(ds, column="url", store=st).take_all()
+
+
 # -------------------------------------------------------------------- CLI
 def test_cli_cluster_commands_and_bench(ray_cluster, tmp_path):
     root = str(tmp_path / "c")
