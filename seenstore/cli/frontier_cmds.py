@@ -116,7 +116,7 @@ def forget_cmd(store_dir, urls, keys_file, hosts, as_json):
     """
     import numpy as np
 
-    from seenstore.errors import InvalidInputError
+    from seenstore.keys.batch import read_batch_file
     from seenstore.store.urls import store_normalised
 
     if not urls and keys_file is None and not hosts:
@@ -124,11 +124,8 @@ def forget_cmd(store_dir, urls, keys_file, hosts, as_json):
     if urls == ("-",):
         urls = tuple(line.rstrip("\r\n") for line in sys.stdin if line.strip())
     keys = np.empty(0, np.uint64)
-    if keys_file is not None:
-        raw = (sys.stdin.buffer.read() if keys_file == "-" else open(keys_file, "rb").read())
-        if len(raw) % 8:
-            raise InvalidInputError(f"{keys_file}: {len(raw)} bytes, not a multiple of 8")
-        keys = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+    if keys_file is not None:  # a batch file's checks: missing, a directory, length
+        keys = read_batch_file("/dev/stdin" if keys_file == "-" else keys_file)
     out = {"forgotten": 0, "rejected": 0, "hosts": {}}
     with _open(store_dir, readonly=False) as store:
         if urls:

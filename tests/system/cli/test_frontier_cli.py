@@ -51,3 +51,20 @@ def test_select_due_and_forget(tmp_path):
         assert s.add_urls([URLS[0], "http://b.test/x"]).tolist() == [True, True]
         assert s.get_urls([URLS[0]])["state"][0] == State.QUEUED  # a fresh record
     assert cli_bytes("forget", "--store", store, check=False).returncode == 2
+
+    # --keys FILE (raw uint64): the keys are forgotten; a torn or missing file is refused
+    from seenstore.url.fingerprint import fingerprint_many
+
+    with SeenStore.open(store, readonly=True) as s:
+        assert s.contains_urls([URLS[2]])[0]
+    kf = tmp_path / "keys.bin"
+    fingerprint_many([URLS[2]]).astype("<u8").tofile(str(kf))
+    doc = json.loads(cli_bytes("forget", "--keys", str(kf), "--store", store, "--json").stdout)
+    assert doc["forgotten"] == 1 and doc["keys"] == len(URLS) - 3
+    doc = json.loads(cli_bytes("forget", "--keys", "-", "--store", store, "--json",
+                               stdin=kf.read_bytes()).stdout)
+    assert doc["forgotten"] == 0  # already forgotten
+    (tmp_path / "torn.bin").write_bytes(b"\0" * 7)
+    for path, code in ((tmp_path / "torn.bin", 3), (tmp_path / "none.bin", 3)):
+        bad = cli_bytes("forget", "--keys", str(path), "--store", store, check=False)
+        assert bad.returncode == code and b"Traceback" not in bad.stderr, bad.stderr
