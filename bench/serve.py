@@ -57,15 +57,20 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def rss_parts(pid: int) -> dict:
-    """RssAnon, RssFile, RssShmem of ``pid`` in bytes (file pages: mapped files,
-    reclaimable)."""
+def _status(pid: int, fields: tuple[str, ...]) -> dict:
+    """The ``fields`` of /proc/PID/status that are sizes, in bytes."""
     out = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith(("RssAnon", "RssFile", "RssShmem")):
+            if line.startswith(fields):
                 out[line.split(":")[0]] = int(line.split()[1]) * 1024
     return out
+
+
+def rss_parts(pid: int) -> dict:
+    """RssAnon, RssFile, RssShmem of ``pid`` in bytes (file pages: mapped files,
+    reclaimable)."""
+    return _status(pid, ("RssAnon", "RssFile", "RssShmem"))
 
 
 def free_port() -> int:
@@ -76,11 +81,7 @@ def free_port() -> int:
 
 def rss_of(pid: int) -> tuple[int, int]:
     """(VmRSS, VmHWM) of ``pid`` in bytes."""
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS", "VmHWM")):
-                out[line.split(":")[0]] = int(line.split()[1]) * 1024
+    out = _status(pid, ("VmRSS", "VmHWM"))
     return out.get("VmRSS", 0), out.get("VmHWM", 0)
 
 
