@@ -49,6 +49,12 @@ class SeenStorePeer:
     def add(self, keys):
         return self.st.add_new(keys)  # the sorted new keys, as the others return them
 
+    def stages(self) -> dict:
+        """The last batch's figures by stage (``SeenStore.last_timings``): seconds
+        (``*_s``) and counts, for the report of a slow batch."""
+        return {k: v for k, v in self.st.last_timings.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
     def close(self):
         self.st.close()
 
@@ -232,6 +238,27 @@ def _pretouch(nbytes: int) -> None:
     del a
 
 
+PROBE_KEYS = 1 << 17
+
+
+def _probe(keys: np.ndarray) -> float:
+    """Wall ns/key of np.sort of a copy of ``keys`` (~5 ms), best of 2: the host's
+    speed just before and just after a batch, outside its timing. Wall time, so a
+    host that takes the vCPU away (steal) or a busy SMT sibling shows in it."""
+    best = float("inf")
+    for _ in range(2):
+        a = keys.copy()
+        t = time.perf_counter()
+        a.sort()
+        best = min(best, time.perf_counter() - t)
+    return best / len(keys) * 1e9
+
+
+def _cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def run_child(name: str, args, progress_path: str) -> None:
     """Run one peer over the stream; append one JSON line per batch, then a 'done' line."""
     stream = CrawlStream(args.keys, args.batch, args.reoffer, args.dup, seed=args.seed)
@@ -253,18 +280,27 @@ def run_child(name: str, args, progress_path: str) -> None:
         out.write(json.dumps({"warmup_s": warm_up(args.workdir, child=True)}) + "\n")
         reset_peak_rss()  # the JIT compiler's memory (cold numba cache) is not the run's
     total_s, correct, lost, offered = 0.0, True, 0, 0
+    probe_keys = np.random.default_rng(7).integers(0, 2**64, PROBE_KEYS, dtype=np.uint64)
     for plan in stream.plan():
         batch = stream.batch(*plan)
+        before = _probe(probe_keys)
+        c0 = _cpu_seconds()
         t0 = time.perf_counter()
         got = peer.add(batch.keys)
         dt = time.perf_counter() - t0
+        cpu = _cpu_seconds() - c0  # every thread's, the peer's background work included
+        after = _probe(probe_keys)
         ok, lost_b = _check(peer, batch, got)
         total_s += dt
         offered += len(batch.keys)
         correct &= ok
         lost += lost_b
-        out.write(json.dumps({"batch": batch.index, "offered": len(batch.keys), "s": dt,
-                              "stored_before": plan[1], "ok": ok, "lost": lost_b}) + "\n")
+        line = {"batch": batch.index, "offered": len(batch.keys), "s": dt,
+                "stored_before": plan[1], "ok": ok, "lost": lost_b, "cpu_s": cpu,
+                "probe_ns": [before, after]}
+        if hasattr(peer, "stages"):
+            line["stages"] = peer.stages()
+        out.write(json.dumps(line) + "\n")
     t0 = time.perf_counter()
     peer.close()
     close_s = time.perf_counter() - t0
@@ -364,6 +400,37 @@ def fmt_verdict(rows: list) -> str | None:
             f"<= {ns(best) / 5:,.0f} ns/key).")
 
 
+def fmt_steadiness(rows: list, limit: float = 1.5) -> str:
+    """Per peer: each batch's seconds against the median batch (the issue's "no batch
+    over 1.5x the median"); for a seenstore batch past ``limit`` x the median, its
+    seconds by stage (the store's ``last_timings``), to say where it went."""
+    out = []
+    for r in rows:
+        bs = r.get("batches") or []
+        if len(bs) < 2:
+            continue
+        secs = np.array([b["s"] for b in bs])
+        med = float(np.median(secs))
+        worst = int(np.argmax(secs))
+        out.append(f"{r['peer']}: median batch {med:.3f} s, slowest batch {bs[worst]['batch']} "
+                   f"{secs[worst]:.3f} s = {secs[worst] / med:.2f}x the median; "
+                   "per batch (x median): " + " ".join(f"{s / med:.2f}" for s in secs))
+        probes = [max(b["probe_ns"]) for b in bs if b.get("probe_ns")]
+        cpus = [b["cpu_s"] for b in bs if "cpu_s" in b]
+        if probes and cpus:
+            pmed, cmed = float(np.median(probes)), float(np.median(cpus))
+            out.append("    host probe around each batch (slower of before/after, x its median): "
+                       + " ".join(f"{p / pmed:.2f}" for p in probes)
+                       + "\n    process CPU seconds in each batch (x its median): "
+                       + " ".join(f"{c / cmed:.2f}" for c in cpus))
+        for b, s in zip(bs, secs):
+            if s > limit * med and b.get("stages"):
+                parts = ", ".join(f"{k[:-2]} {v:.3f}" for k, v in b["stages"].items()
+                                  if k.endswith("_s") and v >= 0.005)
+                out.append(f"    batch {b['batch']} ({s:.3f} s) by stage, s: {parts}")
+    return "\n".join(out)
+
+
 def plot(rows: list, path: str, args) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -444,6 +511,9 @@ def main() -> None:
     verdict = fmt_verdict(rows)
     if verdict:
         print("\n" + verdict)
+    steady = fmt_steadiness(rows)
+    if steady:
+        print("\nBatch times against each peer's median batch:\n" + steady)
     print("\nHost probe as each peer started (np.sort of 2^20 keys, ns/key of thread CPU; "
           "this VM's speed moves, so ratios compare like with like only where these agree): "
           + ", ".join(f"{r['peer']} {r['cpu_probe_ns']:.1f}" for r in rows))

@@ -84,6 +84,10 @@ def _summary_lines(r: dict) -> list[str]:
         emit(f"                 {ns['bloom_background']:.1f} ns/key of wall time, "
              f"{ns.get('bloom_cpu', 0):.1f} of CPU; waited for before the next batch's "
              "floor sorts and at the end)")
+    if r.get("final_bloom_wait_s"):
+        emit(f"                 (after the last batch, {r['final_bloom_wait_s']:.3f} s waited "
+             "for its Bloom insert, which no generation overlapped: in the store total, "
+             "not in the last batch's row)")
     stages = r.get("spill_stages_ns_per_key") or {}
     if stages:
         emit("spilled stages   " + "  ".join(f"{k} {v['wall']:.1f}/{v['cpu']:.1f}"

@@ -53,6 +53,7 @@ class BenchResult:
     batches: list = field(default_factory=list)
     stage_s: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     store_s: float = 0.0  # wall time inside store.add / add_new, all batches
+    final_bloom_wait_s: float = 0.0  # the wait for the last batch's Bloom insert (in store_s)
     bloom_background_s: float = 0.0  # Bloom inserts run past each call (bloom/deferred.py)
     bloom_cpu_s: float = 0.0  # their CPU time (the insert's threads)
     cpu_user_s: float = 0.0  # process CPU time inside add / add_new (every thread)
@@ -115,13 +116,21 @@ class BenchResult:
         if not row["ok"]:
             self.bad_batches.append(row["batch"])
 
-    def add_settled_bloom(self, waited: float, elapsed: float, cpu: float) -> None:
+    def add_settled_bloom(self, waited: float, elapsed: float, cpu: float,
+                          final: bool = False) -> None:
         """Book the wait for the last batch's deferred Bloom insert (``settle_bloom``)
-        in that batch's store time ("bloom"), and the insert's own elapsed and CPU
-        seconds as background. Requires: a batch booked."""
+        in the store time ("bloom"), and the insert's own elapsed and CPU seconds as
+        that batch's background. The wait goes into that batch's row too, unless
+        ``final``: the wait after the last batch, which no generation overlapped (a
+        crawler's work between batches would), is booked on its own
+        (``final_bloom_wait_s``) so the last row shows that batch's call alone.
+        Requires: a batch booked."""
         row = self.batches[-1]
-        row["bloom_s"] += waited
-        row["add_s"] += waited
+        if final:
+            self.final_bloom_wait_s += waited
+        else:
+            row["bloom_s"] += waited
+            row["add_s"] += waited
         self.stage_s["bloom"] += waited
         self.store_s += waited
         row["bloom_background_s"] += elapsed
@@ -163,6 +172,7 @@ class BenchResult:
             "jit_in_run": {"kernels": self.jit_in_run[0], "s": self.jit_in_run[1]},
             "wall_s": self.wall_s,
             "store_s": self.store_s,
+            "final_bloom_wait_s": self.final_bloom_wait_s,
             "keys_per_s": self.offered / self.store_s if self.store_s else None,
             "ns_per_key": {
                 **{s: self.stage_s[s] / n * 1e9 for s in STAGES},

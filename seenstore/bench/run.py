@@ -185,7 +185,8 @@ def run_bench(
     (bloom/deferred.py): it is waited for after the next batch is generated (the insert
     overlaps that, as it would a crawler's work between batches) and before that
     batch's floor sorts are timed, and after the last batch; the wait is booked in the
-    batch's store time, the insert's own time as background.
+    batch's store time (the one after the last batch in the store total only, shown on
+    its own line), the insert's own time as background.
 
     Requires: ``store_path`` does not exist yet (the run creates it; InvalidInputError
     otherwise), ``answer`` in ANSWERS."""
@@ -257,7 +258,7 @@ def run_bench(
                 on_batch(row)
             del batch, got
         if res.batches:
-            res.add_settled_bloom(*store.settle_bloom())
+            res.add_settled_bloom(*store.settle_bloom(), final=True)
         if sampler is not None:
             res.rss_by_phase = sampler.stop()
         res.store_stats = store.stats()

@@ -58,6 +58,11 @@ def test_booked_batches_sum_up_and_a_wrong_one_fails_the_run():
     res.add_settled_bloom(0.5, 2.0, 1.5)  # booked in the last batch's store time
     assert res.batches[-1]["add_s"] == 1.5 and res.stage_s["bloom"] == pytest.approx(0.7)
     assert res.store_s == 2.5 and res.bloom_background_s == 2.0 and res.bloom_cpu_s == 1.5
+    # the wait after the last batch: in the store total and the stage, not in the row
+    res.add_settled_bloom(0.25, 1.0, 0.5, final=True)
+    assert res.batches[-1]["add_s"] == 1.5 and res.batches[-1]["bloom_s"] == pytest.approx(0.6)
+    assert res.store_s == 2.75 and res.stage_s["bloom"] == pytest.approx(0.95)
+    assert res.final_bloom_wait_s == 0.25 and res.bloom_background_s == 3.0
 
 
 def test_the_floor_takes_the_best_rates_the_probes_saw():
@@ -85,3 +90,8 @@ def test_the_report_renders_the_document_of_a_run():
     assert any(line.startswith("new keys         90 (expected 90): VERIFIED") for line in lines)
     assert lines[-1].startswith("resources       batch 100 keys in memory")
     assert not any(line.startswith("memory plan") for line in lines)  # spilled runs only
+    assert not any("after the last batch" in line for line in lines)  # no final wait
+    res.add_settled_bloom(0.125, 0.5, 0.5, final=True)
+    lines = text_lines(document(res, plan, None))
+    assert any("after the last batch, 0.125 s waited for its Bloom insert" in line
+               for line in lines)
