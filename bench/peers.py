@@ -254,9 +254,10 @@ def _probe(keys: np.ndarray) -> float:
     return best / len(keys) * 1e9
 
 
-def _cpu_seconds() -> float:
+def _cpu_seconds() -> tuple[float, float, int]:
+    """The process's (user, system) CPU seconds and its page faults (minor + major)."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime, r.ru_stime, r.ru_minflt + r.ru_majflt
 
 
 def run_child(name: str, args, progress_path: str) -> None:
@@ -288,7 +289,8 @@ def run_child(name: str, args, progress_path: str) -> None:
         t0 = time.perf_counter()
         got = peer.add(batch.keys)
         dt = time.perf_counter() - t0
-        cpu = _cpu_seconds() - c0  # every thread's, the peer's background work included
+        c1 = _cpu_seconds()  # every thread's, the peer's background work included
+        cpu, sys_s, faults = c1[0] - c0[0] + c1[1] - c0[1], c1[1] - c0[1], c1[2] - c0[2]
         after = _probe(probe_keys)
         ok, lost_b = _check(peer, batch, got)
         total_s += dt
@@ -297,7 +299,7 @@ def run_child(name: str, args, progress_path: str) -> None:
         lost += lost_b
         line = {"batch": batch.index, "offered": len(batch.keys), "s": dt,
                 "stored_before": plan[1], "ok": ok, "lost": lost_b, "cpu_s": cpu,
-                "probe_ns": [before, after]}
+                "sys_s": sys_s, "faults": faults, "probe_ns": [before, after]}
         if hasattr(peer, "stages"):
             line["stages"] = peer.stages()
         out.write(json.dumps(line) + "\n")
@@ -423,6 +425,9 @@ def fmt_steadiness(rows: list, limit: float = 1.5) -> str:
                        + " ".join(f"{p / pmed:.2f}" for p in probes)
                        + "\n    process CPU seconds in each batch (x its median): "
                        + " ".join(f"{c / cmed:.2f}" for c in cpus))
+        if all("sys_s" in b for b in bs):
+            out.append("    of which system (kernel) seconds, and page faults in thousands: "
+                       + " ".join(f"{b['sys_s']:.3f}/{b['faults'] / 1e3:.0f}k" for b in bs))
         for b, s in zip(bs, secs):
             if s > limit * med and b.get("stages"):
                 parts = ", ".join(f"{k[:-2]} {v:.3f}" for k, v in b["stages"].items()

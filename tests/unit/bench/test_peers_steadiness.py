@@ -18,7 +18,8 @@ def _peers():
 
 def _row(secs, probes, cpus):
     return {"peer": "seenstore", "batches": [
-        {"batch": i, "s": s, "probe_ns": [p, p * 0.9], "cpu_s": c,
+        {"batch": i, "s": s, "probe_ns": [p, p * 0.9], "cpu_s": c, "sys_s": c / 4,
+         "faults": 1500 * i,
          "stages": {"merge_s": s * 0.7, "sort_s": 0.001, "new": 5}}
         for i, (s, p, c) in enumerate(zip(secs, probes, cpus))]}
 
@@ -32,6 +33,7 @@ def test_the_slow_batch_is_named_with_its_ratio_probe_and_stages():
     assert "host probe around each batch (slower of before/after, x its median): " \
            "1.00 1.00 1.00 1.80 1.00" in text
     assert "process CPU seconds in each batch (x its median): 1.00 1.00 1.00 2.00 1.00" in text
+    assert "page faults in thousands: 0.050/0k 0.050/2k 0.050/3k 0.100/4k 0.050/6k" in text
     stage_lines = [x for x in text.splitlines() if "by stage" in x]
     # only the batch past 1.5x; stages under 5 ms and counts left out
     assert stage_lines == ["    batch 3 (0.300 s) by stage, s: merge 0.210"]
