@@ -30,7 +30,11 @@ class Budget:
             raise InvalidInputError(
                 f"memory budget {memory} bytes is below the minimum {MIN_MEMORY >> 20} MiB")
         self.memory = memory
-        self.io_keys = max(1 << 14, min(1 << 20, memory // 64 // 8))  # I/O buffers
+        # I/O buffers, in whole O_DIRECT blocks (512 keys): the run writers of a batch
+        # share the spill's write buffer only if it is one (RunWriter takes a buffer
+        # that is not, direct_ready, for no one and makes its own 8 MiB: with a budget
+        # of no round size, every shard's writer held one until the commit)
+        self.io_keys = max(1 << 14, min(1 << 20, memory // 64 // 8)) // 512 * 512
         self.chunk_keys = memory // 5 // 8  # the read chunk; its partition copy as much
         # a slice: its keys (8 B) and found mask (1 B) per key, a bit over a quarter
         # of the budget, like the spill phase's two arrays: half of it is slack for

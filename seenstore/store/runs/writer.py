@@ -132,6 +132,9 @@ class RunWriter:
         memoryview(head).cast("B")[:] = header.pack()
         close_with_header(self._fd, memoryview(head).cast("B"), sync)
         self._fd = -1
+        # a writer is kept until its batch commits (spill.py keeps one per shard):
+        # its block buffer (8 MiB when it made its own) goes now
+        self._buf = None
         return header
 
     def sparse_keys(self) -> np.ndarray:

@@ -14,6 +14,7 @@ from seenstore.store import buckets, check
 from seenstore.store.runs import live as runs_live
 from seenstore.errors import InvalidInputError
 from seenstore.store import SeenStore
+from seenstore.runtime.aligned import aligned_empty, direct_ready
 from naive import setdiff, union
 
 EDGE = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
@@ -229,12 +230,24 @@ def _store_and_batch_4x(tmp_path, memory: int, seed: int, **open_kw):
     return path, store, setdiff(batch, old), union(old, batch)
 
 
+@given(memory=st.integers(buckets.MIN_MEMORY, 64 << 30))
+def test_the_io_buffers_of_any_budget_are_whole_direct_blocks(memory):
+    """The spill's write buffer is lent to every new run's writer only if O_DIRECT can
+    take it (direct_ready): whole blocks, whatever the budget's size."""
+    b = buckets.Budget(memory)
+    assert 0 < b.io_keys <= 1 << 20 and 64 * 8 * b.io_keys <= max(memory, 64 * 8 * (1 << 14))
+    assert direct_ready(aligned_empty(b.io_keys))
+
+
 def test_merge_of_a_batch_4x_its_memory_stays_within_the_budget(tmp_path):
-    memory = 32 << 20
+    """A budget of no round size (as a plan computes one): its I/O buffers are not
+    whole O_DIRECT blocks unless rounded, and then every shard's run writer made an
+    8 MiB buffer of its own and held it until the commit (2 GiB at 256 shards)."""
+    memory = (32 << 20) + 4104
     path, store, want_new, want_store = _store_and_batch_4x(tmp_path, memory, 11)
     _, base = _peak_rss(sys.executable, "-c", BASELINE)
     _, peak = _peak_rss(sys.executable, "-m", "seenstore.cli", "merge", path, "--store", store,
-                        "--memory", "32M", "--new-out", str(tmp_path / "new.bin"))
+                        "--memory", str(memory), "--new-out", str(tmp_path / "new.bin"))
     assert peak - base < memory, (peak >> 20, base >> 20)
     new = np.fromfile(str(tmp_path / "new.bin"), dtype="<u8")
     assert np.array_equal(new, want_new)
