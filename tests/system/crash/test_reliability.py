@@ -327,7 +327,7 @@ def test_readers_see_one_generation_while_a_writer_commits(tmp_path):
     """The bounded soak (tools/soak_readers.py, 2 minutes by hand): zero errors."""
     env = child_env()
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "soak_readers.py"),
-                        "--seconds", "6", "--dir", str(tmp_path)],
+                        "--seconds", "4", "--dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=240, env=env)
     assert p.returncode == 0 and "errors 0" in p.stdout, p.stdout + p.stderr[-3000:]
 

@@ -243,7 +243,7 @@ def test_merge_of_a_batch_4x_its_memory_stays_within_the_budget(tmp_path):
     """A budget of no round size (as a plan computes one): its I/O buffers are not
     whole O_DIRECT blocks unless rounded, and then every shard's run writer made an
     8 MiB buffer of its own and held it until the commit (2 GiB at 256 shards)."""
-    memory = (32 << 20) + 4104
+    memory = (24 << 20) + 4104
     path, store, want_new, want_store = _store_and_batch_4x(tmp_path, memory, 11)
     _, base = _peak_rss(sys.executable, "-c", BASELINE)
     _, peak = _peak_rss(sys.executable, "-m", "seenstore.cli", "merge", path, "--store", store,
