@@ -77,6 +77,9 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
     forgotten = store._tomb.keys(doc)  # T keys no longer stored leave T in this commit
     t_shard = shard_of(forgotten)
     t_gone: list = []
+    values = store.values  # records move from the old keys to the new (values.on_rebuild)
+    gone_keys: list = []  # the rebuilt hosts' stored keys (values only)
+    kept_new: list = []  # new keys stored already under another host (values only)
     entry = None
     added, removed, writers = [], [], []
     n_removed = bytes_written = rewritten = 0
@@ -89,8 +92,13 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
             old = [c.copy() for c in runsmod.iter_range(runs, lo, hi)] if readers else []
             keys = np.concatenate(old) if old else np.empty(0, np.uint64)
             before = len(keys)
-            keys = keys[:0] if prefixes is None else keys[~np.isin(keys >> ub, prefixes)]
+            theirs = None if prefixes is None else np.isin(keys >> ub, prefixes)
+            if values:
+                gone_keys.append(keys if theirs is None else keys[theirs])
+            keys = keys[:0] if theirs is None else keys[~theirs]
             mine = new_keys[shard_of(new_keys) == shard]
+            if values:
+                kept_new.append(mine[np.isin(mine, keys)])
             if (prefixes is not None and before == len(keys)
                     and not len(np.setdiff1d(mine, keys, assume_unique=True))):
                 continue  # none of these hosts' keys here, none to add
@@ -118,18 +126,24 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
             entry = store._tomb.write(tombstones.less(forgotten, gone), gen,
                                       store.sync)
             fields = {**fields, tombstones.FIELD: entry}
+        if values:
+            fields = {**fields, **_carry_values(store, urls, policy, new_keys, gone_keys,
+                                                kept_new, forgotten)}
         fault("rebuild-written")
         counters = {"rebuilds": 1, "bytes_written": bytes_written}
         store._commit(gen, added, removed, counters, step="rebuild-", fields=fields)
+        store._take_fields()  # committed above
     except OSError as e:
         for w in writers:
             w.abort()
         store._tomb.discard(entry)
+        store._drop_kept()
         raise io_error(e, f"{store.path}: rebuilding") from e
     except BaseException:
         for w in writers:
             w.abort()
         store._tomb.discard(entry)
+        store._drop_kept()
         raise
     if entry is not None or len(gone):
         store._tomb.retire(doc.get(tombstones.FIELD), entry)
@@ -138,6 +152,30 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
             "shards_rewritten": rewritten,
             "bytes_written": bytes_written, "seconds": round(time.perf_counter() - t0, 3),
             "new_keys": new_keys}
+
+
+def _carry_values(store, urls: list[str], policy: Policy, new_keys: np.ndarray,
+                  gone_keys: list, kept_new: list, forgotten: np.ndarray) -> dict:
+    """The value records of a rebuild (values.on_rebuild): each kept URL pairs its key
+    under the store's policy (the old one, when the store holds it) with its key under
+    ``policy``; the new keys that enter are those not stored already under another
+    host and not forgotten. Returns the manifest fields staged for the commit (the
+    value file, the counters, and what else the store had staged)."""
+    from seenstore.store import values
+
+    old_policy = store.policy
+    pairs = None
+    if old_policy is not None and urls:
+        layout = store.layout
+        a = normalised(urls, None, old_policy, layout, store.threads)
+        b = normalised(urls, None, policy, layout, store.threads)
+        _, ia, ib = np.intersect1d(a.positions, b.positions, return_indices=True)
+        pairs = (a.keys[ia], b.keys[ib])
+    out_keys = np.concatenate(kept_new) if kept_new else new_keys[:0]
+    entering = np.setdiff1d(new_keys, np.union1d(out_keys, forgotten), assume_unique=False)
+    removed = np.concatenate(gone_keys) if gone_keys else new_keys[:0]
+    values.on_rebuild(store, removed, pairs, entering)
+    return dict(store._batch_fields or {})
 
 
 def _kept_urls(store, prefixes, layout) -> list[str]:
@@ -186,7 +224,9 @@ def apply(store, policy: Policy, hosts=None, notes=None, bump: bool = True) -> d
             hosts = changed_hosts(store.policy, policy)
         hosts = None if hosts is None else set(hosts)
         fields = policy_fields(store._doc, policy, sorted(hosts or ()), notes, bump)
-        if hosts is not None and not hosts or not len(store):
+        # an empty store has nothing to remake, unless its keys are all forgotten
+        # (a forgotten key the new policy changes comes back under its new key)
+        if hosts is not None and not hosts or not (len(store) or tombstones.count(store._doc)):
             store._live.commit_counters(0, batches=0, fields=fields)
             store._policy_cache = None
             return {"hosts": sorted(hosts or ()), "kept_urls": 0, "keys_removed": 0,

@@ -38,7 +38,7 @@ from seenstore.store.valuefiles import (FIELDS, FULL_MASK, VALUE_DTYPE, ValueFil
                                         file_name, open_all, write_file)
 
 __all__ = ["VALUE_DTYPE", "GET_DTYPE", "FIELDS", "State", "check_update", "update", "get",
-           "counts", "recount", "due", "select", "reset_records", "on_forget",
+           "counts", "recount", "due", "select", "reset_records", "on_forget", "on_rebuild",
            "maybe_merge", "merge_value_files"]
 
 GET_DTYPE = np.dtype([("present", np.bool_)] + [(f, VALUE_DTYPE[f]) for f in FIELDS])
@@ -300,6 +300,48 @@ def on_forget(store, keys) -> None:
     if len(uniq):
         old = _gather(store, uniq, ("state",))["state"]
         _stage(store, {"value_counts": _moved(store, old, None)})
+
+
+def on_rebuild(store, removed: np.ndarray, pairs: tuple[np.ndarray, np.ndarray] | None,
+               entering: np.ndarray) -> None:
+    """For a rebuild (store/rebuild.py, before its commit): the rebuilt hosts' stored
+    keys ``removed`` leave, the keys ``entering`` (sorted unique: its new keys that
+    were not stored and are not forgotten) come in. ``pairs``: (old key, new key) of
+    each kept URL (None: the old keys are not known). A new key takes the record of
+    the old key of its URLs that was fetched last (largest ``fetched_at``, then the
+    higher state); an entering key without one starts QUEUED, a removed key that does
+    not come back gets the all-zero record (as a forgotten one). Written to the next
+    commit's value file, the counters moved; staged for the rebuild's commit (which
+    must take ``store._take_fields()``)."""
+    require(store)
+    removed = np.unique(as_keys(removed))
+    old = _gather(store, removed)
+    recs = np.zeros(len(entering), dtype=VALUE_DTYPE)
+    if pairs is not None and len(removed) and len(entering):
+        o, n = pairs
+        at = np.searchsorted(removed, o).clip(0, len(removed) - 1)
+        to = np.searchsorted(entering, n).clip(0, len(entering) - 1)
+        ok = (removed[at] == o) & (entering[to] == n)
+        at, to = at[ok], to[ok]
+        r = old[at]
+        # per new key, the pair whose old record was fetched last, then the higher state
+        order = np.lexsort((-r["state"].astype(np.int64), -r["fetched_at"].astype(np.int64),
+                            to))
+        first = np.ones(len(order), dtype=np.bool_)
+        first[1:] = to[order][1:] != to[order][:-1]
+        pick = order[first]
+        recs[to[pick]] = r[pick]
+    dead = np.setdiff1d(removed, entering, assume_unique=True)
+    keys = np.union1d(entering, dead)
+    cols = {name: np.zeros(len(keys), dtype=VALUE_DTYPE[name]) for name in FIELDS}
+    at = np.searchsorted(keys, entering)
+    for name in FIELDS:
+        cols[name][at] = recs[name]
+    staged = {}
+    if len(keys):
+        staged.update(_write(store, keys, FULL_MASK, cols))
+    staged["value_counts"] = _moved(store, old["state"], recs["state"])
+    _stage(store, staged)
 
 
 # ------------------------------------------------------------------ merging

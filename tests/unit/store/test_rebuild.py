@@ -122,8 +122,9 @@ def test_kill_inside_a_rebuild_leaves_policy_and_keys_agreeing(tmp_path, point):
     path = str(tmp_path / "s")
     urls = [f"http://{h}{p}" for h in HOSTS for p in PATHS]
     new_text = 'version = "n"\n[[rule]]\nhosts = ["*"]\nsort_query = true\nstrip_www = true\n'
-    with SeenStore.open(path, create=True) as store:
+    with SeenStore.open(path, create=True, values=True) as store:
         store.add_urls(urls)
+        store.update_urls(urls[::3], state=2, fetched_at=7)  # DONE: carried by the rebuild
         old_id = store.policy_id
     r = subprocess.run([sys.executable, "-c", KILL_SCRIPT, path, point, new_text],
                        capture_output=True, text=True, cwd=REPO,
@@ -135,10 +136,13 @@ def test_kill_inside_a_rebuild_leaves_policy_and_keys_agreeing(tmp_path, point):
         assert store.policy_id in (old_id, parse_policy(new_text).identity)
         assert keys == keys_under(urls, policy)
         store.verify()
-        leftovers = {n for n in os.listdir(path) if n.endswith((".run", ".url"))}
+        leftovers = {n for n in os.listdir(path) if n.endswith((".run", ".url", ".val"))}
         doc = store._doc
         assert leftovers == {r["file"] for r in doc["runs"]} | {
-            e["file"] for e in doc["url_files"]}
+            e["file"] for e in doc["url_files"]} | {e["file"] for e in doc["value_files"]}
+        from seenstore.store import values
+        counts = store.counts()
+        assert counts == values.recount(store) and counts[2] > 0  # the DONE pages, old or new
 
 
 LEARN_SCRIPT = r"""
@@ -173,4 +177,65 @@ def test_kill_inside_learn_leaves_policy_version_and_keys_agreeing(tmp_path, poi
         assert len(store) == (16 if store.policy_version == 0 else 8)
         store.learn(apply=True)  # the evidence survived: learning again applies the rule
         assert store.policy_version == 1 and len(store) == 8
+        store.verify()
+
+
+def _keys_of(urls, policy) -> list:
+    """Each URL's key under ``policy`` (None where rejected), aligned with ``urls``."""
+    forms = [try_normalise(u, None, policy) for u in urls]
+    ok = [f for f in forms if not isinstance(f, Rejection)]
+    keys = iter(fingerprint_many(ok).tolist()) if ok else iter(())
+    return [None if isinstance(f, Rejection) else next(keys) for f in forms]
+
+
+@settings(max_examples=25, deadline=None)
+@given(urls=st.lists(url_st, min_size=1, max_size=30),
+       recs=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3)), min_size=30,
+                     max_size=30),
+       old=st.lists(st.integers(0, len(RULES) - 1), max_size=3),
+       new=st.lists(st.integers(0, len(RULES) - 1), max_size=3),
+       forget=st.integers(0, 3), shard_bits=st.sampled_from([0, 2]))
+def test_a_rebuild_carries_each_page_s_record_to_its_new_key(tmp_path_factory, urls, recs, old,
+                                                             new, forget, shard_bits):
+    """Under the new policy each key holds the record of the old key of its URLs that
+    was fetched last (then the higher state); the counts equal a recount and the
+    oracle's; a forgotten key's record stays reset. Oracle: dicts by key."""
+    from seenstore.store import values
+    from seenstore.frontier.state import State
+
+    base = request_cleanup(tmp_path_factory.mktemp("rv"))
+    p_old, p_new = policy_of(old), policy_of(new)
+    with SeenStore.open(str(base / "s"), create=True, sync=False, policy=p_old, values=True,
+                        shard_bits=shard_bits) as store:
+        store.check_update_urls(urls)
+        state = [r[0] for r in recs[:len(urls)]]
+        fetched = [r[1] for r in recs[:len(urls)]]
+        store.update_urls(urls, state=state, fetched_at=fetched)
+        kept_urls = kept(store)
+        old_keys = _keys_of(urls, p_old)
+        model = {}  # old key -> (state, fetched_at): the last occurrence wins
+        for k, s_, f in zip(old_keys, state, fetched):
+            model[k] = (s_, f)
+        gone = sorted(model)[:forget]  # forgotten before the policy change
+        if gone:
+            store.forget(np.array(gone, dtype=np.uint64))
+            for k in gone:
+                model[k] = (0, 0)
+        store.set_policy(p_new)
+        want = {}  # new key -> the record it must hold
+        for u, ko, kn in zip(kept_urls, _keys_of(kept_urls, p_old), _keys_of(kept_urls, p_new)):
+            s_, f = model[ko]
+            if kn not in want or (f, s_) > (want[kn][1], want[kn][0]):
+                want[kn] = (s_, f)
+        for k in set(gone) & set(want):  # a forgotten key the new policy leaves: forgotten
+            want.pop(k)
+        keys = np.array(sorted(want), dtype=np.uint64)
+        got = store.get(keys)
+        assert got["present"].all()
+        assert list(zip(got["state"].tolist(), got["fetched_at"].tolist())) == [
+            want[k] for k in sorted(want)]
+        counts = store.counts()
+        assert counts == values.recount(store)
+        for st_ in State:
+            assert counts[st_] == sum(1 for s_, _ in want.values() if s_ == st_), (st_, counts)
         store.verify()
