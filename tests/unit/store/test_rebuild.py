@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from conftest import REPO, request_cleanup
 from seenstore.errors import PolicyError
@@ -195,6 +195,8 @@ def _keys_of(urls, policy) -> list:
        old=st.lists(st.integers(0, len(RULES) - 1), max_size=3),
        new=st.lists(st.integers(0, len(RULES) - 1), max_size=3),
        forget=st.integers(0, 3), shard_bits=st.sampled_from([0, 2]))
+@example(urls=["http://a.test/y?sid=1"], recs=[(2, 1)] * 30, old=[], new=[0], forget=1,
+         shard_bits=0)  # every key forgotten: the store is empty, the rebuild still runs
 def test_a_rebuild_carries_each_page_s_record_to_its_new_key(tmp_path_factory, urls, recs, old,
                                                              new, forget, shard_bits):
     """Under the new policy each key holds the record of the old key of its URLs that
