@@ -12,7 +12,7 @@ import pytest
 
 from seenstore.store.runs.reader import RunReader
 
-DAMAGES = int(os.environ.get("SEENSTORE_FAULT_DAMAGES", "60"))  # 10 per kind, ~5 s here
+DAMAGES = int(os.environ.get("SEENSTORE_FAULT_DAMAGES", "42"))  # 7 per kind, ~4 s here
 
 
 @pytest.fixture(scope="module")

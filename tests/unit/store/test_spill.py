@@ -215,16 +215,16 @@ def _peak_rss(*args) -> tuple[int, int]:
     return int(code), int(rss)
 
 
-def _store_and_batch_4x(tmp_path, memory: int, seed: int, **open_kw):
-    """A store of 2e6 random keys and a batch file 4x ``memory`` (half of the store's
+def _store_and_batch_2x(tmp_path, memory: int, seed: int, **open_kw):
+    """A store of 2e6 random keys and a batch file 2x ``memory`` (half of the store's
     keys among it): (batch path, store path, the new keys, the store's keys after)."""
     rng = np.random.default_rng(seed)
     old = rng.integers(0, 2**64, 2_000_000, dtype=np.uint64)
     batch = np.concatenate([old[:1_000_000],
-                            rng.integers(0, 2**64, 4 * memory // 8 - 1_000_000, dtype=np.uint64)])
+                            rng.integers(0, 2**64, 2 * memory // 8 - 1_000_000, dtype=np.uint64)])
     path, store = str(tmp_path / "big.bin"), str(tmp_path / "s")
     batch.astype("<u8").tofile(path)
-    assert os.path.getsize(path) == 4 * memory
+    assert os.path.getsize(path) == 2 * memory
     with SeenStore.open(store, create=True, sync=False, bloom=False, **open_kw) as s:
         s.add_new(old)
     return path, store, setdiff(batch, old), union(old, batch)
@@ -239,12 +239,12 @@ def test_the_io_buffers_of_any_budget_are_whole_direct_blocks(memory):
     assert direct_ready(aligned_empty(b.io_keys))
 
 
-def test_merge_of_a_batch_4x_its_memory_stays_within_the_budget(tmp_path):
+def test_merge_of_a_batch_2x_its_memory_stays_within_the_budget(tmp_path):
     """A budget of no round size (as a plan computes one): its I/O buffers are not
     whole O_DIRECT blocks unless rounded, and then every shard's run writer made an
     8 MiB buffer of its own and held it until the commit (2 GiB at 256 shards)."""
     memory = (24 << 20) + 4104
-    path, store, want_new, want_store = _store_and_batch_4x(tmp_path, memory, 11)
+    path, store, want_new, want_store = _store_and_batch_2x(tmp_path, memory, 11)
     _, base = _peak_rss(sys.executable, "-c", BASELINE)
     _, peak = _peak_rss(sys.executable, "-m", "seenstore.cli", "merge", path, "--store", store,
                         "--memory", str(memory), "--new-out", str(tmp_path / "new.bin"))
@@ -270,9 +270,9 @@ def test_spilled_merge_into_compressed_runs_stays_within_the_budget(tmp_path):
     """Compressed runs (format 2) on both sides: the store's runs are decoded by the
     sweeps and the new runs are written compressed, one writer per shard kept until
     the commit (each held its 16 MiB of buffers: 459 MiB peak for a 64 MiB budget
-    before the writers freed them at finish). Batch 4x the budget, oracle check."""
+    before the writers freed them at finish). Batch 2x the budget, oracle check."""
     memory = 32 << 20
-    path, store, want_new, want_store = _store_and_batch_4x(tmp_path, memory, 12, run_format=2,
+    path, store, want_new, want_store = _store_and_batch_2x(tmp_path, memory, 12, run_format=2,
                                                             shard_bits=6)
     # baseline: the same script, a 64-key batch, on a copy of the store (every kernel
     # of the path loaded: partition, sort, sweep decode, encode)
