@@ -132,18 +132,21 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
         fault("rebuild-written")
         counters = {"rebuilds": 1, "bytes_written": bytes_written}
         store._commit(gen, added, removed, counters, step="rebuild-", fields=fields)
-        store._take_fields()  # committed above
+        if values:
+            store._take_fields()  # the staged fields went into the commit above
     except OSError as e:
         for w in writers:
             w.abort()
         store._tomb.discard(entry)
-        store._drop_kept()
+        if values:
+            store._drop_kept()  # the value file written for the commit
         raise io_error(e, f"{store.path}: rebuilding") from e
     except BaseException:
         for w in writers:
             w.abort()
         store._tomb.discard(entry)
-        store._drop_kept()
+        if values:
+            store._drop_kept()
         raise
     if entry is not None or len(gone):
         store._tomb.retire(doc.get(tombstones.FIELD), entry)
