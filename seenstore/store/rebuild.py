@@ -64,7 +64,8 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
     ub = np.uint64(layout.url_bits)
     prefixes = None if hosts is None else host_prefixes(hosts, layout.url_bits)
     urls = _kept_urls(store, prefixes, layout)
-    new_keys = np.unique(normalised(urls, None, policy, layout, store.threads).keys)
+    under_new = normalised(urls, None, policy, layout, store.threads)
+    new_keys = np.unique(under_new.keys)
     sb = store.shard_bits
     shard_of = (lambda k: (k >> np.uint64(64 - sb)).astype(np.int64)) if sb else (
         lambda k: np.zeros(len(k), dtype=np.int64))
@@ -127,7 +128,7 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
                                       store.sync)
             fields = {**fields, tombstones.FIELD: entry}
         if values:
-            fields = {**fields, **_carry_values(store, urls, policy, new_keys, gone_keys,
+            fields = {**fields, **_carry_values(store, urls, under_new, new_keys, gone_keys,
                                                 kept_new, forgotten)}
         fault("rebuild-written")
         counters = {"rebuilds": 1, "bytes_written": bytes_written}
@@ -157,11 +158,12 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
             "new_keys": new_keys}
 
 
-def _carry_values(store, urls: list[str], policy: Policy, new_keys: np.ndarray,
+def _carry_values(store, urls: list[str], under_new, new_keys: np.ndarray,
                   gone_keys: list, kept_new: list, forgotten: np.ndarray) -> dict:
     """The value records of a rebuild (values.on_rebuild): each kept URL pairs its key
     under the store's policy (the old one, when the store holds it) with its key under
-    ``policy``; the new keys that enter are those not stored already under another
+    the new policy (``under_new``: ``urls`` normalised under it, as the rebuild made
+    its new keys); the new keys that enter are those not stored already under another
     host and not forgotten. Returns the manifest fields staged for the commit (the
     value file, the counters, and what else the store had staged)."""
     from seenstore.store import values
@@ -169,11 +171,9 @@ def _carry_values(store, urls: list[str], policy: Policy, new_keys: np.ndarray,
     old_policy = store.policy
     pairs = None
     if old_policy is not None and urls:
-        layout = store.layout
-        a = normalised(urls, None, old_policy, layout, store.threads)
-        b = normalised(urls, None, policy, layout, store.threads)
-        _, ia, ib = np.intersect1d(a.positions, b.positions, return_indices=True)
-        pairs = (a.keys[ia], b.keys[ib])
+        a = normalised(urls, None, old_policy, store.layout, store.threads)
+        _, ia, ib = np.intersect1d(a.positions, under_new.positions, return_indices=True)
+        pairs = (a.keys[ia], under_new.keys[ib])
     out_keys = np.concatenate(kept_new) if kept_new else new_keys[:0]
     entering = np.setdiff1d(new_keys, np.union1d(out_keys, forgotten), assume_unique=False)
     removed = np.concatenate(gone_keys) if gone_keys else new_keys[:0]

@@ -325,10 +325,10 @@ def on_rebuild(store, removed: np.ndarray, pairs: tuple[np.ndarray, np.ndarray] 
         at, to = at[ok], to[ok]
         r = old[at]
         # per new key, the pair whose old record was fetched last, then the higher state
-        order = np.lexsort((-r["state"].astype(np.int64), -r["fetched_at"].astype(np.int64),
-                            to))
+        order = np.lexsort((-r["state"].astype(np.int64), -r["fetched_at"], to))
+        grouped = to[order]
         first = np.ones(len(order), dtype=np.bool_)
-        first[1:] = to[order][1:] != to[order][:-1]
+        first[1:] = grouped[1:] != grouped[:-1]
         pick = order[first]
         recs[to[pick]] = r[pick]
     dead = np.setdiff1d(removed, entering, assume_unique=True)
