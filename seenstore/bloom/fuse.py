@@ -3,10 +3,10 @@ negative for a key built in, false positives at about 2^-bits, about 1.125 x bit
 bits per key from ~1e6 keys (docs/bloom.md, "Static filters").
 
 ``FuseFilter.build(keys, bits)`` sizes and builds it; ``query(keys)`` answers. It
-cannot take keys after its build: a store would keep one per immutable run (built
-as the run is written) beside a Bloom filter for the runs not yet covered. Not yet
-used by the store: ``bench/bench_bloom.py --fuse`` measures it against the blocked
-Bloom filter.
+cannot take keys after its build, so in a store it could only cover immutable runs;
+the store keeps its layered Bloom filter instead, for costs measured in docs/bloom.md
+("Why the store keeps the Bloom filter"). ``bench/bench_bloom.py --fuse`` measures
+it against the blocked Bloom filter.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from seenstore.kernels.bloom import prefetch_read
+
 _U = np.uint64
 M36 = (1 << 36) - 1
 MAX_ITERATIONS = 100  # seeds tried before a build gives up (each fails with p < ~1e-3)
@@ -82,22 +84,39 @@ def or_fp(words, i, f, v):
         words[w + _U(1)] |= v >> (_U(64) - s)
 
 
+QUERY_GROUP = 32  # keys whose three slots are prefetched before any is read
+
+
 @njit(cache=True, nogil=True)
 def fuse_query(words, keys, seed, seg_len, scl, f, out):
     """out[i] = keys[i] maybe in the filter (``words`` as built by ``fuse_build``
-    with ``seed``, ``seg_len`` slots per segment, ``scl`` = segments x seg_len)."""
+    with ``seed``, ``seg_len`` slots per segment, ``scl`` = segments x seg_len).
+
+    Keys go in groups of QUERY_GROUP: a group's hashes are made and the words of its
+    three slots each prefetched before any is read, so the cache misses of a group
+    overlap (as the Bloom kernels' groups do, docs/bloom.md "The kernels")."""
     seed = _U(seed)
     seg_len = _U(seg_len)
     scl = _U(scl)
     f = _U(f)
     fmask = (_U(1) << f) - _U(1)
-    for i in range(len(keys)):
-        h = murmur64(keys[i] + seed)
-        v = (h ^ (h >> _U(32))) & fmask
-        v ^= get_fp(words, slot(0, h, seg_len, scl), f)
-        v ^= get_fp(words, slot(1, h, seg_len, scl), f)
-        v ^= get_fp(words, slot(2, h, seg_len, scl), f)
-        out[i] = v == _U(0)
+    hs = np.empty(QUERY_GROUP, np.uint64)
+    n = len(keys)
+    for g0 in range(0, n, QUERY_GROUP):
+        g1 = min(g0 + QUERY_GROUP, n)
+        for i in range(g0, g1):
+            h = murmur64(keys[i] + seed)
+            hs[i - g0] = h
+            prefetch_read(words, (slot(0, h, seg_len, scl) * f) >> _U(6))
+            prefetch_read(words, (slot(1, h, seg_len, scl) * f) >> _U(6))
+            prefetch_read(words, (slot(2, h, seg_len, scl) * f) >> _U(6))
+        for i in range(g0, g1):
+            h = hs[i - g0]
+            v = (h ^ (h >> _U(32))) & fmask
+            v ^= get_fp(words, slot(0, h, seg_len, scl), f)
+            v ^= get_fp(words, slot(1, h, seg_len, scl), f)
+            v ^= get_fp(words, slot(2, h, seg_len, scl), f)
+            out[i] = v == _U(0)
 
 
 @njit(cache=True, nogil=True)

@@ -79,7 +79,7 @@ def twins(ray_cluster, tmp_path_factory):
     t.close()
 
 
-@settings(max_examples=8, deadline=None,
+@settings(max_examples=5, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op_st, min_size=1, max_size=6))
 def test_same_answers_as_one_store(twins, ops):
