@@ -331,12 +331,20 @@ def on_rebuild(store, removed: np.ndarray, pairs: tuple[np.ndarray, np.ndarray] 
         first[1:] = grouped[1:] != grouped[:-1]
         pick = order[first]
         recs[to[pick]] = r[pick]
-    dead = np.setdiff1d(removed, entering, assume_unique=True)
-    keys = np.union1d(entering, dead)
+    # only what changes is written: a key that comes back with its own record (most
+    # keys of a rebuilt host: the new policy changes few spellings) and a leaving key
+    # whose record is already all zero keep the record the value files give them
+    changed = np.ones(len(entering), dtype=np.bool_)
+    if len(removed) and len(entering):
+        at = np.searchsorted(removed, entering).clip(0, len(removed) - 1)
+        changed = (removed[at] != entering) | (old[at] != recs)
+    gone = np.isin(removed, entering, assume_unique=True, invert=True)
+    dead = removed[gone & (old != np.zeros(1, dtype=VALUE_DTYPE))]
+    keys = np.union1d(entering[changed], dead)
     cols = {name: np.zeros(len(keys), dtype=VALUE_DTYPE[name]) for name in FIELDS}
-    at = np.searchsorted(keys, entering)
+    at = np.searchsorted(keys, entering[changed])
     for name in FIELDS:
-        cols[name][at] = recs[name]
+        cols[name][at] = recs[name][changed]
     staged = {}
     if len(keys):
         staged.update(_write(store, keys, FULL_MASK, cols))

@@ -241,3 +241,28 @@ def test_a_rebuild_carries_each_page_s_record_to_its_new_key(tmp_path_factory, u
         for st_ in State:
             assert counts[st_] == sum(1 for s_, _ in want.values() if s_ == st_), (st_, counts)
         store.verify()
+
+
+def test_a_rebuild_writes_only_the_records_it_changes(tmp_path):
+    """A policy that changes a few spellings of a host rewrites those keys' records
+    (and the leaving keys' that held one), not one per key of the host: a key that
+    comes back with its own record keeps it where it is."""
+    from seenstore.frontier.state import State
+    from seenstore.store import values
+
+    plain = [f"http://a.test/p{i}" for i in range(200)]
+    with_sid = [f"http://a.test/q?sid={i}" for i in range(5)]  # one key under strip sid
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, values=True) as store:
+        store.check_update_urls(plain + with_sid)
+        store.update_urls(plain[:50], state=State.DONE, fetched_at=7)
+        store.update_urls(with_sid[:2], state=State.DONE, fetched_at=9)
+        files_before = len(store._doc["value_files"])
+        store.set_policy(policy_of([0]))  # strip_params sid
+        entry = store._doc["value_files"][-1]
+        assert len(store._doc["value_files"]) == files_before + 1
+        # the 5 sid keys leave (2 held a record), 1 key enters: 2 + 1 entries, not 206
+        assert entry["count"] == 3, entry
+        got = store.get_urls(plain[:60] + ["http://a.test/q"])
+        assert got["state"].tolist() == [State.DONE] * 50 + [State.QUEUED] * 10 + [State.DONE]
+        assert got["fetched_at"][-1] == 9
+        assert store.counts() == values.recount(store)
