@@ -197,6 +197,23 @@ def test_record_and_load_keep_refusing():
     assert again.traps() == [Trap("t.test", "repeat", "/(a/b)+/…", 5, 5, 5)]
 
 
+@settings(max_examples=20, deadline=None)
+@given(counts=st.lists(st.integers(0, 40), min_size=0, max_size=1500))
+def test_record_keeps_the_largest_tracked_counts(counts):
+    """Past RECORD_TRACKED patterns not detected yet, ``record`` keeps the largest
+    counts (then host, pattern): the oracle sorts them all."""
+    from seenstore.frontier.traps import RECORD_TRACKED
+
+    g = guard(5)
+    g.load([{"host": f"h{i % 7}.test", "shape": "deep", "pattern": f"/p{i}/<n>",
+             "count": c, "detected": False} for i, c in enumerate(counts)])
+    want = sorted(((c, f"h{i % 7}.test", f"deep /p{i}/<n>") for i, c in enumerate(counts)
+                   if c > 1), reverse=True)[:RECORD_TRACKED]
+    got = [(e["count"], e["host"], f"{e['shape']} {e['pattern']}") for e in g.record()
+           if e.get("detected") is False]
+    assert got == want
+
+
 def test_per_host_bounds_and_bad_arguments():
     g = guard(5, per_host={"www.big.test": 50})
     urls = lambda h: [f"http://{h}/a/b/" + "a/b/" * i for i in range(100)]  # noqa: E731
