@@ -202,6 +202,13 @@ class ShardActor:
         uniq = prepare(keys)
         return uniq[self._need().contains(uniq)]
 
+    def forget(self, keys: np.ndarray) -> int:
+        """Forget ``keys`` in this shard's store (``SeenStore.forget``: its own commit,
+        which does not move the count of committed batches the answer log resolves
+        pending entries by); the number forgotten. Idempotent: a retry forgets none."""
+        with self._lock:
+            return int(self._need().forget(keys))
+
     def maybe_contains(self, keys: np.ndarray) -> np.ndarray:
         """Mask over ``keys``: False where certainly never admitted (the Bloom filter;
         the runs when the store keeps none)."""

@@ -458,6 +458,19 @@ class ShardedStore:
         found = self._call(jobs, lambda i: self.actors[i].contains.remote(refs[i]))
         return mark_members(keys, self._new_sorted(found))
 
+    def forget(self, keys) -> int:
+        """``SeenStore.forget`` over the shards: each stored key among ``keys`` becomes
+        absent (``contains`` False, out of ``len``) and new again when offered; keys not
+        stored are ignored. One commit per shard holding any of them; returns the number
+        forgotten. Idempotent, so a call repeated after a failure forgets nothing twice
+        (a retried batch id still gets its first answer: docs/cluster.md)."""
+        keys = as_keys(keys)
+        part, bounds = self._parts(keys, False)
+        jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
+        refs = self._put({i: part[bounds[i]:bounds[i + 1]] for i in jobs})
+        done = self._call(jobs, lambda i: self.actors[i].forget.remote(refs[i]))
+        return sum(int(n) for n in done.values())
+
     def maybe_contains(self, keys) -> np.ndarray:
         """Mask over ``keys``: False where certainly never admitted (each shard's Bloom
         filter). What a DedupStage on top asks as ``store.bloom.query``."""

@@ -126,6 +126,33 @@ def test_batch_id_retry_returns_first_answer(twins):
         s.add(k)
 
 
+def test_forget_across_shards_equals_one_store_and_keeps_retried_answers(twins):
+    """``forget`` on 1, 2 and 8 shards forgets what the single store forgets (count,
+    ``contains``, ``len``; the forgotten keys are new again when offered), and a batch
+    id answered before the forget still gets its first answer on a retry."""
+    rng = np.random.default_rng(11)
+    k = uniq(spread_keys(rng, 4000))
+    want_new = twins.plain.add(k)
+    shard = twins.sharded[0].actors[0]  # the one shard of its store: every key is its
+    first = ray.get(shard.admit.remote("f-1", k))
+    for s in twins.sharded:
+        s.add(k)
+    gone = np.concatenate([k[::3], spread_keys(rng, 50)])  # and keys never stored
+    n = twins.plain.forget(gone)
+    assert n == len(k[::3]) and want_new.any()
+    for s in twins.sharded:
+        assert s.forget(gone) == n, len(s.actors)
+        assert s.forget(gone) == 0  # idempotent
+        assert np.array_equal(s.contains(k), twins.plain.contains(k))
+        assert len(s) == len(twins.plain)
+    assert np.array_equal(ray.get(shard.admit.remote("f-1", k)), first)  # its first answer
+    ray.get(shard.ack.remote(["f-1"]))
+    again = twins.plain.add(k)
+    assert again.sum() == n
+    for s in twins.sharded:
+        assert np.array_equal(s.add(k), again), len(s.actors)
+
+
 FAULTS = ["after-pending", "before-manifest", "after-manifest", "after-commit"]
 
 
