@@ -513,7 +513,8 @@ class SeenStore:
         ``new_out``: a file path that gets the new keys (raw uint64), sorted within
         each shard, shards in order (so: sorted ascending); written before the
         commit in the spill folder and moved there after it. Returns figures:
-        offered, unique, new, slices, bytes_spilled, bytes_read, bytes_written, and
+        offered, unique, new, slices, ranged_shards (shards whose bucket was cut into
+        key ranges as it was spilled), bytes_spilled, bytes_read, bytes_written, and
         seconds by stage. The Bloom filter, when the store keeps one, is fed the new
         keys after the commit, on a thread that runs on past the return (reads of
         the filter wait for it: bloom/deferred.py); its own memory is not part of

@@ -1,8 +1,9 @@
 """Batches bigger than memory (DRUM-style): spill by shard, then check shard by shard.
 
 ``admit_file`` reads a batch file in chunks and appends each chunk's keys, grouped
-by shard, to one bucket file per shard in ``spill.tmp.<pid>/`` inside the store
-(buckets.py). Each shard's bucket is then loaded one key range (a slice) at a time,
+by shard, to one bucket file per shard in ``spill.tmp.<pid>/`` inside the store,
+a busy shard's cut into key ranges as it is spilled (buckets.py ``Buckets``).
+Each shard's bucket is then loaded one key range (a slice) at a time,
 sorted, deduplicated, checked against the shard's live runs (check.py), and its new
 keys are appended to that shard's one new run (runsink.py, on a thread behind the
 check). One manifest commit at the end covers every shard: the batch is atomic (a
@@ -100,6 +101,12 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         bounds = np.empty((1 << sb) + 1, dtype=np.int64)
         filled = set()  # shards whose bucket got keys
         appender = shared_pool(1, "seenstore-spill-append")
+
+        def shard_range(sh: int) -> tuple[int, int]:
+            lo = sh << (64 - sb) if sb else 0
+            return lo, lo + (1 << (64 - sb)) - 1
+
+        spilled = buckets.Buckets(work, budget, shard_range, fault)
         for chunk in buckets.source_chunks(path, budget.chunk_keys):
             t = clock.start()
             if appending is not None:
@@ -108,7 +115,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             _kernels.partition_top_bits(chunk, sb, out, bounds)
             shards = np.flatnonzero(np.diff(bounds))
             filled.update(shards.tolist())
-            appending = appender.submit(buckets.append_buckets, work, out, bounds.copy(), shards)
+            appending = appender.submit(spilled.append, out, bounds.copy(), shards)
             clock.stop("spill", t)
             fault("spill-write")
         t = clock.start()
@@ -163,30 +170,33 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         # the check of a slice in two key halves, one on a thread of its own
         halves = shared_pool(1, "seenstore-check") if store.threads >= 2 else None
         order = sorted(filled)
+        figures["ranged_shards"] = len(spilled.ranges)
         for i, s in enumerate(order):
-            bucket = os.path.join(work, f"s{s:04d}.bin")
-            if i + 1 < len(order):
-                buckets.read_ahead(os.path.join(work, f"s{order[i + 1]:04d}.bin"))
+            parts = spilled.of(s)
+            ahead = spilled.of(order[i + 1]) if i + 1 < len(order) else []
+            if ahead:
+                buckets.read_ahead(ahead[0][0])
             readers = store._runs.get(s, [])
-            whole = os.path.getsize(bucket) // 8 <= budget.slice_keys
-            lo = s << (64 - sb) if sb else 0
-            hi = lo + (1 << (64 - sb)) - 1
-            for keys in buckets.slices(bucket, lo, hi, budget, slab, fault, store.threads, clock):
-                figures["unique"] += len(keys)
-                figures["slices"] += 1
-                found = found_slab[: len(keys)]
-                found[:] = False
-                t = clock.start()
-                figures["bytes_read"] += check.check_slice(readers, keys, found, buf, whole, halves)
-                clock.stop("check", t)
-                t = clock.start()
-                np.logical_not(found, out=found)
-                k = _kernels.compact_inplace(keys, found)
-                if k:
-                    sink.put(s, keys[:k])
-                    figures["new"] += k
-                clock.stop("write", t)
-                fault("spill-sorted")
+            whole = len(parts) == 1 and os.path.getsize(parts[0][0]) // 8 <= budget.slice_keys
+            for bucket, lo, hi in parts:  # key ranges, lowest first
+                for keys in buckets.slices(bucket, lo, hi, budget, slab, fault, store.threads,
+                                           clock):
+                    figures["unique"] += len(keys)
+                    figures["slices"] += 1
+                    found = found_slab[: len(keys)]
+                    found[:] = False
+                    t = clock.start()
+                    figures["bytes_read"] += check.check_slice(readers, keys, found, buf, whole,
+                                                               halves)
+                    clock.stop("check", t)
+                    t = clock.start()
+                    np.logical_not(found, out=found)
+                    k = _kernels.compact_inplace(keys, found)
+                    if k:
+                        sink.put(s, keys[:k])
+                        figures["new"] += k
+                    clock.stop("write", t)
+                    fault("spill-sorted")
             sink.end(s)
         t = clock.start()
         sink, closing = None, sink

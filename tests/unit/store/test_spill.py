@@ -23,11 +23,16 @@ key = st.one_of(st.sampled_from(EDGE), st.integers(0, 2**64 - 1),
 
 
 class TinyBudget(buckets.Budget):
-    """A budget of a few keys: every shard's bucket splits again, recursively."""
+    """A budget of a few keys: every shard's bucket splits again, recursively; a
+    bucket is cut into key ranges as it is spilled past ``range_at`` keys (never, by
+    default)."""
+
+    range_at = 10**9
 
     def __init__(self, memory):
         self.memory = memory
         self.io_keys, self.chunk_keys, self.slice_keys = 4, 5, 3
+        self.range_keys = TinyBudget.range_at
 
 
 @pytest.fixture
@@ -42,13 +47,19 @@ def _write(path, keys):
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.lists(key, max_size=60), min_size=1, max_size=4),
-       shard_bits=st.sampled_from([0, 2]), run_format=st.sampled_from([1, 2]))
+       shard_bits=st.sampled_from([0, 2]), run_format=st.sampled_from([1, 2]),
+       range_at=st.sampled_from([10**9, 2, 7]))
 @example(batches=[[2**64 - 1] * 20 + [0] * 9, [2**64 - 1, 5]], shard_bits=0,  # repeats
-         run_format=1)
+         run_format=1, range_at=10**9)
+@example(batches=[[2**64 - 1] * 20 + [0] * 9, [2**64 - 1, 5]], shard_bits=0,
+         run_format=1, range_at=2)  # repeats cut into ranges as spilled
 @example(batches=[list(range(0, 400, 2)), [], list(range(0, 400, 3)) + [2**64 - 1]],
-         shard_bits=0, run_format=2)  # windows of 3 keys swept in compressed runs
-def test_spilled_merges_equal_a_python_set(tmp_path_factory, tiny, batches, shard_bits,
-                                           run_format):
+         shard_bits=0, run_format=2, range_at=10**9)  # windows of 3 keys, compressed runs
+@example(batches=[list(range(0, 400, 2)), [], list(range(0, 400, 3)) + [2**64 - 1]],
+         shard_bits=2, run_format=2, range_at=7)  # busy shards cut as spilled
+def test_spilled_merges_equal_a_python_set(tmp_path_factory, tiny, monkeypatch, batches,
+                                           shard_bits, run_format, range_at):
+    monkeypatch.setattr(TinyBudget, "range_at", range_at)
     d = tmp_path_factory.mktemp("spill")
     seen = set()
     with SeenStore.open(str(d / "s"), create=True, sync=False, shard_bits=shard_bits,
@@ -109,6 +120,7 @@ class SmallBudget(buckets.Budget):
     def __init__(self, memory):
         self.memory = memory
         self.io_keys, self.chunk_keys, self.slice_keys = 64, 300, 500
+        self.range_keys = 10**9  # never cut while spilled: the check splits
 
 
 def test_a_busy_hosts_bucket_splits_once_into_key_ranges(tmp_path, monkeypatch):
@@ -133,6 +145,36 @@ def test_a_busy_hosts_bucket_splits_once_into_key_ranges(tmp_path, monkeypatch):
         assert r["new"] == len(want) and r["slices"] > 2
         s.verify()
     assert len(calls) == 1
+
+
+class RangedBudget(SmallBudget):
+    """Slices of 800 keys; a bucket is cut into key ranges once past 400 keys."""
+
+    def __init__(self, memory):
+        super().__init__(memory)
+        self.slice_keys, self.range_keys = 800, 400
+
+
+def test_a_busy_shard_is_cut_into_key_ranges_as_it_is_spilled(tmp_path, monkeypatch):
+    """The busy host's shard (all 4,100 keys are shard 0's) passes ``range_keys`` in its
+    second chunk: what its bucket held moves into key ranges, the rest is spilled into them, and no bucket
+    is split when checked (no "split" stage); the new keys equal a set's."""
+    monkeypatch.setattr(buckets, "Budget", RangedBudget)
+    rng = np.random.default_rng(5)
+    host = (np.uint64(0x12345) << np.uint64(44)) | rng.integers(0, 2**44, 3000, dtype=np.uint64)
+    b = np.concatenate([host, rng.integers(0, 2**62, 1000, dtype=np.uint64), host[:100]])
+    rng.shuffle(b)
+    _write(str(tmp_path / "b.bin"), b)
+    with SeenStore.open(str(tmp_path / "s"), create=True, sync=False, shard_bits=2,
+                        bloom=False, run_format=2) as s:
+        s.add_new(b[::7].copy())
+        want = setdiff(b, b[::7])
+        r = s.add_new_file(str(tmp_path / "b.bin"), 1 << 30, new_out=str(tmp_path / "n.bin"))
+        assert np.array_equal(np.fromfile(str(tmp_path / "n.bin"), dtype="<u8"), want)
+        assert r["new"] == len(want) and r["ranged_shards"] >= 1 and r["slices"] > 2
+        assert "split" not in r["stages"], r["stages"]
+        s.verify()
+        assert not any(n.startswith("spill.tmp.") for n in os.listdir(s.path))
 
 
 def test_compaction_runs_on_beside_the_spill_and_is_joined_before_the_check(tmp_path,
