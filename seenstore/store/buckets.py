@@ -151,14 +151,9 @@ class Buckets:
         self.sizes.pop(s, None)
 
     def _append_ranges(self, s: int, seg: np.ndarray) -> None:
-        cuts = self.ranges[s]
-        d = bucket_path(self.work, s) + ".d"
-        starts = np.empty(len(cuts) + 2, dtype=np.int64)
-        for a in range(0, len(seg), len(self._part)):
-            piece = seg[a:a + len(self._part)]
-            _kernels.partition_by_cuts(piece, cuts, self._ids, self._part, starts)
-            for i in np.flatnonzero(np.diff(starts)).tolist():
-                append(os.path.join(d, f"r{i:04d}.bin"), self._part[starts[i]:starts[i + 1]])
+        step = len(self._part)
+        scatter((seg[a:a + step] for a in range(0, len(seg), step)),
+                bucket_path(self.work, s) + ".d", self.ranges[s], self._ids, self._part)
 
     def of(self, s: int) -> list:
         """Shard ``s``'s buckets as ``(path, lo, hi)`` (hi inclusive), lowest keys
@@ -171,7 +166,7 @@ class Buckets:
         d = bucket_path(self.work, s) + ".d"
         out = []
         for i in range(len(cuts) + 1):
-            path = os.path.join(d, f"r{i:04d}.bin")
+            path = range_path(d, i)
             if os.path.exists(path):
                 out.append((path, bounds[i], bounds[i + 1] - 1))
         return out
@@ -218,17 +213,33 @@ def split(src: str, dest_dir: str, cuts: np.ndarray, budget: Budget, fault) -> l
     seen = np.zeros(len(cuts) + 1, dtype=bool)
     ids = np.empty(piece, dtype=np.int32)
     part = np.empty(piece, dtype=np.uint64)
-    starts = np.empty(len(cuts) + 2, dtype=np.int64)
-    for chunk in read_chunks(src, piece):
-        _kernels.partition_by_cuts(chunk, cuts, ids, part, starts)
-        for i in np.flatnonzero(np.diff(starts)).tolist():
-            append(os.path.join(dest_dir, f"r{i:04d}.bin"), part[starts[i]:starts[i + 1]])
-            seen[i] = True
-        fault("spill-write")
+    scatter(read_chunks(src, piece), dest_dir, cuts, ids, part, seen, fault)
     os.unlink(src)
     bounds = [0] + [int(c) for c in cuts] + [2**64]
-    return [(os.path.join(dest_dir, f"r{i:04d}.bin"), bounds[i], bounds[i + 1] - 1)
+    return [(range_path(dest_dir, i), bounds[i], bounds[i + 1] - 1)
             for i in np.flatnonzero(seen).tolist()]
+
+
+def range_path(dest_dir: str, i: int) -> str:
+    """The bucket of key range ``i`` of a bucket cut into ranges (``split``, Buckets)."""
+    return os.path.join(dest_dir, f"r{i:04d}.bin")
+
+
+def scatter(pieces, dest_dir: str, cuts: np.ndarray, ids: np.ndarray, part: np.ndarray,
+            seen: np.ndarray | None = None, fault=None) -> None:
+    """Append each key of ``pieces`` (uint64 arrays, each no longer than ``ids`` and
+    ``part``, the partition buffers) to the bucket of its key range of ``cuts``
+    (``range_path``); ``seen[i]`` set for every range that got a key; ``fault``
+    ("spill-write") called after each piece."""
+    starts = np.empty(len(cuts) + 2, dtype=np.int64)
+    for chunk in pieces:
+        _kernels.partition_by_cuts(chunk, cuts, ids, part, starts)
+        for i in np.flatnonzero(np.diff(starts)).tolist():
+            append(range_path(dest_dir, i), part[starts[i]:starts[i + 1]])
+            if seen is not None:
+                seen[i] = True
+        if fault is not None:
+            fault("spill-write")
 
 
 def slices(path: str, lo: int, hi: int, budget: Budget, slab: np.ndarray, fault,

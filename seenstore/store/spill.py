@@ -171,11 +171,11 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         halves = shared_pool(1, "seenstore-check") if store.threads >= 2 else None
         order = sorted(filled)
         figures["ranged_shards"] = len(spilled.ranges)
+        plan = [spilled.of(s) for s in order]  # each shard's buckets, key ranges in order
         for i, s in enumerate(order):
-            parts = spilled.of(s)
-            ahead = spilled.of(order[i + 1]) if i + 1 < len(order) else []
-            if ahead:
-                buckets.read_ahead(ahead[0][0])
+            parts = plan[i]
+            if i + 1 < len(order) and plan[i + 1]:
+                buckets.read_ahead(plan[i + 1][0][0])
             readers = store._runs.get(s, [])
             whole = len(parts) == 1 and os.path.getsize(parts[0][0]) // 8 <= budget.slice_keys
             for bucket, lo, hi in parts:  # key ranges, lowest first
