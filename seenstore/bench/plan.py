@@ -265,11 +265,13 @@ def plan_resources(total_keys: int, distinct_keys: int, batch: int | None, work_
 def plan_bench(total: int, distinct: int, batch: int | None, reoffer: float, dup: float,
                seed: int, work_dir: str, probe: int, bloom_capacity: int | None, sized: bool,
                bloom: bool, run_format: int | str | None, memory: int | None,
-               spill: bool | None) -> tuple[ResourcePlan, int | None]:
+               spill: bool | None, bloom_fpr: float | None = None
+               ) -> tuple[ResourcePlan, int | None]:
     """The run's ResourcePlan and the Bloom capacity it was made for, from a first
     guess of the stream's ``distinct`` keys (``stream_distinct``). They depend on the
     batch chosen (fewer, bigger batches re-offer less), so the plan is made again for
-    the chosen batch's own count (``sized``: the filter is sized for it). When a bigger
+    the chosen batch's own count (``sized``: the filter is sized for it). ``bloom_fpr``:
+    the filter's target (None: the store's default, or a spilled plan's choice). When a bigger
     spilled batch's keys no longer fit (filter memory, disk), one batch more, until a
     plan fits (e.g. 1e10 keys on 24 GiB: 3 batches of 3.33e9 have 6e9 distinct keys,
     whose filter leaves no memory). The other arguments are ``plan_resources``'s.
@@ -281,7 +283,7 @@ def plan_bench(total: int, distinct: int, batch: int | None, reoffer: float, dup
         try:
             plan = plan_resources(total, distinct, plan_batch, work_dir,
                                   bloom_capacity if bloom else None, probe, run_format,
-                                  memory, plan_spill, (20, None, seed))
+                                  memory, plan_spill, (20, None, seed), bloom_fpr)
         except StoreIOError as e:
             if spilled_batch is None or batch is not None:
                 raise

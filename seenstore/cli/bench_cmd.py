@@ -50,7 +50,13 @@ FIRST_RUN_ETA = "about 20 s"  # README "First run": the warm-up of `seenstore be
 @click.option("--bloom-capacity", type=COUNT, default=None,
               help="Keys the Bloom filter is sized for (default: the stream's distinct keys, "
                    "as an operator who knows the crawl's scale would; 0: the store's default, "
-                   "which starts at 2^20 and is rebuilt 2x larger each time it fills).")
+                   "which starts at 2^20 and grows by a layer that makes it 4x larger each "
+                   "time it fills).")
+@click.option("--bloom-fpr", type=click.FloatRange(1e-9, 0.5), default=None,
+              help="The Bloom filter's false-positive target (default: the store's, 0.001; "
+                   "a spilled run whose filter would leave too little memory takes 0.002). "
+                   "Exact answers never depend on it: the filter's rate trades its memory "
+                   "and disk against the work of contains and the stage.")
 @click.option("--bloom/--no-bloom", default=True, show_default=True,
               help="Keep the store's Bloom filter (needed by contains, the stage and "
                    "approximate mode); --no-bloom measures the merge alone.")
@@ -83,9 +89,9 @@ FIRST_RUN_ETA = "about 20 s"  # README "First run": the warm-up of `seenstore be
               help="Also run the stream through a ShardedStore on Ray with N shards (several: "
                    "1,2,4), beside the plain store; needs the [cluster] extra (docs/cluster.md).")
 @click.option("--ray-address", default=None, help="With --shards: the Ray cluster to join.")
-def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity, bloom,
-          answer, run_format, memory, spill, as_json, save, plot, quiet, threads, shards,
-          ray_address):
+def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_capacity,
+          bloom_fpr, bloom, answer, run_format, memory, spill, as_json, save, plot, quiet,
+          threads, shards, ray_address):
     """Offer a generated crawl-like key stream to a new store and report the figures.
 
     Each batch mixes fresh keys, keys re-offered from earlier batches and repeats
@@ -132,7 +138,7 @@ def bench(total, batch, reoffer, dup, seed, work_dir, keep, probe_bytes, bloom_c
         plan, bloom_capacity = plan_bench(
             total, distinct, batch, reoffer, dup, seed, work_dir, probe, bloom_capacity, sized,
             bloom, "auto" if run_format == "auto" else int(run_format), memory,
-            spill if answer == "new" else False)
+            spill if answer == "new" else False, bloom_fpr)
         stream = CrawlStream(total, plan.batch, reoffer, dup, seed=seed)
         res = _run(stream, store_path, probe, quiet, bloom_capacity=bloom_capacity,
                    answer=answer, bloom=bloom, run_format=plan.run_format, threads=threads,
