@@ -33,6 +33,15 @@ MINOR = 1
 # "value_seq", "value_counts" (store/values.py). A store whose policy changed
 # has "policy_id" != "runs_policy_id", which a 2.0 reader refuses (run headers do
 # not match), so it never answers under the wrong policy.
+# Format 3 is format 2.1 holding content a reader that ignores it would misread, so a
+# reader of format 2 only must refuse it ("newer than this seenstore reads"): a
+# non-empty "tombstones" (it would answer forgotten keys stored, and its commits would
+# bring them back), "values" (its rebuilds would leave the records on the old keys),
+# trap patterns not detected yet (an earlier stage takes every listed pattern for a
+# detected one and refuses its URLs). A manifest without them is written as 2.1, which
+# every format 2 reader reads right: the major follows the content (``major_for``).
+FEATURE_MAJOR = 3
+NEWEST_MAJOR = FEATURE_MAJOR  # the newest this code reads
 OLDEST_MAJOR = 1  # format 1 (one run per shard) is read and upgraded
 # "store_id" (a store's random identity; the Bloom file is bound to it) is in every
 # format 1.1 and 2 manifest; upgrading a 1.0 manifest gives it one.
@@ -67,9 +76,23 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def major_for(doc: dict) -> int:
+    """The major version ``doc`` is written as: FEATURE_MAJOR when it holds content a
+    format 2 reader would misread (above), else MAJOR."""
+    traps = doc.get("traps") or ()
+    if (doc.get("tombstones") or doc.get("values")
+            or any(isinstance(t, dict) and t.get("detected") is False for t in traps)):
+        return FEATURE_MAJOR
+    return MAJOR
+
+
 def write(directory: str, doc: dict, sync: bool = True) -> None:
-    """Atomically replace the manifest of ``directory`` with ``doc``."""
-    body = dict(doc, format=FORMAT, major=MAJOR, minor=MINOR)
+    """Atomically replace the manifest of ``directory`` with ``doc`` (as format 2.1,
+    or 3.0 when it holds what a format 2 reader would misread: ``major_for``); sets
+    ``doc``'s ``major`` and ``minor`` to the version written."""
+    major = major_for(doc)
+    doc["major"], doc["minor"] = major, MINOR if major == MAJOR else 0
+    body = dict(doc, format=FORMAT)
     body.pop("checksum", None)
     data = encode(body)
     tmp = os.path.join(directory, TMP_NAME)
@@ -116,11 +139,11 @@ def read(directory: str) -> dict:
     want = doc.pop("checksum", None)
     sum_ok = want == xxhash.xxh3_64_hexdigest(_canonical(doc))
     major = doc.get("major")
-    if not isinstance(major, int) or not OLDEST_MAJOR <= major <= MAJOR:
-        how = "newer than" if isinstance(major, int) and major > MAJOR else "not one"
+    if not isinstance(major, int) or not OLDEST_MAJOR <= major <= NEWEST_MAJOR:
+        how = "newer than" if isinstance(major, int) and major > NEWEST_MAJOR else "not one"
         raise NotSupportedError(
             f"{path}: manifest version {major}.{doc.get('minor')} is {how} this "
-            f"seenstore reads ({OLDEST_MAJOR}.x-{MAJOR}.x); upgrade seenstore"
+            f"seenstore reads ({OLDEST_MAJOR}.x-{NEWEST_MAJOR}.x); upgrade seenstore"
             + ("" if sum_ok else " (or the manifest is damaged: its checksum does not match)"))
     if not sum_ok:
         raise CorruptionError(f"{path}: manifest checksum mismatch")

@@ -282,3 +282,36 @@ def test_member_agrees_with_isin_on_both_paths(n_t, search_only, monkeypatch):
     uniq = np.unique(keys)
     assert uniq[tombstones.in_sorted(t, uniq)].tolist() == uniq[np.isin(uniq, t)].tolist()
     assert tombstones.less(t, keys).tolist() == t[~np.isin(t, keys)].tolist()
+
+
+def test_forgotten_keys_make_the_manifest_3_which_a_format_2_reader_refuses(tmp_path,
+                                                                             monkeypatch):
+    """A reader that ignores ``tombstones`` would answer forgotten keys stored, so a
+    manifest naming any is written as 3.0 (refused by a reader of format 2 only) and
+    goes back to 2.1 once none is left."""
+    path = str(tmp_path / "s")
+    store, keys = store_with_forgotten(path, forget=[])
+    assert manifest.read(path)["major"] == 2 and store.manifest_format == "2.1"
+    store.forget(keys[:5])
+    assert manifest.read(path)["major"] == 3 and store.manifest_format == "3.0"
+    store.close()
+    with monkeypatch.context() as m:
+        m.setattr(manifest, "NEWEST_MAJOR", manifest.MAJOR)  # a reader of format 2 only
+        with pytest.raises(NotSupportedError, match="manifest version 3.0 is newer than"):
+            SeenStore.open(path, sync=False)
+    with SeenStore.open(path, sync=False) as store:
+        assert store.contains(keys[:6]).tolist() == [False] * 5 + [True]
+        assert store.add(keys[:5]).all()  # readmitted: nothing forgotten is left
+        assert store.manifest_format == "2.1"
+    assert manifest.read(path)["major"] == 2
+
+
+def test_values_and_undetected_trap_patterns_make_the_manifest_3(tmp_path):
+    with SeenStore.open(str(tmp_path / "v"), create=True, sync=False, values=True) as store:
+        store.add(np.arange(1, 10, dtype=np.uint64))
+        assert store.manifest_format == "3.0"
+    assert manifest.read(str(tmp_path / "v"))["major"] == 3
+    seen = {"host": "a.test", "shape": "repeat", "pattern": "/a/a", "count": 3}
+    assert manifest.major_for({"traps": [dict(seen, refused=1, bound=2)]}) == 2
+    assert manifest.major_for({"traps": [dict(seen, detected=False)]}) == 3
+    assert manifest.major_for({"tombstones": None, "values": False}) == 2

@@ -379,13 +379,13 @@ def test_upgrade_command_and_old_code_refuses_format2(tmp_path):
     # a format 1 reader refuses format 2 (the check the old code makes)
     doc = manifest.read(path)
     assert doc["major"] == 2
-    old = manifest.MAJOR
+    old = manifest.NEWEST_MAJOR
     try:
-        manifest.MAJOR = 1
+        manifest.NEWEST_MAJOR = 1
         with pytest.raises(NotSupportedError, match="newer"):
             manifest.read(path)
     finally:
-        manifest.MAJOR = old
+        manifest.NEWEST_MAJOR = old
 
 
 def test_compact_command(tmp_path, rng):
