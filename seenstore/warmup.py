@@ -266,6 +266,17 @@ def warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                     st.add(keys)
                     st.add(keys + _U(1000))
                     st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
+                # compressed runs (kernels/codec.py): a default store writes its runs of
+                # 2^22 keys and more so, whose first would otherwise compile the codec
+                # in the middle of a crawl
+                for cache in (None, 0):  # swept from the run cache, and from disk
+                    with SeenStore.open(os.path.join(directory, f"codec{cache}"), create=True,
+                                        sync=False, run_format=2, cache_bytes=cache) as st:
+                        st.add(keys)
+                        st.add(keys + _U(1000))  # a sweep of a compressed run
+                        st.contains(keys[::3])  # its block index
+                        st.verify()
+                        st.compact()  # decoded, merged, encoded
                 dispatch.batch.unique_sorted(keys)  # the stage's
                 dispatch.batch.first_unique(keys, np.empty(len(keys), _U),
                                             np.empty(len(keys), np.int64),

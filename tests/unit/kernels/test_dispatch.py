@@ -207,6 +207,31 @@ def test_warmup_command_compiles_every_kernel_and_says_how_long():
             assert family.kernel(name).signatures, name  # compiled (or loaded) for real
 
 
+CODEC_WARMED = """
+import json, sys, tempfile
+from seenstore.kernels import codec
+from seenstore.warmup import warm_steps
+for name, step in warm_steps(tempfile.mkdtemp()):
+    if name.startswith("store"):
+        step()
+print(json.dumps({n: len(getattr(codec, n).signatures) for n in sys.argv[1:]}))
+"""
+
+
+def test_warmup_compiles_the_compressed_runs_kernels():
+    """The codec's kernels are called directly (no dispatch family): the warm-up's
+    store step must reach them, in a fresh process (this one may have run them)."""
+    import json
+    import subprocess
+    import sys
+
+    names = ["encode_blocks", "encoded_bound", "max_block_words", "decode_blocks",
+             "sweep_blocks", "lookup"]
+    out = subprocess.run([sys.executable, "-c", CODEC_WARMED, *names], capture_output=True,
+                         text=True, timeout=300, check=True).stdout
+    assert json.loads(out) == {n: 1 for n in names}
+
+
 def test_small_calls_take_the_kernel_once_this_process_runs_kernels(monkeypatch):
     """Below SMALL a call takes its twin while its kernel is not live (a fresh
     process, or a kernel that would compile), the kernel once this process runs
