@@ -243,7 +243,8 @@ def warm_store(directory: str, run_format: int | None = None) -> None:
 
 def warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
     """The warm-up's steps as (name, step): the kernel modules imported, the store's
-    kernels, the URL kernels. The store's step works in ``directory`` and removes it."""
+    kernels, the URL kernels, the compressed runs' kernels. The store's step works in
+    ``directory`` and removes it; the codec's, in a folder of its own beside it."""
 
     def store_path():
         try:
@@ -266,17 +267,6 @@ def warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
                     st.add(keys)
                     st.add(keys + _U(1000))
                     st.contains(keys[::3])  # its own runs' sparse index (merge.sparse_member)
-                # compressed runs (kernels/codec.py): a default store writes its runs of
-                # 2^22 keys and more so, whose first would otherwise compile the codec
-                # in the middle of a crawl
-                for cache in (None, 0):  # swept from the run cache, and from disk
-                    with SeenStore.open(os.path.join(directory, f"codec{cache}"), create=True,
-                                        sync=False, run_format=2, cache_bytes=cache) as st:
-                        st.add(keys)
-                        st.add(keys + _U(1000))  # a sweep of a compressed run
-                        st.contains(keys[::3])  # its block index
-                        st.verify()
-                        st.compact()  # decoded, merged, encoded
                 dispatch.batch.unique_sorted(keys)  # the stage's
                 dispatch.batch.first_unique(keys, np.empty(len(keys), _U),
                                             np.empty(len(keys), np.int64),
@@ -320,6 +310,28 @@ def warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
             dispatch.kept.order_lines(text, np.array([1, 0]), np.empty(4, np.uint8),
                                       np.empty(2, np.int64))
 
+    def codec_path():
+        # compressed runs (kernels/codec.py): a default store writes its runs of 2^22
+        # keys and more so, whose first would otherwise compile the codec in the middle
+        # of a crawl
+        from seenstore.store import SeenStore
+
+        where = tempfile.mkdtemp(prefix="seenstore-codec-",
+                                 dir=os.path.dirname(os.path.abspath(directory)))
+        keys = np.arange(1, 1001, dtype=_U)
+        try:
+            with dispatch.kernels_only():
+                for cache in (None, 0):  # swept from the run cache, and from disk
+                    with SeenStore.open(os.path.join(where, f"codec{cache}"), create=True,
+                                        sync=False, run_format=2, cache_bytes=cache) as st:
+                        st.add(keys)
+                        st.add(keys + _U(1000))  # a sweep of a compressed run
+                        st.contains(keys[::3])  # its block index
+                        st.verify()
+                        st.compact()  # decoded, merged, encoded
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+
     def contains_path():
         for family in dispatch.FAMILIES.values():
             for name in family.names():
@@ -327,6 +339,7 @@ def warm_steps(directory: str) -> list[tuple[str, Callable[[], None]]]:
 
     return [("numba and the kernel modules", contains_path),
             ("store kernels: sort, merge, Bloom filter", store_path),
-            ("URL kernels: normalise, fingerprint", url_path)]
+            ("URL kernels: normalise, fingerprint", url_path),
+            ("compressed runs: codec", codec_path)]
 
 

@@ -82,7 +82,8 @@ def ray_cluster():
 # different signatures of one kernel at the same moment could leave an index entry
 # pointing at the other signature's data. Hence (1) the controller has the kernels
 # the store and URL path run compiled before any worker starts (seenstore.warmup's
-# steps, split over two processes: the workers and their CLI subprocesses load them),
+# steps, split over two processes, the store's step alone in one: the workers and
+# their CLI subprocesses load them),
 # and (2) each of these processes takes an exclusive lock beside a kernel's index
 # while it saves a signature.
 
@@ -94,8 +95,9 @@ conftest._serialise_numba_cache_saves()
 from seenstore.warmup import warm_steps
 d = tempfile.mkdtemp(prefix="seenstore-warmup-")
 try:
-    for name, step in warm_steps(d)[int(sys.argv[2])::2]:
-        step()
+    for name, step in warm_steps(d):  # lane 1: the store's step, the longest; lane 0 the rest
+        if name.startswith("store") == (sys.argv[2] == "1"):
+            step()
 finally:
     shutil.rmtree(d, ignore_errors=True)
 """
