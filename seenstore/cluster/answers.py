@@ -2,7 +2,8 @@
 
 A shard directory holds ``store/`` (a SeenStore) and ``answers/``. Before a batch
 is admitted, the log takes a snapshot of the store's state, hard links to its
-MANIFEST and the runs it names in ``answers/NNNNNNNNNNNN.pre/`` (runs are immutable
+MANIFEST and the runs and forgotten keys' file it names in
+``answers/NNNNNNNNNNNN.pre/`` (runs and that file are immutable
 and the manifest is replaced by rename, so the links keep the pre-batch state
 readable whatever the store does next), and durably records an entry ``pending``
 with the store's count of committed batches before it (``batches_before``: the
@@ -30,7 +31,7 @@ import shutil
 
 import numpy as np
 
-from seenstore.store import manifest
+from seenstore.store import manifest, tombstones
 from seenstore.runtime.worker import Worker
 from seenstore.errors import CorruptionError, SeenStoreError, StoreIOError
 from seenstore.store.manifest import fsync_dir
@@ -123,17 +124,22 @@ class AnswerLog:
     @staticmethod
     def _snapshot(store_path: str, snap: str) -> int:
         """Hard-link the store's committed state into ``snap``: its MANIFEST, then the
-        runs that MANIFEST names; return its count of committed batches. A background
-        compaction (between batches) may commit meanwhile and retire runs: a run gone
-        means a newer MANIFEST, so the snapshot is taken again from it."""
+        runs and the forgotten keys' file that MANIFEST names (what ``contains``
+        reads: a key forgotten before the batch was new to it); return its count of
+        committed batches. A background compaction (between batches) may commit
+        meanwhile and retire runs and that file: one gone means a newer MANIFEST, so
+        the snapshot is taken again from it."""
         for _ in range(SNAPSHOT_RETRIES):
             shutil.rmtree(snap, ignore_errors=True)
             os.mkdir(snap)
             os.link(os.path.join(store_path, manifest.NAME), os.path.join(snap, manifest.NAME))
             doc = manifest.read(snap)
+            names = [r["file"] for r in doc["runs"]]
+            if doc.get(tombstones.FIELD):
+                names.append(doc[tombstones.FIELD]["file"])
             try:
-                for r in doc["runs"]:
-                    os.link(os.path.join(store_path, r["file"]), os.path.join(snap, r["file"]))
+                for name in names:
+                    os.link(os.path.join(store_path, name), os.path.join(snap, name))
             except FileNotFoundError:
                 continue
             return int(doc["counters"].get("batches", 0))

@@ -55,6 +55,23 @@ def test_reply_lost_after_commit(tmp_path, rng):
     b.close()
 
 
+def test_reply_lost_after_a_batch_that_readmits_forgotten_keys(tmp_path, rng):
+    """The answer is recomputed from the snapshot of the state before the batch, which
+    must carry the forgotten keys' file: readmitted keys are new."""
+    a = shard(tmp_path)
+    k0 = batch(rng)
+    a.admit("b0", k0)
+    a.ack(["b0"])
+    assert a.forget(k0[:100]) == len(np.unique(k0[:100]))
+    k1 = np.concatenate([k0[:300], batch(rng, 500)])
+    first = a.admit("b1", k1)
+    assert np.array_equal(first, setdiff(uniq(k1), uniq(k0[100:])))
+    crash(a)
+    b = ShardActor(str(tmp_path), 0, 0, KW)
+    assert np.array_equal(b.admit("b1", k1), first)
+    b.close()
+
+
 def test_crash_before_commit_is_a_fresh_batch(tmp_path, rng):
     a = shard(tmp_path)
     k0 = batch(rng)
