@@ -33,7 +33,7 @@ from seenstore.url.normalise import all_strs_or_bytes
 from seenstore.runtime.parallel import check_threads
 from seenstore.url.policy import DEFAULT_POLICY, Policy
 from seenstore.admitted import Admitted
-from seenstore.store import BLOOM_NAME, DEFAULT_BLOOM_FPR, SeenStore
+from seenstore.store import BLOOM_NAME, SeenStore
 from seenstore.store import urls as urlcalls
 from seenstore.store.files import EVIDENCE_LOG
 from seenstore.frontier.traps import MANIFEST_FIELD, TrapGuard
@@ -138,7 +138,7 @@ class DedupStage:
              budget_bytes: int = DEFAULT_BUDGET_BYTES, cache_keys: int = DEFAULT_CACHE_KEYS,
              host_cap: int | None = None, wal_sync: str | float = walmod.SYNC_ALWAYS,
              policy: Policy | None = None, layout=None, shard_bits: int | None = None,
-             sync: bool = True, wait: float | None = 0.0, bloom_fpr: float = DEFAULT_BLOOM_FPR,
+             sync: bool = True, wait: float | None = 0.0, bloom_fpr: float | None = None,
              bloom_capacity: int | None = None, threads: int | None = None,
              learn: bool = False, learn_every: int = DEFAULT_LEARN_EVERY,
              keep_urls: bool | None = None, traps=None,

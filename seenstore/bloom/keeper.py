@@ -138,18 +138,24 @@ class BloomKeeper:
             early.close()
             self.behind = early
 
-    def open(self, path: str, generation: int, binding: Binding, n_keys: int, fpr: float,
-             capacity: int | None, samples: Callable[[int], Iterable[np.ndarray]],
+    def open(self, path: str, generation: int, binding: Binding, n_keys: int,
+             fpr: float | None, capacity: int | None,
+             samples: Callable[[int], Iterable[np.ndarray]],
              chunks: Callable[[int], Iterable[np.ndarray]]) -> None:
         """Use the filter saved at ``path`` if it is bound to these runs (store id,
         ``generation``, ``binding``), answers ``samples(BLOOM_SAMPLE_KEYS)`` (stored
         keys) present and fits; else rebuild it from ``chunks(REBUILD_CHUNK_KEYS)``
         (every stored key). Capacity: ``capacity`` or twice the store, at least
-        MIN_BLOOM_CAPACITY. In exact mode a Bloom negative skips the disk, so a filter
-        of other keys would hand stored keys out again (docs/bloom.md)."""
+        MIN_BLOOM_CAPACITY. ``fpr``: the target; None takes the saved file's (a store
+        created with another rate keeps it, also through a rebuild of a stale file),
+        DEFAULT_BLOOM_FPR without a readable file. In exact mode a Bloom negative
+        skips the disk, so a filter of other keys would hand stored keys out again
+        (docs/bloom.md)."""
         want = max(capacity, n_keys) if capacity else max(2 * n_keys, MIN_BLOOM_CAPACITY)
         try:
             bf, gen = LayeredBloom.load(path)
+            if fpr is None:
+                fpr = bf.target_fpr
             fits = (capacity is None or bf.capacity >= capacity) and bf.capacity >= n_keys
             if gen != generation:
                 self.state = "rebuilt (stale file)"
@@ -166,7 +172,8 @@ class BloomKeeper:
             self.state = "rebuilt (no file)"
         except SeenStoreError:
             self.state = "rebuilt (unreadable file)"  # derived data: rebuild it
-        self.rebuild(want, fpr, chunks(REBUILD_CHUNK_KEYS))
+        self.rebuild(want, DEFAULT_BLOOM_FPR if fpr is None else fpr,
+                     chunks(REBUILD_CHUNK_KEYS))
 
     def rebuild(self, capacity: int, fpr: float, chunks: Iterable[np.ndarray]) -> None:
         """A new filter for ``capacity`` keys at ``fpr`` holding every key of ``chunks``

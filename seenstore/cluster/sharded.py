@@ -28,7 +28,7 @@ from seenstore.kernels.batch import mark_first_new, mark_members
 from seenstore.layout import DEFAULT_LAYOUT, Layout
 from seenstore.keys.partition import partition
 from seenstore.runtime.parallel import default_threads
-from seenstore.store import DEFAULT_BLOOM_FPR, DEFAULT_POLICY_ID
+from seenstore.store import DEFAULT_POLICY_ID
 from seenstore.store.runcache import check_budget
 from seenstore.cluster.actor import ShardActor
 from seenstore.cluster.files import RANGE_MAJOR, read_sealed, write_sealed
@@ -180,7 +180,7 @@ class ShardedStore:
     def open(cls, paths_or_uri, shards: int | None = None, create: bool = False,
              ray_address: str | None = None, *, layout: Layout | None = None,
              policy_id: str | None = None, bloom: bool = True,
-             bloom_fpr: float = DEFAULT_BLOOM_FPR, bloom_capacity: int | None = None,
+             bloom_fpr: float | None = None, bloom_capacity: int | None = None,
              sync: bool = True, wait: float | None = 0.0, max_restarts: int = DEFAULT_RESTARTS,
              retries: int = DEFAULT_RETRIES, wal_dir: str | None = None,
              pin_nodes: bool = True, threads: int | None = None,

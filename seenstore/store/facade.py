@@ -22,7 +22,7 @@ import numpy as np
 from seenstore.store import manifest, wal as walmod
 from seenstore.keys.batch import as_keys
 from seenstore.bloom import Binding, LayeredBloom
-from seenstore.bloom.keeper import DEFAULT_BLOOM_FPR, BloomKeeper
+from seenstore.bloom.keeper import BloomKeeper
 from seenstore.errors import (ClosedError, InvalidInputError, MismatchError, SeenStoreError)
 from seenstore.layout import Layout
 from seenstore.store.lock import WriterLock
@@ -105,7 +105,7 @@ class SeenStore:
     def open(cls, path: str, create: bool = False, *, readonly: bool = False,
              layout: Layout | None = None, policy_id: str | None = None,
              shard_bits: int | None = None, wait: float | None = 0.0,
-             mode: str = "exact", bloom: bool = True, bloom_fpr: float = DEFAULT_BLOOM_FPR,
+             mode: str = "exact", bloom: bool = True, bloom_fpr: float | None = None,
              bloom_capacity: int | None = None, sync: bool = True,
              run_format: int | None = runsmod.DEFAULT_RUN_FORMAT,
              threads: int | None = None, cache_bytes: int | None = None,
@@ -121,7 +121,10 @@ class SeenStore:
         as seen). ``bloom``: keep a Bloom filter in memory (writers only), sized for
         ``bloom_capacity`` keys (default: twice the store, at least 2^20; grown
         by layers whenever the keys in it pass the capacity) at
-        ``bloom_fpr``; loaded from BLOOM, or rebuilt from the runs when missing or
+        ``bloom_fpr`` (None: the saved filter's own target, so a store created with
+        another rate keeps it; DEFAULT_BLOOM_FPR, 0.001, without one; a rate other
+        than the saved filter's rebuilds it at that rate); loaded from BLOOM, or
+        rebuilt from the runs when missing or
         stale (or bound to another store, or answering a stored key absent). A
         writer then replays and deletes the WAL segments a DedupStage left
         (``stage-*.wal``: keys it handed out but did not merge) before it admits

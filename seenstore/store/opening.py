@@ -25,7 +25,7 @@ PREFAULT_MIN_BYTES = 4 << 20  # smaller new filters fault in within the first in
 
 
 def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_id,
-               shard_bits, wait, mode: str, bloom: bool, bloom_fpr: float, bloom_capacity,
+               shard_bits, wait, mode: str, bloom: bool, bloom_fpr: float | None, bloom_capacity,
                sync: bool, run_format: int | None, threads, cache_bytes, policy=None,
                keep_urls=None, values=None):
     """``cls.open``'s body (facade.py ``SeenStore.open``: its docstring)."""

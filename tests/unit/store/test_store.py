@@ -15,7 +15,7 @@ from seenstore.store.runs import live as runs_live
 from seenstore.errors import (DiskFullError, InvalidInputError, LockedError, MismatchError,
                               NotAStoreError, StoreNotFoundError, CorruptionError)
 from seenstore.layout import Layout
-from seenstore.store import SeenStore
+from seenstore.store import DEFAULT_BLOOM_FPR, SeenStore
 
 key = st.one_of(st.sampled_from(EDGE_KEYS), st.integers(0, 2**64 - 1), st.integers(0, 30),
                 st.integers(2**64 - 30, 2**64 - 1))
@@ -265,6 +265,28 @@ def test_bloom_rebuilt_when_missing_stale_or_damaged(store_dir, rng):
         assert s._bloom_state == "rebuilt (unreadable file)" and s.bloom.query(keys).all()
         st_ = s.stats()["bloom"]
         assert st_["bits_per_key"] > 8 and 0 < st_["fill_ratio"] < 1 and st_["expected_fpr"] < 0.01
+
+
+def test_a_store_keeps_the_bloom_rate_it_was_given_unless_asked_another(store_dir):
+    """bloom_fpr=None (every CLI command, the stage, the cluster) takes the saved
+    filter's target, also when a stale file is rebuilt; another rate rebuilds."""
+    keys = np.arange(1, 5001, dtype=np.uint64)
+    with SeenStore.open(store_dir, create=True, sync=False, bloom_fpr=0.02) as s:
+        s.add(keys)
+    with SeenStore.open(store_dir, sync=False) as s:
+        assert s._bloom_state == "loaded" and s.bloom.target_fpr == 0.02
+        s.add(keys + np.uint64(5000))
+        s.close(save_bloom=False)  # the saved file is now a generation behind
+    with SeenStore.open(store_dir, sync=False) as s:
+        assert s._bloom_state == "rebuilt (stale file)" and s.bloom.target_fpr == 0.02
+        assert s.bloom.query(keys).all()
+    with SeenStore.open(store_dir, sync=False, bloom_fpr=1e-3) as s:
+        assert s._bloom_state == "rebuilt (other size or target)"
+        assert s.bloom.target_fpr == 1e-3
+    with SeenStore.open(store_dir, sync=False) as s:
+        assert s._bloom_state == "loaded" and s.bloom.target_fpr == 1e-3
+    with SeenStore.open(store_dir + "-new", create=True, sync=False) as s:
+        assert s.bloom.target_fpr == DEFAULT_BLOOM_FPR
 
 
 def test_progress_reports_every_touched_shard(store_dir):
