@@ -52,6 +52,22 @@ def test_the_1e10_plan_estimates_its_peak_under_the_cap(monkeypatch, tmp_path):
     assert bigger > 12 * GiB - benchplan.RSS_MARGIN
 
 
+def test_a_given_bloom_target_is_the_only_one_the_spilled_plan_takes(monkeypatch, tmp_path):
+    """--bloom-fpr: the plan sizes that filter alone (no fallback to another target),
+    and the memory it leaves goes to the spill budget."""
+    _machine(monkeypatch, tmp_path)
+    distinct = CrawlStream(10**10, 2 * 10**9).expected_total_new
+    args = (10**10, distinct, None, str(tmp_path), distinct, GiB, "auto", None, None,
+            (20, None, 0))
+    default = benchplan.plan_resources(*args)
+    p = benchplan.plan_resources(*args, bloom_fpr=0.02)
+    assert p.bloom_fpr == 0.02 and p.bloom_bytes == benchplan.bloom_bytes_for(distinct, 0.02)
+    assert p.bloom_bytes < 0.7 * default.bloom_bytes and p.spill_memory > default.spill_memory
+    assert p.memory_estimate["total"] <= 12 * GiB - benchplan.RSS_MARGIN
+    with pytest.raises(StoreIOError, match="Bloom filter"):  # 1e-9: no room, no fallback
+        benchplan.plan_resources(*args, bloom_fpr=1e-9)
+
+
 def test_a_small_run_keeps_the_default_bloom_target(monkeypatch, tmp_path):
     _machine(monkeypatch, tmp_path)
     p = benchplan.plan_resources(10**8, 5 * 10**7, 10**7, str(tmp_path), 5 * 10**7, GiB, 1,
