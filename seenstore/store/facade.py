@@ -121,9 +121,10 @@ class SeenStore:
         as seen). ``bloom``: keep a Bloom filter in memory (writers only), sized for
         ``bloom_capacity`` keys (default: twice the store, at least 2^20; grown
         by layers whenever the keys in it pass the capacity) at
-        ``bloom_fpr`` (None: the saved filter's own target, so a store created with
-        another rate keeps it; DEFAULT_BLOOM_FPR, 0.001, without one; a rate other
-        than the saved filter's rebuilds it at that rate); loaded from BLOOM, or
+        ``bloom_fpr`` (None: the store's own, the last one a writer gave, recorded in
+        its manifest; else the saved filter's; else DEFAULT_BLOOM_FPR, 0.001. A rate
+        given is recorded with the writer's next commit, and a saved filter of
+        another rate is rebuilt at it); loaded from BLOOM, or
         rebuilt from the runs when missing or
         stale (or bound to another store, or answering a stored key absent). A
         writer then replays and deletes the WAL segments a DedupStage left

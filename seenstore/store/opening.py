@@ -22,6 +22,7 @@ DEFAULT_POLICY_ID = "safe-v1"
 MODES = ("exact", "approximate")
 DEFAULT_SHARD_BITS = 4
 PREFAULT_MIN_BYTES = 4 << 20  # smaller new filters fault in within the first insert
+BLOOM_FPR_FIELD = "bloom_fpr"  # the manifest's record of the store's Bloom target
 
 
 def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_id,
@@ -38,6 +39,10 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
         raise InvalidInputError(f"keep_urls must be True, False or None, got {keep_urls!r}")
     if values not in (None, True, False):
         raise InvalidInputError(f"values must be True, False or None, got {values!r}")
+    if bloom_fpr is not None:
+        if not (isinstance(bloom_fpr, (int, float)) and 1e-9 <= bloom_fpr <= 0.5):
+            raise InvalidInputError(f"bloom_fpr must be in [1e-9, 0.5], got {bloom_fpr!r}")
+        bloom_fpr = float(bloom_fpr)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
     check_budget(cache_bytes)
@@ -74,6 +79,8 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
             fields = {} if keep_urls is None else {"keep_urls": keep_urls}
             if values:
                 fields["values"] = True
+            if bloom_fpr is not None:  # the store's Bloom target from now on
+                fields[BLOOM_FPR_FIELD] = bloom_fpr
             if policy is not None and policy.identity != DEFAULT_POLICY_ID:
                 fields["policy"] = {"version": 0, "toml": policy.to_toml(), "hosts": {}}
             commitmod.create(path, layout or DEFAULT_LAYOUT, policy_id or DEFAULT_POLICY_ID,
@@ -85,6 +92,12 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
         store.cache_bytes = default_budget() if cache_bytes is None else cache_bytes
         store._check_identity(layout, policy_id, shard_bits, values)
         store._adopt_settings(policy, keep_urls)
+        # the Bloom target: the one given (recorded with the next commit when it is
+        # another), else the store's recorded one, else the saved filter's (keeper)
+        have = store._doc.get(BLOOM_FPR_FIELD)
+        if bloom_fpr is not None and bloom_fpr != have:
+            store._batch_fields = {**(store._batch_fields or {}), BLOOM_FPR_FIELD: bloom_fpr}
+        bloom_fpr = have if bloom_fpr is None else bloom_fpr
         remove_leftovers(path, manifest.named_files(store._doc))
         store._live.open_runs()
         if bloom or mode == "approximate":

@@ -280,13 +280,20 @@ def test_a_store_keeps_the_bloom_rate_it_was_given_unless_asked_another(store_di
     with SeenStore.open(store_dir, sync=False) as s:
         assert s._bloom_state == "rebuilt (stale file)" and s.bloom.target_fpr == 0.02
         assert s.bloom.query(keys).all()
+    os.remove(os.path.join(store_dir, "BLOOM"))  # the manifest still records the rate
+    with SeenStore.open(store_dir, sync=False) as s:
+        assert s._bloom_state == "rebuilt (no file)" and s.bloom.target_fpr == 0.02
     with SeenStore.open(store_dir, sync=False, bloom_fpr=1e-3) as s:
         assert s._bloom_state == "rebuilt (other size or target)"
         assert s.bloom.target_fpr == 1e-3
-    with SeenStore.open(store_dir, sync=False) as s:
-        assert s._bloom_state == "loaded" and s.bloom.target_fpr == 1e-3
+    os.remove(os.path.join(store_dir, "BLOOM"))
+    with SeenStore.open(store_dir, sync=False) as s:  # recorded at the close's commit
+        assert s._bloom_state == "rebuilt (no file)" and s.bloom.target_fpr == 1e-3
+        assert s.add(keys).sum() == 0
     with SeenStore.open(store_dir + "-new", create=True, sync=False) as s:
         assert s.bloom.target_fpr == DEFAULT_BLOOM_FPR
+    with pytest.raises(InvalidInputError, match="bloom_fpr"):
+        SeenStore.open(store_dir, bloom_fpr=0.9)
 
 
 def test_progress_reports_every_touched_shard(store_dir):
