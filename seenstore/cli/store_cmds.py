@@ -74,6 +74,12 @@ def _wait(value: float):
 @click.option("--bloom-capacity", type=COUNT, default=None,
               help="Keys the Bloom filter is sized for when it is (re)built (1e9 style; "
                    "default: the store's, twice its keys and at least 2^20).")
+@click.option("--bloom-fpr", type=click.FloatRange(1e-9, 0.5), default=None,
+              help="The Bloom filter's false-positive target, recorded as the store's: "
+                   "later commands keep it (default: the store's own, 0.001 for a new "
+                   "store). Another rate than the saved filter's rebuilds it once. Exact "
+                   "answers never depend on it; it trades the filter's memory and disk "
+                   "against the work of contains and the stage.")
 @click.option("--memory", type=SIZE, default=None,
               help="Memory budget (4G, 64M): a batch of any size is spilled by shard to "
                    "bucket files in the store and merged shard by shard within it "
@@ -81,8 +87,8 @@ def _wait(value: float):
                    "in memory.")
 @wait_option
 @threads_option
-def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacity, memory,
-          wait, threads):
+def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacity, bloom_fpr,
+          memory, wait, threads):
     """Admit the keys of BATCH (raw little-endian uint64 fingerprints, any order,
     repeats allowed) into the store as one atomic batch.
 
@@ -99,7 +105,8 @@ def merge(batch, store_dir, new_out, as_json, create, mode, bloom, bloom_capacit
     keys = read_batch_file(batch)
     t_read = time.perf_counter() - t0
     with _open(store_dir, create=create, wait=_wait(wait), mode=mode, bloom=bloom,
-               bloom_capacity=bloom_capacity or None, threads=threads) as store:
+               bloom_capacity=bloom_capacity or None, bloom_fpr=bloom_fpr,
+               threads=threads) as store:
         # Opened and checked before the commit: an unwritable --new-out commits nothing.
         out = Output(new_out, store.path, 8, "keys").open() if new_out is not None else None
         try:

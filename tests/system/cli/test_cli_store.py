@@ -197,6 +197,18 @@ def test_merge_and_stats_show_bloom_figures_and_approximate_mode(batch, store_di
     assert json.loads(out)["bloom"] is None and json.loads(out)["new"] == 0
 
 
+def test_merge_bloom_fpr_is_recorded_and_kept_by_later_commands(batch, store_dir):
+    code, out, err = run("merge", batch, "--store", store_dir, "--bloom-fpr", "0.02", "--json")
+    assert code == 0, err
+    os.remove(os.path.join(store_dir, "BLOOM"))  # the rate is the store's, not the file's
+    code, out, err = run("merge", batch, "--store", store_dir, "--json")
+    assert code == 0, err
+    code, out, _ = run("stats", "--store", store_dir, "--json")
+    assert json.loads(out)["bloom"]["target_fpr"] == 0.02
+    code, out, err = run("merge", batch, "--store", store_dir, "--bloom-fpr", "0.9")
+    assert code == 2 and "--bloom-fpr" in out + err
+
+
 def test_merge_bloom_capacity_and_stats_bytes_per_key_with_and_without_bloom(batch, store_dir):
     """Issue 11.5: merge takes --bloom-capacity as bench does; stats shows bytes/key both
     without the BLOOM file and with it (bench's figure), labelled."""
