@@ -24,7 +24,7 @@ from seenstore.runtime.worker import Worker
 from seenstore.bloom import file as _file
 from seenstore.bloom.file import Binding
 from seenstore.bloom.sizing import (BLOCK_BITS, MAX_BLOCKS, WORDS_PER_BLOCK, blocked_fpr,
-                                    block_aligned, size_for)
+                                    block_aligned, check_fpr, size_for)
 
 GROUP = 32  # keys located (and prefetched) ahead in the kernels; see bench/bench_bloom.py
 # Region inserts: keys bucketed so each pass writes one ~REGION_BYTES slice of the
@@ -285,9 +285,8 @@ class BloomFilter:
         """
         if not isinstance(n_keys, (int, np.integer)) or n_keys < 0:
             raise InvalidInputError(f"Bloom filter capacity must be an int >= 0, got {n_keys!r}")
-        if not 1e-9 <= fpr <= 0.5:
-            raise InvalidInputError(f"Bloom filter target FPR must be in [1e-9, 0.5], got {fpr}")
-        n_blocks, k = size_for(int(n_keys), float(fpr))
+        fpr = check_fpr(fpr)
+        n_blocks, k = size_for(int(n_keys), fpr)
         if n_blocks > MAX_BLOCKS:
             raise InvalidInputError(
                 f"Bloom filter for {n_keys} keys at FPR {fpr} needs {n_blocks} blocks "

@@ -16,8 +16,21 @@ import threading
 
 import numpy as np
 
+from seenstore.errors import InvalidInputError
 from seenstore.runtime.aligned import aligned_empty
 from seenstore.bloom.loads_table import KNOWN_LOADS
+
+MIN_FPR, MAX_FPR = 1e-9, 0.5  # the false-positive targets a filter may be sized for
+
+
+def check_fpr(fpr, what: str = "Bloom filter target FPR") -> float:
+    """``fpr`` as a float when it is a number in [MIN_FPR, MAX_FPR]; else
+    InvalidInputError naming ``what`` (the one check of every caller: the filter's
+    sizing, the store's open, which records the target before any filter is built)."""
+    if isinstance(fpr, bool) or not isinstance(fpr, (int, float, np.integer, np.floating)) \
+            or not MIN_FPR <= fpr <= MAX_FPR:
+        raise InvalidInputError(f"{what} must be in [{MIN_FPR:g}, {MAX_FPR:g}], got {fpr!r}")
+    return float(fpr)
 
 BLOCK_BITS = 512
 WORDS_PER_BLOCK = BLOCK_BITS // 64

@@ -20,6 +20,8 @@ import time
 
 import click
 
+from seenstore.bloom.sizing import MAX_FPR, MIN_FPR
+
 from seenstore.bench.plan import (SPILL_ABOVE_BATCHES, default_batch_size, plan_bench,
                                   stream_distinct)
 from seenstore.bench.report import document, text_lines, write_plot
@@ -52,7 +54,7 @@ FIRST_RUN_ETA = "about 20 s"  # README "First run": the warm-up of `seenstore be
                    "as an operator who knows the crawl's scale would; 0: the store's default, "
                    "which starts at 2^20 and grows by a layer that makes it 4x larger each "
                    "time it fills).")
-@click.option("--bloom-fpr", type=click.FloatRange(1e-9, 0.5), default=None,
+@click.option("--bloom-fpr", type=click.FloatRange(MIN_FPR, MAX_FPR), default=None,
               help="The Bloom filter's false-positive target (default: the store's, 0.001; "
                    "a spilled run whose filter would leave too little memory takes 0.002). "
                    "Exact answers never depend on it: the filter's rate trades its memory "

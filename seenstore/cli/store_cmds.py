@@ -11,6 +11,8 @@ import time
 
 import click
 
+from seenstore.bloom.sizing import MAX_FPR, MIN_FPR
+
 from seenstore.keys.batch import read_batch_file
 from seenstore.errors import (InvalidInputError, SeenStoreError, StoreIOError,
                               StoreNotFoundError, UndeliveredError)
@@ -74,7 +76,7 @@ def _wait(value: float):
 @click.option("--bloom-capacity", type=COUNT, default=None,
               help="Keys the Bloom filter is sized for when it is (re)built (1e9 style; "
                    "default: the store's, twice its keys and at least 2^20).")
-@click.option("--bloom-fpr", type=click.FloatRange(1e-9, 0.5), default=None,
+@click.option("--bloom-fpr", type=click.FloatRange(MIN_FPR, MAX_FPR), default=None,
               help="The Bloom filter's false-positive target, recorded as the store's: "
                    "later commands keep it (default: the store's own, 0.001 for a new "
                    "store). Another rate than the saved filter's rebuilds it once. Exact "

@@ -24,6 +24,13 @@ from seenstore.store.runs.format import HEADER_SIZE
 mark_members = _kernels.mark_members
 
 
+def shard_range(shard: int, shard_bits: int) -> tuple[int, int]:
+    """The keys of shard ``shard`` (those whose top ``shard_bits`` bits are it):
+    ``(lo, hi)``, hi inclusive."""
+    lo = shard << (64 - shard_bits) if shard_bits else 0
+    return lo, lo + (1 << (64 - shard_bits)) - 1
+
+
 def shard_bounds(sorted_keys: np.ndarray, shard_bits: int) -> np.ndarray:
     """Start index in ``sorted_keys`` of every shard of ``shard_bits`` bits, plus the end."""
     if shard_bits == 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from seenstore.bloom.sizing import check_fpr
 from seenstore.errors import InvalidInputError, NotAStoreError, StoreNotFoundError
 from seenstore.layout import DEFAULT_LAYOUT
 from seenstore.store import commit as commitmod, manifest, wal as walmod
@@ -40,9 +41,7 @@ def open_store(cls, path: str, create: bool, *, readonly: bool, layout, policy_i
     if values not in (None, True, False):
         raise InvalidInputError(f"values must be True, False or None, got {values!r}")
     if bloom_fpr is not None:
-        if not (isinstance(bloom_fpr, (int, float)) and 1e-9 <= bloom_fpr <= 0.5):
-            raise InvalidInputError(f"bloom_fpr must be in [1e-9, 0.5], got {bloom_fpr!r}")
-        bloom_fpr = float(bloom_fpr)
+        bloom_fpr = check_fpr(bloom_fpr, "bloom_fpr")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
     check_budget(cache_bytes)

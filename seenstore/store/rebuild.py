@@ -28,7 +28,7 @@ from seenstore.errors import PolicyError
 from seenstore.store import kepturls
 from seenstore.store.urls import normalised
 from seenstore.store.files import fault, io_error, run_name
-from seenstore.store import manifest, tombstones
+from seenstore.store import check, manifest, tombstones
 from seenstore.store.runs import live as runsmod
 from seenstore.store.runs.format import policy_digest
 from seenstore.url.fingerprint import fingerprint_many
@@ -88,8 +88,8 @@ def rebuild(store, policy: Policy, hosts, fields: dict, progress=None) -> dict:
     try:
         for shard in sorted(shards):
             readers = runs.get(shard, [])
-            lo = shard << (64 - sb) if sb else 0
-            hi = (shard + 1) << (64 - sb) if sb else 1 << 64
+            lo, last = check.shard_range(shard, sb)
+            hi = last + 1
             old = [c.copy() for c in runsmod.iter_range(runs, lo, hi)] if readers else []
             keys = np.concatenate(old) if old else np.empty(0, np.uint64)
             before = len(keys)

@@ -101,12 +101,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         bounds = np.empty((1 << sb) + 1, dtype=np.int64)
         filled = set()  # shards whose bucket got keys
         appender = shared_pool(1, "seenstore-spill-append")
-
-        def shard_range(sh: int) -> tuple[int, int]:
-            lo = sh << (64 - sb) if sb else 0
-            return lo, lo + (1 << (64 - sb)) - 1
-
-        spilled = buckets.Buckets(work, budget, shard_range, fault)
+        spilled = buckets.Buckets(work, budget, lambda sh: check.shard_range(sh, sb), fault)
         for chunk in buckets.source_chunks(path, budget.chunk_keys):
             t = clock.start()
             if appending is not None:
