@@ -56,14 +56,23 @@ SERVE_CHUNK_KEYS = 1 << 18
                    "exact sweep, which never asks the filter; the filter only answers "
                    "/contains requests for absent keys without a sweep, at 2.4-12 B per "
                    "key of memory (docs/serve.md, \"Memory\").")
+@click.option("--values", is_flag=True,
+              help="The store keeps a record per URL (state, retries, status, fetched_at, "
+                   "next_due, digest) for the value endpoints: with --create, a new store "
+                   "is made with values; an existing store without them is refused. A "
+                   "store created with values serves them without this flag "
+                   "(docs/frontier.md, \"Values\").")
 @click.option("--wait", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another writer to release the store (-1: forever).")
 def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max_body, warm,
-              cache_bytes, bloom, wait):
+              cache_bytes, bloom, values, wait):
     """Serve the store to many clients (HTTP/1.1): group commit, exactly-once answers.
 
     Endpoints: POST /v1/urls/add, /v1/urls/contains, /v1/keys/add, /v1/keys/contains;
-    GET /v1/stats, /metrics, /healthz and / (a status page). docs/serve.md.
+    per-URL values (a store with values): POST /v1/{keys,urls}/get, /v1/{keys,urls}/update,
+    GET /v1/values/counts, /v1/values/due, /v1/values/select; fetch evidence: POST
+    /v1/evidence, /v1/learn; GET /v1/stats, /metrics, /healthz and / (a status page).
+    docs/serve.md.
     """
     from seenstore.serve.server import Server, check_listen, parse_listen, serve
     from seenstore.store import SeenStore
@@ -98,7 +107,7 @@ def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max
     cache_bytes = 0 if cache_bytes.strip() == "0" else SIZE.convert(cache_bytes, None, None)
     store = SeenStore.open(path, create=create, policy=given,
                            wait=None if wait < 0 else wait, cache_bytes=cache_bytes,
-                           bloom=bloom)
+                           bloom=bloom, values=values or None)
     store.chunk_keys = SERVE_CHUNK_KEYS
     try:
         from seenstore.store.urls import store_policy

@@ -3,7 +3,10 @@
 
 ``add(keys)`` / ``contains(keys)`` take uint64 keys, ``add_urls(urls, base=None)`` /
 ``contains_urls(urls, base=None)`` take URLs (normalised by the server under the
-store's policy); each returns a bool mask aligned with its input. Every admitting
+store's policy); each returns a bool mask aligned with its input. On a store with
+values, ``get``/``get_urls``, ``update``/``update_urls``, ``counts``, ``due``/``due_urls``
+and ``select``/``select_urls`` are the store's value calls (updates set fields, so a
+resent one changes nothing more). Every admitting
 call carries a new batch id; after a connection failure, or a 503 from a server
 that is shutting down, the call is sent again with the same id until
 ``retry_seconds`` pass, and the server answers a batch id it has seen with the
@@ -39,7 +42,7 @@ class ServerError(SeenStoreError):
         self.status = status
 
 
-def _keys_body(keys) -> tuple[bytes, int]:
+def _keys_array(keys) -> np.ndarray:
     arr = np.asarray(keys)
     if arr.dtype != np.uint64:
         if arr.size and arr.dtype.kind not in "iu":
@@ -47,8 +50,69 @@ def _keys_body(keys) -> tuple[bytes, int]:
         if arr.size and arr.dtype.kind == "i" and int(arr.min()) < 0:
             raise InvalidInputError("keys must be unsigned 64-bit integers, got a negative one")
         arr = arr.astype(np.uint64)
-    arr = arr.reshape(-1)
+    return arr.reshape(-1)
+
+
+def _keys_body(keys) -> tuple[bytes, int]:
+    arr = _keys_array(keys)
     return arr.astype("<u8", copy=False).tobytes(), len(arr)
+
+
+def _url_list(urls) -> list[str]:
+    if isinstance(urls, (str, bytes)):
+        urls = [urls]
+    out = []
+    for u in urls:
+        if isinstance(u, bytes):
+            u = u.decode("utf-8", "surrogateescape")
+        elif not isinstance(u, str):
+            raise InvalidInputError(f"URLs must be str or bytes, got {type(u).__name__}")
+        out.append(u)
+    return out
+
+
+def _update_body(kind: str, items: list, base: str | None, fields: dict) -> bytes:
+    from seenstore.serve.values import update_body
+
+    return update_body(kind, items, base, fields)
+
+
+def _records(body: bytes, n: int) -> np.ndarray:
+    from seenstore.serve.values import decode_records
+
+    try:
+        return decode_records(body, n)
+    except ValueError as e:
+        raise ServerError(f"the server answered {e}") from None
+
+
+def _counts(body: bytes) -> dict:
+    from seenstore.frontier.state import State
+
+    got = json.loads(body)
+    return {s: int(got.get(s.name, 0)) for s in State}
+
+
+def _state_arg(state) -> str:
+    from seenstore.frontier.state import parse_state
+
+    return parse_state(state).name
+
+
+def _listing(op: str, **query) -> str:
+    q = {k: v for k, v in query.items() if v is not None}
+    return f"/v1/values/{op}?" + urllib.parse.urlencode(q)
+
+
+def _keys_answer(body: bytes) -> np.ndarray:
+    if len(body) % 8:
+        raise ServerError(f"the server answered {len(body)} bytes of keys")
+    return np.frombuffer(body, dtype="<u8").astype(np.uint64)
+
+
+def _urls_answer(body: bytes) -> list[str]:
+    text = body.decode("utf-8", "surrogateescape")
+    return text.split("\n")[:-1] if text else []
 
 
 def _urls_body(urls) -> tuple[bytes, int]:
@@ -119,6 +183,52 @@ class Client:
 
     def stats(self) -> dict:
         return json.loads(self._call("GET", "/v1/stats", None))
+
+    # ------------------------------------------------- values (docs/serve.md)
+    def get(self, keys) -> np.ndarray:
+        """The records of ``keys`` (``SeenStore.get``): a structured array aligned with
+        them, ``present`` and the value fields (absent keys: all zero)."""
+        body, n = _keys_body(keys)
+        return _records(self._call("POST", "/v1/keys/get", body), n)
+
+    def get_urls(self, urls, base: str | None = None) -> np.ndarray:
+        """``get`` of URLs under the server's policy (rejected URLs: not present)."""
+        body, n = _urls_body(urls)
+        return _records(self._call("POST", _url_path("urls", "get", base), body), n)
+
+    def update(self, keys, **fields) -> np.ndarray:
+        """Set the named fields (scalars or arrays aligned with ``keys``) of stored
+        ``keys`` (``SeenStore.update``); the mask of keys updated. Safe to resend."""
+        items = [int(k) for k in _keys_array(keys)]
+        return _mask(self._call("POST", "/v1/keys/update",
+                                _update_body("keys", items, None, fields)), len(items))
+
+    def update_urls(self, urls, base: str | None = None, **fields) -> np.ndarray:
+        """``update`` of URLs under the server's policy; mask aligned with ``urls``."""
+        items = _url_list(urls)
+        return _mask(self._call("POST", "/v1/urls/update",
+                                _update_body("urls", items, base, fields)), len(items))
+
+    def counts(self) -> dict:
+        """{State: number of stored keys in it}, summing to the store's keys."""
+        return _counts(self._call("GET", "/v1/values/counts", None))
+
+    def due(self, now: int, limit: int | None = None) -> np.ndarray:
+        """Stored keys whose ``next_due`` is set and <= ``now``, soonest first."""
+        return _keys_answer(self._call("GET", _listing("due", now=int(now), limit=limit), None))
+
+    def due_urls(self, now: int, limit: int | None = None) -> list[str]:
+        return _urls_answer(self._call("GET", _listing("due", now=int(now), limit=limit,
+                                                       answer="urls"), None))
+
+    def select(self, state, limit: int | None = None) -> np.ndarray:
+        """Stored keys in ``state`` (a State or its name), ascending."""
+        return _keys_answer(self._call("GET", _listing("select", state=_state_arg(state),
+                                                       limit=limit), None))
+
+    def select_urls(self, state, limit: int | None = None) -> list[str]:
+        return _urls_answer(self._call("GET", _listing("select", state=_state_arg(state),
+                                                       limit=limit, answer="urls"), None))
 
     def record_fetches(self, records) -> dict:
         """Send fetch evidence (dicts with ``SeenStore.record_fetches``'s names; a
@@ -248,6 +358,43 @@ class AsyncClient:
 
     async def stats(self) -> dict:
         return json.loads(await self._call("GET", "/v1/stats", None))
+
+    async def get(self, keys) -> np.ndarray:
+        body, n = _keys_body(keys)
+        return _records(await self._call("POST", "/v1/keys/get", body), n)
+
+    async def get_urls(self, urls, base: str | None = None) -> np.ndarray:
+        body, n = _urls_body(urls)
+        return _records(await self._call("POST", _url_path("urls", "get", base), body), n)
+
+    async def update(self, keys, **fields) -> np.ndarray:
+        items = [int(k) for k in _keys_array(keys)]
+        return _mask(await self._call("POST", "/v1/keys/update",
+                                      _update_body("keys", items, None, fields)), len(items))
+
+    async def update_urls(self, urls, base: str | None = None, **fields) -> np.ndarray:
+        items = _url_list(urls)
+        return _mask(await self._call("POST", "/v1/urls/update",
+                                      _update_body("urls", items, base, fields)), len(items))
+
+    async def counts(self) -> dict:
+        return _counts(await self._call("GET", "/v1/values/counts", None))
+
+    async def due(self, now: int, limit: int | None = None) -> np.ndarray:
+        return _keys_answer(await self._call("GET", _listing("due", now=int(now),
+                                                             limit=limit), None))
+
+    async def due_urls(self, now: int, limit: int | None = None) -> list[str]:
+        return _urls_answer(await self._call("GET", _listing("due", now=int(now), limit=limit,
+                                                             answer="urls"), None))
+
+    async def select(self, state, limit: int | None = None) -> np.ndarray:
+        return _keys_answer(await self._call("GET", _listing(
+            "select", state=_state_arg(state), limit=limit), None))
+
+    async def select_urls(self, state, limit: int | None = None) -> list[str]:
+        return _urls_answer(await self._call("GET", _listing(
+            "select", state=_state_arg(state), limit=limit, answer="urls"), None))
 
     async def _call(self, method: str, path: str, body: bytes | None,
                     new_id: bool = False) -> bytes:

@@ -10,7 +10,8 @@ held for a later call (``poll``/``flush`` return nothing). URL payloads default 
 the URL as offered in its safe-rule form (normalised here; what has no canonical
 form is in ``rejected``, not sent), and ``Admitted.keys`` are those forms' keys
 (the server's keys under a policy with rules can differ). ``record_fetch`` and
-``learn`` go to the server's store. A request the server cannot answer raises
+``learn`` go to the server's store, and so do the frontier calls ``mark``, ``counts``
+and ``requeue`` on a store with values. A request the server cannot answer raises
 ``ServerError`` after the client's retries (the same batch id each time).
 """
 
@@ -97,6 +98,53 @@ class RemoteStage:
 
     def learn(self, apply: bool = True) -> dict:
         return self.client.learn(apply)
+
+    # ------------------------------------------- the frontier (a store with values)
+    def mark(self, items, state, **fields) -> int:
+        """``DedupStage.mark`` on the server's store: set the ``state`` (and other
+        ``fields``) of URLs (normalised by the server under its policy) or keys;
+        returns how many stored keys were marked. Everything ``offer`` returned is
+        stored already (the server commits before it answers). Under a policy with
+        rules, mark URLs: ``Admitted.keys`` are the safe-rule forms' keys."""
+        from seenstore.frontier.state import parse_state
+
+        if self._closed:
+            raise ClosedError("the dedup stage is closed")
+        state = parse_state(state)
+        if isinstance(items, (str, bytes)):
+            items = [items]
+        if not isinstance(items, np.ndarray):
+            items = list(items)
+        if len(items) and not isinstance(items, np.ndarray) and isinstance(items[0],
+                                                                          (str, bytes)):
+            return int(self.client.update_urls(items, state=int(state), **fields).sum())
+        keys = as_keys(items)
+        if not len(keys):
+            return 0
+        return int(self.client.update(keys, state=int(state), **fields).sum())
+
+    def counts(self) -> dict:
+        """The server's store's keys per ``State`` (every client's)."""
+        return self.client.counts()
+
+    def requeue(self, limit: int | None = None) -> list:
+        """What is IN_FLIGHT in the server's store, marked QUEUED again and returned:
+        the URLs where the store keeps them, else the keys. The store is shared: this
+        takes every client's IN_FLIGHT keys, so call it when the whole fleet restarts
+        (or when this crawler is the only one)."""
+        from seenstore.frontier.state import State
+        from seenstore.serve.client import ServerError
+
+        keys = self.client.select(State.IN_FLIGHT, limit)
+        try:
+            out = self.client.select_urls(State.IN_FLIGHT, limit)
+        except ServerError as e:
+            if e.status != 409:  # 409: the store keeps no URLs
+                raise
+            out = keys
+        if len(keys):
+            self.client.update(keys, state=int(State.QUEUED))
+        return out
 
     def stats(self) -> dict:
         return dict(self._stats, server=self.client.url, retries=self.client.retries)

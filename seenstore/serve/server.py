@@ -23,7 +23,7 @@ import numpy as np
 import xxhash
 from aiohttp import web
 
-from seenstore.errors import InvalidInputError, SeenStoreError
+from seenstore.errors import InvalidInputError, NotSupportedError, SeenStoreError
 from seenstore.serve import page
 from seenstore.serve.answers import AnswerLog
 from seenstore.serve.batcher import Batcher, Committer, Item, ShuttingDown
@@ -107,6 +107,13 @@ class Server:
         r.add_post("/v1/urls/contains", self.urls_contains)
         r.add_post("/v1/keys/add", self.keys_add)
         r.add_post("/v1/keys/contains", self.keys_contains)
+        r.add_post("/v1/keys/get", self.keys_get)
+        r.add_post("/v1/urls/get", self.urls_get)
+        r.add_post("/v1/keys/update", self.values_update)
+        r.add_post("/v1/urls/update", self.values_update)
+        r.add_get("/v1/values/counts", self.values_counts)
+        r.add_get("/v1/values/due", self.values_due)
+        r.add_get("/v1/values/select", self.values_select)
         r.add_post("/v1/evidence", self.evidence)
         r.add_post("/v1/learn", self.learn)
         r.add_get("/v1/stats", self.stats)
@@ -137,6 +144,9 @@ class Server:
             raise
         except ShuttingDown as e:
             return _json_error(503, str(e))
+        except NotSupportedError as e:  # e.g. due_urls on a store that keeps no URLs
+            self.client_errors += 1
+            return _json_error(409, str(e))
         except InvalidInputError as e:
             self.client_errors += 1
             return _json_error(400, str(e))
@@ -258,6 +268,137 @@ class Server:
         loop = asyncio.get_running_loop()
         m = await loop.run_in_executor(None, self.committer.contains, keys)
         return self._mask_response(m, items=len(keys))
+
+    # --------------------------------------------------------------- values
+    # Every value call runs on the commit thread, between two group commits: a value
+    # commit (update) or sweep (get, due, select) never meets a batch's commit or a
+    # value-file merge half done. An update does not count as a batch, so the answer
+    # log's count of committed batches stays the groups'.
+    def _need_values(self) -> None:
+        if not self.store.values:
+            raise ClientError(409, f"the store {self.store.path} keeps no values (serve a "
+                                   f"store created with values: seenstore serve --create "
+                                   f"--values)")
+
+    async def _on_writer(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.committer.pool, fn,
+                                                                *args)
+
+    def _records_response(self, request, rec: np.ndarray, **counts) -> web.Response:
+        from seenstore.serve.values import encode_records, records_json
+
+        counts["present"] = int(rec["present"].sum())
+        headers = {f"Seenstore-{k.capitalize()}": str(v) for k, v in counts.items()}
+        fmt = request.query.get("format", "binary")
+        if fmt == "json":
+            return web.json_response(records_json(rec), headers=headers)
+        if fmt != "binary":
+            raise ClientError(400, f"format must be binary or json, got {fmt!r}")
+        return web.Response(body=encode_records(rec), headers=headers,
+                            content_type="application/octet-stream")
+
+    async def keys_get(self, request) -> web.Response:
+        """The records of keys (``SeenStore.get``), aligned with the body's keys."""
+        self._need_values()
+        keys = self._keys(await self._body(request))
+        rec = await self._on_writer(self.store.get, keys)
+        return self._records_response(request, rec, items=len(keys))
+
+    async def urls_get(self, request) -> web.Response:
+        """The records of URLs under the store's policy, aligned with the body's lines
+        (a rejected URL: not present)."""
+        from seenstore.serve.values import RECORD_DTYPE
+
+        self._need_values()
+        fb = await self._urls(request, await self._body(request))
+        rec = np.zeros(fb.n, dtype=RECORD_DTYPE)
+        if len(fb.keys):
+            rec[fb.positions] = await self._on_writer(self.store.get, fb.keys)
+        return self._records_response(request, rec, items=fb.n, rejected=len(fb.rejected))
+
+    async def values_update(self, request) -> web.Response:
+        """Set fields of stored keys or URLs (``SeenStore.update``): one JSON object;
+        answers the mask of items updated (stored), aligned with them."""
+        from seenstore.serve.values import parse_update, url_lines
+
+        self._need_values()
+        kind, items, base, fields = parse_update(await self._body(request))
+        want = request.path.rsplit("/", 2)[-2]  # /v1/keys/update or /v1/urls/update
+        if kind != want:
+            raise ClientError(400, f"{request.path} takes \"{want}\", not \"{kind}\"")
+        if len(items) > self.max_items:
+            raise ClientError(413, f"{len(items)} {kind} in one request, over the limit of "
+                                   f"{self.max_items}")
+        if kind == "keys":
+            keys = np.array(items, dtype=np.uint64)
+            mask = await self._on_writer(lambda: self.store.update(keys, **fields))
+            return self._mask_response(mask, items=len(keys), updated=int(mask.sum()))
+        loop = asyncio.get_running_loop()
+        try:
+            fb = await loop.run_in_executor(None, url_batch, url_lines(items),
+                                            self.store.layout, self.store.policy, base)
+        except InvalidInputError as e:
+            raise ClientError(400, str(e)) from None
+        mask = np.zeros(fb.n, dtype=bool)
+        if len(fb.keys):
+            pos = fb.positions
+            got = {k: (np.asarray(v)[pos] if isinstance(v, list) else v)
+                   for k, v in fields.items()}
+            mask[pos] = await self._on_writer(lambda: self.store.update(fb.keys, **got))
+        else:  # no URL to set, but the fields must still be valid ones
+            none = {k: (v[:0] if isinstance(v, list) else v) for k, v in fields.items()}
+            await self._on_writer(lambda: self.store.update(np.zeros(0, np.uint64), **none))
+        return self._mask_response(mask, items=fb.n, updated=int(mask.sum()),
+                                   rejected=len(fb.rejected))
+
+    async def values_counts(self, request) -> web.Response:
+        """Stored keys per state (``SeenStore.counts``), by state name."""
+        self._need_values()
+        counts = await self._on_writer(self.store.counts)
+        return web.json_response({s.name: int(n) for s, n in counts.items()})
+
+    def _limit(self, request) -> int | None:
+        text = request.query.get("limit")
+        if text is None or text == "":
+            return None
+        if not text.isdigit():
+            raise ClientError(400, f"limit must be a whole number >= 0, got {text!r}")
+        return int(text)
+
+    async def _keys_or_urls(self, request, keys_call, urls_call) -> web.Response:
+        answer = request.query.get("answer", "keys")
+        if answer == "keys":
+            keys = await self._on_writer(keys_call)
+            return web.Response(body=np.asarray(keys, dtype="<u8").tobytes(),
+                                headers={"Seenstore-Items": str(len(keys))},
+                                content_type="application/octet-stream")
+        if answer != "urls":
+            raise ClientError(400, f"answer must be keys or urls, got {answer!r}")
+        urls = await self._on_writer(urls_call)
+        body = "".join(u + "\n" for u in urls).encode("utf-8", "surrogatepass")
+        return web.Response(body=body, headers={"Seenstore-Items": str(len(urls))},
+                            content_type="text/plain", charset="utf-8")
+
+    async def values_due(self, request) -> web.Response:
+        """Keys (or kept URLs) whose ``next_due`` is set and <= ``now``, soonest first
+        (``SeenStore.due``)."""
+        self._need_values()
+        now = request.query.get("now", "")
+        if not now.lstrip("-").isdigit():
+            raise ClientError(400, f"due needs now=SECONDS (a whole number), got {now!r}")
+        now, limit = int(now), self._limit(request)
+        return await self._keys_or_urls(request, lambda: self.store.due(now, limit),
+                                        lambda: self.store.due_urls(now, limit))
+
+    async def values_select(self, request) -> web.Response:
+        """Keys (or kept URLs) in one state, ascending (``SeenStore.select``)."""
+        from seenstore.frontier.state import parse_state
+
+        self._need_values()
+        state = parse_state(request.query.get("state", ""))
+        limit = self._limit(request)
+        return await self._keys_or_urls(request, lambda: self.store.select(state, limit),
+                                        lambda: self.store.select_urls(state, limit))
 
     async def evidence(self, request) -> web.Response:
         """Fetch evidence, one JSON object per line (``SeenStore.record_fetches``'s
