@@ -132,12 +132,12 @@ class Admission:
         with self._store._mutex:
             waited = self._store._join_compactor(stop=True)
             self._store._keeper.ready()
-            rest, revived = self._revive(uniq, is_sorted=True)
+            rest, revived, at = self._revive(uniq, is_sorted=True)
             try:
                 is_new = self._add_sorted(rest, progress, approx_answered)
                 if revived is not None:  # forgotten keys offered: new, and stored already
                     hit = np.zeros(len(uniq), dtype=np.bool_)
-                    hit[tombstones.in_sorted(revived, uniq)] = True
+                    hit[at] = True
                     out = hit.copy()
                     out[~hit] = is_new
                     is_new = out
@@ -176,7 +176,7 @@ class Admission:
             if behind is not None:  # its keys are still read from the scratch: wait
                 behind.wait_copied()
             t0 = time.perf_counter()
-            work, revived = self._revive(self._drop_repeats(keys))
+            work, revived, _ = self._revive(self._drop_repeats(keys))
             try:
                 new = self._admit_work(work, progress, defer, scratch_answer, gate, t0)
                 if revived is not None:  # forgotten keys offered: new, and stored already
@@ -209,26 +209,29 @@ class Admission:
         self._store.last_timings["sort_s"] = t_sort
         return new
 
-    def _revive(self, keys: np.ndarray,
-                is_sorted: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    def _revive(self, keys: np.ndarray, is_sorted: bool = False
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """``(keys without the forgotten ones, the forgotten ones sorted unique or
-        None)``. With forgotten keys offered, T without them is written and staged
-        for the batch's commit (``_settle_revived`` after the batch, always). Costs
-        nothing while T is empty; else a look-up per key (``tombstones.member``), or
-        with ``is_sorted`` keys (sorted unique) a search of T's keys in them."""
+        None, with ``is_sorted`` their positions in keys, else None)``. With forgotten
+        keys offered, T without them is written and staged for the batch's commit
+        (``_settle_revived`` after the batch, always). Costs nothing while T is empty;
+        else a look-up per key (``tombstones.member``), or with ``is_sorted`` keys
+        (sorted unique) a search of T's keys in them, once: ``add_sorted`` builds its
+        mask from the positions."""
         store = self._store
         if not tombstones.count(store._doc):
-            return keys, None
+            return keys, None, None
         t = store._tomb.keys(store._doc)
+        pos = None
         if is_sorted:
             pos = tombstones.in_sorted(t, keys)
             if not len(pos):
-                return keys, None
+                return keys, None, None
             revived, rest = keys[pos], np.delete(keys, pos)
         else:
             hit = tombstones.member(t, keys)
             if not hit.any():
-                return keys, None
+                return keys, None, None
             revived, rest = prepare(keys[hit]), keys[~hit]
         try:
             entry = store._tomb.write(tombstones.less(t, revived),
@@ -242,7 +245,7 @@ class Admission:
         except BaseException:
             self._settle_revived(failed=True)
             raise
-        return rest, revived
+        return rest, revived, pos
 
     def _settle_revived(self, failed: bool) -> None:
         """After a batch ``_revive`` staged T for: a batch that committed nothing of
