@@ -317,7 +317,7 @@ def _reason(status: int, data: bytes) -> str:
 
 
 class AsyncClient:
-    """``AsyncClient("http://HOST:PORT", token=None)``: the same calls as ``Client``,
+    """``AsyncClient("http://HOST:PORT", token=None)``: the calls of ``Client``,
     awaitable, on an aiohttp session (keep-alive, any number of calls at once).
     Use ``async with`` or ``await close()``."""
 
@@ -358,6 +358,12 @@ class AsyncClient:
 
     async def stats(self) -> dict:
         return json.loads(await self._call("GET", "/v1/stats", None))
+
+    async def record_fetches(self, records) -> dict:
+        return json.loads(await self._call("POST", "/v1/evidence", _evidence_body(records)))
+
+    async def learn(self, apply: bool = True) -> dict:
+        return json.loads(await self._call("POST", f"/v1/learn?apply={int(bool(apply))}", b""))
 
     async def get(self, keys) -> np.ndarray:
         body, n = _keys_body(keys)

@@ -204,5 +204,11 @@ def test_async_client_has_the_value_calls(vserver):
             assert "http://async-v.example/2" in await c.select_urls("done")
             assert (await c.update(keys, retries=1)).all()
             assert (await c.counts())[State.DONE] >= 2
+            # fetch evidence and learning, awaitable too (report only: apply=False)
+            got = await c.record_fetches([{"url": u, "status": 200, "body": "<p>x</p>"}
+                                          for u in urls] + [{"url": "mailto:x", "status": 1}])
+            assert got["recorded"] == 2 and len(got["rejected"]) == 1
+            out = await c.learn(apply=False)
+            assert out["policy_version"] == 0 and out["rebuild"] is None
 
     asyncio.run(main())
