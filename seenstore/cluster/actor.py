@@ -23,8 +23,8 @@ import xxhash
 
 from seenstore import store as store_module
 from seenstore.keys.batch import prepare
-from seenstore.errors import (CorruptionError, InvalidInputError, MismatchError, SeenStoreError,
-                              StoreNotFoundError)
+from seenstore.errors import (CorruptionError, InvalidInputError, MismatchError,
+                              NotSupportedError, SeenStoreError, StoreNotFoundError)
 from seenstore.layout import Layout
 from seenstore.store import MAX_SHARD_BITS, SeenStore
 from seenstore.store.runcache import default_budget
@@ -43,8 +43,14 @@ def inner_shard_bits(cluster_bits: int) -> int:
     return min(cluster_bits + INNER_BITS, MAX_SHARD_BITS)
 
 
-def digest(keys: np.ndarray) -> str:
-    return xxhash.xxh3_64_hexdigest(np.ascontiguousarray(keys).view(np.uint8))
+def digest(keys: np.ndarray, initial: dict | None = None) -> str:
+    """A batch's identity for its id: its keys, and the initial records of a
+    ``check_update`` (an id resent with other fields is another batch)."""
+    h = xxhash.xxh3_64(np.ascontiguousarray(keys).view(np.uint8))
+    for name in sorted(initial or {}):
+        h.update(f"\0{name}=".encode())
+        h.update(np.ascontiguousarray(np.asarray(initial[name])).tobytes())
+    return h.hexdigest()
 
 
 class ShardActor:
@@ -80,8 +86,9 @@ class ShardActor:
                 self._error = e
 
     # ---------------------------------------------------------------- opening
-    def create(self, layout: dict, policy_id: str) -> dict:
-        """Create this shard's directory and store, or accept an identical existing one."""
+    def create(self, layout: dict, policy_id: str, values: bool = False) -> dict:
+        """Create this shard's directory and store (``values``: with a record per key),
+        or accept an identical existing one."""
         with self._lock:
             if self._error is not None:
                 raise self._error
@@ -91,7 +98,8 @@ class ShardActor:
                     SeenStore.open(os.path.join(self.dir, STORE_DIR), create=True,
                                    layout=Layout.from_dict(layout), policy_id=policy_id,
                                    shard_bits=inner_shard_bits(self.shard_bits),
-                                   bloom=False, sync=self.kw.get("sync", True)).close()
+                                   bloom=False, sync=self.kw.get("sync", True),
+                                   values=values or None).close()
                     write_sealed(path, SHARD_FORMAT,
                                  {"index": self.index, "shard_bits": self.shard_bits,
                                   "range": self.range}, self.kw.get("sync", True), RANGE_MAJOR)
@@ -133,23 +141,26 @@ class ShardActor:
         st = self._need()
         return {"index": self.index, "range": self.range, "dir": self.dir, "node_ip": _node_ip(),
                 "pid": os.getpid(), "layout": st.layout.to_dict(),
-                "policy_id": st.policy_id, "generation": st.generation}
+                "policy_id": st.policy_id, "generation": st.generation,
+                "values": st.values}
 
     # --------------------------------------------------------------- batches
     def admit(self, batch_id: str, keys: np.ndarray, sorted_unique: bool = False,
-              acked: list = ()) -> np.ndarray:
+              acked: list = (), initial: dict | None = None) -> np.ndarray:
         """Admit ``keys`` (this shard's part of batch ``batch_id``); return the keys new
         to the store, sorted, each once. A retried ``batch_id`` gets the answer of its
         first run (until acknowledged). ``sorted_unique``: keys are sorted and unique.
         ``acked``: earlier batch ids whose answers the client has read (as ``ack``),
-        dropped first, so their entries need not be resolved by this batch."""
+        dropped first, so their entries need not be resolved by this batch.
+        ``initial``: a ``check_update`` (a store with values): the new keys' records,
+        fields as ``SeenStore.check_update`` takes them, aligned with ``keys``."""
         t_in, c_in = time.time(), time.process_time()
         with self._lock:
             st = self._need()
             log = self.log
             if acked:
                 log.forget(acked)
-            dg = digest(keys)
+            dg = digest(keys, initial)
             e = log.find(batch_id)
             if e is not None:
                 if e.meta["digest"] != dg:
@@ -163,7 +174,9 @@ class ShardActor:
             self._crash_if("after-pending")
             t1 = time.perf_counter()
             try:
-                if sorted_unique:
+                if initial is not None:
+                    new = np.sort(keys[st.check_update(keys, **initial)])
+                elif sorted_unique:
                     new = keys[st.add_sorted(keys)]
                 else:
                     new = st.add_new(keys)
@@ -208,6 +221,36 @@ class ShardActor:
         pending entries by); the number forgotten. Idempotent: a retry forgets none."""
         with self._lock:
             return int(self._need().forget(keys))
+
+    # ------------------------------------------------ values (a store with values)
+    # Under the admission lock: a value read sweeps the value files, which a commit
+    # of this shard (an admission's, an update's) may merge.
+    def update(self, keys: np.ndarray, fields: dict) -> np.ndarray:
+        """``SeenStore.update`` of this shard's keys: the mask of keys updated. Its own
+        commit, which does not move the count of committed batches (the answer log's).
+        Sets fields, so a retry changes nothing more."""
+        with self._lock:
+            return self._need().update(keys, **fields)
+
+    def get(self, keys: np.ndarray) -> np.ndarray:
+        with self._lock:
+            return self._need().get(keys)
+
+    def counts(self) -> dict:
+        with self._lock:
+            return {int(s): int(n) for s, n in self._need().counts().items()}
+
+    def due(self, now: int, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """This shard's ``SeenStore.due`` keys and their ``next_due`` (for the client's
+        merge of every shard's, soonest first)."""
+        with self._lock:
+            st = self._need()
+            keys = st.due(now, limit)
+            return keys, st.get(keys)["next_due"]
+
+    def select(self, state: int, limit: int | None) -> np.ndarray:
+        with self._lock:
+            return self._need().select(state, limit)
 
     def maybe_contains(self, keys: np.ndarray) -> np.ndarray:
         """Mask over ``keys``: False where certainly never admitted (the Bloom filter;
@@ -260,6 +303,9 @@ class ShardActor:
         one group (cannot be halved)."""
         with self._lock:
             st = self._need()
+            if st.values:
+                raise NotSupportedError(f"{self.dir}: a shard with values cannot be split "
+                                        "(the split copies keys, not their records)")
             bits = self.shard_bits + 1
             halves = split_range(self.range)
             kids = []

@@ -22,8 +22,8 @@ import numpy as np
 
 from seenstore.keys.batch import as_keys
 from seenstore.errors import (ClosedError, CorruptionError, InvalidInputError, MismatchError,
-                              NotAStoreError, SeenStoreError, StoreIOError,
-                              StoreNotFoundError)
+                              NotAStoreError, NotSupportedError, SeenStoreError,
+                              StoreIOError, StoreNotFoundError)
 from seenstore.kernels.batch import mark_first_new, mark_members
 from seenstore.layout import DEFAULT_LAYOUT, Layout
 from seenstore.keys.partition import partition
@@ -160,6 +160,7 @@ class ShardedStore:
         self.retries = options.pop("retries")
         self._owner = True  # this client started the actors (and may start them anew)
         self.last_timings: dict = {}
+        self.values = False  # every shard's store keeps a record per key (set by open)
         self._unacked: dict[int, list] = {}  # shard -> batch ids read, not yet told
         self.counters = {"batches": 0, "retries": 0, "revived": 0,
                          "object_store_bytes_in": 0, "object_store_bytes_out": 0}
@@ -184,7 +185,8 @@ class ShardedStore:
              sync: bool = True, wait: float | None = 0.0, max_restarts: int = DEFAULT_RESTARTS,
              retries: int = DEFAULT_RETRIES, wal_dir: str | None = None,
              pin_nodes: bool = True, threads: int | None = None,
-             cache_bytes: int | None = None, sample=None) -> "ShardedStore":
+             cache_bytes: int | None = None, sample=None,
+             values: bool | None = None) -> "ShardedStore":
         """Open (``create=True``: create) a sharded store and start its shard actors.
 
         ``paths_or_uri``: a cluster root directory (str; it holds ``CLUSTER``, which
@@ -208,6 +210,8 @@ class ShardedStore:
         ``sample``: with ``create`` (of a cluster root), keys like those the store
         will get (e.g. its first batch): the shards' key ranges are cut so that each
         gets about the same share of them (default: equal ranges; ranges.py).
+        ``values``: as ``SeenStore.open`` (with ``create``, every shard's store keeps a
+        record per key; True on a cluster without values: MismatchError).
         Raises what ``SeenStore.open`` raises, plus InvalidInputError."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InvalidInputError(f"threads must be a whole number >= 1, got {threads!r}")
@@ -233,7 +237,10 @@ class ShardedStore:
                               for d, r in zip(dirs, equal_ranges(1 << cluster_bits(len(dirs))))]}
         n = len(dirs)
         per_shard, sharing = _node_shares(ray, doc["shards"])
+        if values not in (None, True, False):
+            raise InvalidInputError(f"values must be True, False or None, got {values!r}")
         kw = {"bloom": bloom, "bloom_fpr": bloom_fpr, "sync": sync, "wait": wait,
+              "values": values or None,
               "bloom_capacity": -(-bloom_capacity // n) if bloom_capacity else None,
               "threads": threads or per_shard}
         if cache_bytes is not None:
@@ -248,11 +255,14 @@ class ShardedStore:
                 st.actors[i] = st._start(i, doc["shards"][i].get("node_ip"))
             if create:
                 infos = st._call(range(n), lambda i: st.actors[i].create.remote(
-                    doc["layout"], doc["policy_id"]))
+                    doc["layout"], doc["policy_id"], bool(values)))
             else:
                 infos = st._call(range(n), lambda i: st.actors[i].info.remote())
             for i, info in infos.items():
                 st._check_info(i, info, layout, policy_id)
+            if len({bool(info.get("values")) for info in infos.values()}) > 1:
+                raise MismatchError("some shards keep values and some do not")
+            st.values = bool(infos[0].get("values")) if infos else False
             if root is not None and any(doc["shards"][i].get("node_ip") != infos[i]["node_ip"]
                                         for i in range(n)):
                 for i in range(n):  # remember each shard's node: its directory is there
@@ -384,20 +394,27 @@ class ShardedStore:
         if not self.actors:
             raise ClosedError("the sharded store is closed (its shard actors are stopped)")
 
-    def _admit(self, keys: np.ndarray, batch_id: str | None, sorted_unique: bool):
+    def _admit(self, keys: np.ndarray, batch_id: str | None, sorted_unique: bool,
+               initial: dict | None = None):
         """Send each shard its part of the batch; return (grouped keys, bounds, the
-        answer of every shard that got keys: sorted new keys)."""
+        answer of every shard that got keys: sorted new keys). ``initial``: checked
+        fields of a ``check_update``, each shard gets its keys' part of them."""
         self._check_open()
         bid = batch_id or uuid.uuid4().hex
         t0 = time.perf_counter()
-        part, bounds = self._parts(keys, sorted_unique)
+        if initial is None:
+            part, bounds = self._parts(keys, sorted_unique)
+            parts = {}
+        else:  # the fields follow the keys: a stable grouping keeps first occurrences
+            order, part, bounds = self._grouped(keys)
+            parts = _field_parts(initial, order, bounds)
         t1 = time.perf_counter()
         jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
         refs = self._put({i: part[bounds[i]:bounds[i + 1]] for i in jobs})
         t2 = time.perf_counter()
         acked = {i: self._unacked.pop(i, []) for i in jobs}
         answers = self._call(jobs, lambda i: self.actors[i].admit.remote(
-            bid, refs[i], sorted_unique, acked[i]))
+            bid, refs[i], sorted_unique, acked[i], parts.get(i)))
         t3 = time.perf_counter()
         for i in jobs:  # read: the shard may drop the batch's entry
             if self._owner:  # told with this client's next call to the shard
@@ -474,27 +491,107 @@ class ShardedStore:
     def maybe_contains(self, keys) -> np.ndarray:
         """Mask over ``keys``: False where certainly never admitted (each shard's Bloom
         filter). What a DedupStage on top asks as ``store.bloom.query``."""
-        keys = as_keys(keys)
+        return self._by_shard(as_keys(keys), "maybe_contains", np.bool_)
+
+    def _grouped(self, keys: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """(order, keys[order], bounds): ``keys`` grouped by shard, stable (a key's
+        occurrences keep their order), shard i's at ``bounds[i]:bounds[i + 1]``;
+        order None when it is the identity."""
         n = len(self.ranges)
         if n == 1 or len(keys) == 0:
-            order = None
-            part, bounds = keys, np.array([0, len(keys)], dtype=np.int64)
-            if n > 1:
-                bounds = np.zeros(n + 1, dtype=np.int64)
-        else:
-            sid = self._shard_of[(keys >> np.uint64(64 - RANGE_BITS)).astype(np.int64)]
-            order = np.argsort(sid, kind="stable")
-            part = keys[order]
-            bounds = np.searchsorted(sid[order], np.arange(n + 1))
+            bounds = np.zeros(n + 1, dtype=np.int64)
+            if n == 1:
+                bounds[1] = len(keys)
+            return None, keys, bounds
+        sid = self._shard_of[(keys >> np.uint64(64 - RANGE_BITS)).astype(np.int64)]
+        order = np.argsort(sid, kind="stable")
+        return order, keys[order], np.searchsorted(sid[order], np.arange(n + 1))
+
+    def _by_shard(self, keys: np.ndarray, method: str, dtype) -> np.ndarray:
+        """Shard method ``method`` on each shard's part of ``keys`` (for every shard
+        holding any), its answers (arrays aligned with the part) aligned with ``keys``."""
+        order, part, bounds = self._grouped(keys)
         jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
-        res = self._call(jobs, lambda i: self.actors[i].maybe_contains.remote(
+        res = self._call(jobs, lambda i: getattr(self.actors[i], method).remote(
             part[bounds[i]:bounds[i + 1]]))
-        out = np.zeros(len(keys), dtype=np.bool_)
-        for i in jobs:
-            out[bounds[i]:bounds[i + 1]] = res[i]
-        if order is not None:
-            out[order] = out.copy()
-        return out
+        return _ungrouped(res, order, bounds, len(keys), dtype)
+
+    # ------------------------------------------------ values (a store with values)
+    def _need_values(self) -> None:
+        if not self.values:
+            raise NotSupportedError("the sharded store keeps no values (create it with "
+                                    "values=True)")
+
+    def check_update(self, keys, *, batch_id: str | None = None, **initial) -> np.ndarray:
+        """``SeenStore.check_update`` over the shards: admit ``keys`` as ``add`` does
+        and give each new key a full record (``initial``: fields as scalars or arrays
+        aligned with ``keys``; a new key takes its first occurrence's). Returns the
+        mask of ``add``. One batch per shard; ``batch_id`` as ``add`` (a retry gets the
+        first answer, and the records written by the first run stay)."""
+        from seenstore.store.values import check_fields
+
+        self._need_values()
+        keys = as_keys(keys)
+        fields = check_fields(initial, len(keys), "check_update")
+        _, _, answers = self._admit(keys, batch_id, False, fields)
+        return mark_first_new(keys, self._new_sorted(answers))
+
+    def update(self, keys, **fields) -> np.ndarray:
+        """``SeenStore.update`` over the shards: set the named fields of the stored
+        ``keys``; the mask of keys updated. One commit per shard holding any; fields
+        are checked before any shard sets one. Sets fields, so a retry after a failure
+        changes nothing more."""
+        from seenstore.store.values import check_fields
+
+        self._need_values()
+        keys = as_keys(keys)
+        if not fields:
+            raise InvalidInputError("update needs at least one field to set")
+        given = check_fields(fields, len(keys), "update")
+        order, part, bounds = self._grouped(keys)
+        parts = _field_parts(given, order, bounds)
+        jobs = sorted(parts)
+        res = self._call(jobs, lambda i: self.actors[i].update.remote(
+            part[bounds[i]:bounds[i + 1]], parts[i]))
+        return _ungrouped(res, order, bounds, len(keys), np.bool_)
+
+    def get(self, keys) -> np.ndarray:
+        """``SeenStore.get`` over the shards: records aligned with ``keys``."""
+        from seenstore.store.values import GET_DTYPE
+
+        self._need_values()
+        keys = as_keys(keys)
+        return self._by_shard(keys, "get", GET_DTYPE)
+
+    def counts(self) -> dict:
+        """{State: stored keys in it} over the shards, summing to ``len(self)``."""
+        from seenstore.frontier.state import State
+
+        self._need_values()
+        res = self._call(range(len(self.actors)), lambda i: self.actors[i].counts.remote())
+        return {s: sum(int(r.get(int(s), 0)) for r in res.values()) for s in State}
+
+    def due(self, now: int, limit: int | None = None) -> np.ndarray:
+        """``SeenStore.due`` over the shards: keys whose ``next_due`` is set and <=
+        ``now``, by ``next_due`` then key, at most ``limit``."""
+        self._need_values()
+        res = self._call(range(len(self.actors)),
+                         lambda i: self.actors[i].due.remote(int(now), limit))
+        keys = np.concatenate([res[i][0] for i in sorted(res)])
+        nd = np.concatenate([res[i][1] for i in sorted(res)])
+        return keys[np.lexsort((keys, nd))[:limit]]
+
+    def select(self, state, limit: int | None = None) -> np.ndarray:
+        """``SeenStore.select`` over the shards: keys in ``state``, ascending (shards
+        hold ascending key ranges), at most ``limit``."""
+        from seenstore.frontier.state import State
+
+        self._need_values()
+        state = int(State(state))
+        res = self._call(range(len(self.actors)),
+                         lambda i: self.actors[i].select.remote(state, limit))
+        out = np.concatenate([res[i] for i in sorted(res)])
+        return out[:limit]
 
     def __len__(self) -> int:
         return sum(s["keys"] for s in self.shard_stats())
@@ -549,3 +646,23 @@ class ShardedStore:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(save_bloom=exc_type is None)
+
+
+def _ungrouped(res: dict, order, bounds, n: int, dtype) -> np.ndarray:
+    """Shard answers (``res[i]`` aligned with shard i's grouped keys) aligned with the
+    caller's keys again."""
+    out = np.zeros(n, dtype=dtype)
+    for i, r in res.items():
+        out[bounds[i]:bounds[i + 1]] = r
+    if order is not None:
+        out[order] = out.copy()
+    return out
+
+
+def _field_parts(fields: dict, order, bounds) -> dict:
+    """Checked fields (scalars, or arrays aligned with the caller's keys) cut for each
+    shard holding keys of the grouping (``order``, ``bounds``): {shard: fields}."""
+    grouped = {k: v if v.ndim == 0 or order is None else v[order] for k, v in fields.items()}
+    return {i: {k: v if v.ndim == 0 else v[bounds[i]:bounds[i + 1]]
+                for k, v in grouped.items()}
+            for i in range(len(bounds) - 1) if bounds[i] < bounds[i + 1]}

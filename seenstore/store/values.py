@@ -37,7 +37,8 @@ from seenstore.store.files import fault
 from seenstore.store.valuefiles import (FIELDS, FULL_MASK, VALUE_DTYPE, ValueFile, columns,
                                         file_name, open_all, write_file)
 
-__all__ = ["VALUE_DTYPE", "GET_DTYPE", "FIELDS", "State", "check_update", "update", "get",
+__all__ = ["VALUE_DTYPE", "GET_DTYPE", "FIELDS", "State", "check_fields", "check_update",
+           "update", "get",
            "counts", "recount", "due", "select", "reset_records", "on_forget", "on_rebuild",
            "maybe_merge", "merge_value_files"]
 
@@ -112,6 +113,11 @@ def _fields(given: dict, n: int, what: str) -> dict:
             raise InvalidInputError(f"{what}: field {name!r} out of range ({info.min}..{top})")
         out[name] = a.astype(VALUE_DTYPE[name])
     return out
+
+
+# the check, for callers that must check fields before any store sets one (a
+# ShardedStore's shards each set their part)
+check_fields = _fields
 
 
 def _columns(fields: dict, pick=None) -> dict:

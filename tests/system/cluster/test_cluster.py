@@ -252,6 +252,108 @@ def test_split_interrupted_then_done_keeps_every_key(ray_cluster, tmp_path):
     plain.close()
 
 
+# ------------------------------------------------------------------ values
+VALUE_POOL = [(g << 56) | (7 * g + j) for g in (0x05, 0x40, 0x41, 0x9C, 0xF0) for j in range(6)]
+value_key_st = st.lists(st.sampled_from(VALUE_POOL), max_size=14)
+value_op_st = st.one_of(
+    st.tuples(st.just("add"), value_key_st, st.just({})),
+    st.tuples(st.just("check_update"), value_key_st,
+              st.fixed_dictionaries({"state": st.integers(0, 4),
+                                     "next_due": st.integers(0, 30)})),
+    st.tuples(st.just("update"), value_key_st,
+              st.fixed_dictionaries({"state": st.integers(0, 4)},
+                                    optional={"retries": st.integers(0, 255),
+                                              "next_due": st.integers(0, 30)})))
+
+
+@pytest.fixture(scope="module")
+def value_twins(ray_cluster, tmp_path_factory):
+    """A plain store with values and sharded ones (1 and 4 shards, unequal ranges)."""
+    tmp = tmp_path_factory.mktemp("values")
+    rng = np.random.default_rng(2)
+    plain = SeenStore.open(str(tmp / "plain"), create=True, sync=False, values=True)
+    sharded = [ShardedStore.open(str(tmp / f"v{n}"), shards=n, create=True, sync=False,
+                                 values=True, sample=skewed_sample(rng, 0x40, 0.5))
+               for n in (1, 4)]
+    assert all(s.values for s in sharded) and len(sharded[1].ranges) == 4
+    yield plain, sharded
+    plain.close()
+    for s in sharded:
+        s.close()
+
+
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(value_op_st, min_size=1, max_size=6), now=st.integers(0, 30))
+def test_values_across_shards_equal_one_store(value_twins, ops, now):
+    """check_update / update (arrays where the field varies per key: a shard gets its
+    keys' values) / add on 1 and 4 shards answer what one store with values answers,
+    and then hold the same records: get, counts, select of every state, due."""
+    plain, sharded = value_twins
+    probe = np.array(VALUE_POOL, dtype=np.uint64)
+    for op, keys, fields in ops:
+        k = np.array(keys, dtype=np.uint64)
+        if op == "update":  # arrays aligned with the keys: each shard gets its keys' part
+            if "retries" in fields:
+                fields = dict(fields, retries=(np.arange(len(k)) + fields["retries"]) % 256)
+            if "next_due" in fields:  # due's order then mixes the shards' keys
+                fields = dict(fields, next_due=(np.arange(len(k))[::-1] * 7
+                                                + fields["next_due"]) % 31)
+        want = getattr(plain, op)(k, **fields)
+        for s in sharded:
+            assert np.array_equal(getattr(s, op)(k, **fields), want), (op, len(s.actors))
+    for s in sharded:
+        got, want = s.get(probe), plain.get(probe)
+        for name in want.dtype.names:
+            assert got[name].tolist() == want[name].tolist(), (name, len(s.actors))
+        assert s.counts() == plain.counts() and sum(s.counts().values()) == len(s)
+        for state in range(5):
+            assert s.select(state).tolist() == plain.select(state).tolist()
+            assert s.select(state, limit=2).tolist() == plain.select(state, 2).tolist()
+        assert s.due(now).tolist() == plain.due(now).tolist()
+        assert s.due(now, limit=3).tolist() == plain.due(now, 3).tolist()
+
+
+def test_values_check_update_retry_and_refusals(value_twins, tmp_path):
+    """A check_update batch delivered twice gets its first answer and keeps its first
+    records (the answer log's snapshot of a store with values); other fields under the
+    same id are refused; value calls on a cluster without values, values=True on one,
+    bad fields (before any shard sets one) and a split of a values shard are refused."""
+    plain, sharded = value_twins
+    shard = sharded[0].actors[0]
+    k = spread_keys(np.random.default_rng(23), 3000)
+    init = {"state": np.array(2, np.uint8), "next_due": np.array(9, np.int64)}
+    first = ray.get(shard.admit.remote("v-1", k, False, [], init))
+    again = ray.get(shard.admit.remote("v-1", k, False, [], init))
+    assert len(first) == len(uniq(k)) and np.array_equal(first, again)
+    with pytest.raises(InvalidInputError, match="other keys"):
+        try:
+            ray.get(shard.admit.remote("v-1", k, False, [], dict(init, next_due=np.int64(8))))
+        except ray.exceptions.RayTaskError as e:
+            raise e.cause from None
+    ray.get(shard.ack.remote(["v-1"]))
+    assert (sharded[0].get(k)["next_due"] == 9).all()
+    plain.check_update(k, state=2, next_due=9)  # keep the twins equal
+    sharded[1].check_update(k, state=2, next_due=9)
+    with pytest.raises(InvalidInputError, match="out of range"):
+        sharded[1].update(k[:5], state=[1, 1, 1, 1, 9])
+    assert (sharded[1].get(k[:5])["state"] == 2).all()  # no shard set any
+    from seenstore.errors import NotSupportedError
+
+    root = str(tmp_path / "plain")
+    with ShardedStore.open(root, shards=1, create=True, sync=False) as p:
+        p.add(k[:10])
+        with pytest.raises(NotSupportedError, match="no values"):
+            p.counts()
+    with pytest.raises(MismatchError, match="values"):
+        ShardedStore.open(root, values=True)
+    with pytest.raises(NotSupportedError, match="cannot be split"):
+        try:
+            ray.get(shard.split_into.remote([str(tmp_path / "x"), str(tmp_path / "y")], 64))
+        except ray.exceptions.RayTaskError as e:
+            raise e.cause from None
+
+
 # ------------------------------------------------------------ stage, data
 def test_dedup_stage_on_sharded_store(twins):
     """(Uses the 2-shard twin last: it no longer matches the plain store afterwards.)"""
