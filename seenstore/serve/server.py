@@ -306,15 +306,13 @@ class Server:
 
     async def urls_get(self, request) -> web.Response:
         """The records of URLs under the store's policy, aligned with the body's lines
-        (a rejected URL: not present)."""
-        from seenstore.serve.values import RECORD_DTYPE
-
+        (a rejected URL: not present); normalised on the commit thread, so under the
+        policy of the moment the records are read (a learn cannot come between)."""
         self._need_values()
-        fb = await self._urls(request, await self._body(request))
-        rec = np.zeros(fb.n, dtype=RECORD_DTYPE)
-        if len(fb.keys):
-            rec[fb.positions] = await self._on_writer(self.store.get, fb.keys)
-        return self._records_response(request, rec, items=fb.n, rejected=len(fb.rejected))
+        lines = self._lines(await self._body(request))
+        base = self._base(request)
+        rec = await self._on_writer(lambda: self.store.get_urls(lines, base))
+        return self._records_response(request, rec, items=len(lines))
 
     async def values_update(self, request) -> web.Response:
         """Set fields of stored keys or URLs (``SeenStore.update``): one JSON object;
@@ -333,23 +331,11 @@ class Server:
             keys = np.array(items, dtype=np.uint64)
             mask = await self._on_writer(lambda: self.store.update(keys, **fields))
             return self._mask_response(mask, items=len(keys), updated=int(mask.sum()))
-        loop = asyncio.get_running_loop()
-        try:
-            fb = await loop.run_in_executor(None, url_batch, url_lines(items),
-                                            self.store.layout, self.store.policy, base)
-        except InvalidInputError as e:
-            raise ClientError(400, str(e)) from None
-        mask = np.zeros(fb.n, dtype=bool)
-        if len(fb.keys):
-            pos = fb.positions
-            got = {k: (np.asarray(v)[pos] if isinstance(v, list) else v)
-                   for k, v in fields.items()}
-            mask[pos] = await self._on_writer(lambda: self.store.update(fb.keys, **got))
-        else:  # no URL to set, but the fields must still be valid ones
-            none = {k: (v[:0] if isinstance(v, list) else v) for k, v in fields.items()}
-            await self._on_writer(lambda: self.store.update(np.zeros(0, np.uint64), **none))
-        return self._mask_response(mask, items=fb.n, updated=int(mask.sum()),
-                                   rejected=len(fb.rejected))
+        # normalised on the commit thread (SeenStore.update_urls): the keys are those of
+        # the policy the update commits under, even if a learn ran just before it
+        lines = url_lines(items)
+        mask = await self._on_writer(lambda: self.store.update_urls(lines, base, **fields))
+        return self._mask_response(mask, items=len(lines), updated=int(mask.sum()))
 
     async def values_counts(self, request) -> web.Response:
         """Stored keys per state (``SeenStore.counts``), by state name."""

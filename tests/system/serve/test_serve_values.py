@@ -212,3 +212,24 @@ def test_async_client_has_the_value_calls(vserver):
             assert out["policy_version"] == 0 and out["rebuild"] is None
 
     asyncio.run(main())
+
+
+def test_values_follow_a_learned_rule(tmp_path):
+    """Records set before the server learns a rule come with the pages' new keys (the
+    rebuild carries them), and URL calls after it are keyed under the new policy:
+    another session id reads and updates the same record."""
+    page = "<html><body><p>" + "alpha beta gamma " * 20 + "item {}</p></body></html>"
+    with ServerProc(tmp_path / "store", "--values") as srv, Client(srv.url) as c:
+        variants = [f"http://shop.test/item/{n}?sid=x" for n in range(8)]
+        assert c.add_urls(variants).all()
+        assert c.update_urls(variants, state="DONE", status=200, fetched_at=5).all()
+        c.record_fetches([{"url": f"http://shop.test/item/{n}?sid={sid}", "status": 200,
+                           "body": page.format(n)} for n in range(8) for sid in "abc"])
+        assert c.learn()["rebuild"]["keys_added"] == 8
+        other = [f"http://shop.test/item/{n}?sid=zz" for n in range(8)]
+        rec = c.get_urls(other)
+        assert rec["present"].all() and (rec["state"] == State.DONE).all()
+        assert (rec["fetched_at"] == 5).all()
+        assert c.update_urls(other[:3], state="FAILED", retries=1).all()
+        assert c.counts()[State.FAILED] == 3 and c.counts()[State.DONE] == 5
+        assert sum(c.counts().values()) == c.stats()["keys"] == 8
