@@ -161,6 +161,7 @@ class ShardedStore:
         self._owner = True  # this client started the actors (and may start them anew)
         self.last_timings: dict = {}
         self.values = False  # every shard's store keeps a record per key (set by open)
+        self.keep_urls = False  # shards keep keys only (what a DedupStage on top asks)
         self._unacked: dict[int, list] = {}  # shard -> batch ids read, not yet told
         self.counters = {"batches": 0, "retries": 0, "revived": 0,
                          "object_store_bytes_in": 0, "object_store_bytes_out": 0}
@@ -584,10 +585,10 @@ class ShardedStore:
     def select(self, state, limit: int | None = None) -> np.ndarray:
         """``SeenStore.select`` over the shards: keys in ``state``, ascending (shards
         hold ascending key ranges), at most ``limit``."""
-        from seenstore.frontier.state import State
+        from seenstore.frontier.state import parse_state
 
         self._need_values()
-        state = int(State(state))
+        state = int(parse_state(state))
         res = self._call(range(len(self.actors)),
                          lambda i: self.actors[i].select.remote(state, limit))
         out = np.concatenate([res[i] for i in sorted(res)])

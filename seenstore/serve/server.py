@@ -284,35 +284,42 @@ class Server:
         return await asyncio.get_running_loop().run_in_executor(self.committer.pool, fn,
                                                                 *args)
 
-    def _records_response(self, request, rec: np.ndarray, **counts) -> web.Response:
+    @staticmethod
+    def _records_format(request) -> str:
+        fmt = request.query.get("format", "binary")
+        if fmt not in ("binary", "json"):
+            raise ClientError(400, f"format must be binary or json, got {fmt!r}")
+        return fmt
+
+    @staticmethod
+    def _records_response(fmt: str, rec: np.ndarray, **counts) -> web.Response:
         from seenstore.serve.values import encode_records, records_json
 
         counts["present"] = int(rec["present"].sum())
         headers = {f"Seenstore-{k.capitalize()}": str(v) for k, v in counts.items()}
-        fmt = request.query.get("format", "binary")
         if fmt == "json":
             return web.json_response(records_json(rec), headers=headers)
-        if fmt != "binary":
-            raise ClientError(400, f"format must be binary or json, got {fmt!r}")
         return web.Response(body=encode_records(rec), headers=headers,
                             content_type="application/octet-stream")
 
     async def keys_get(self, request) -> web.Response:
         """The records of keys (``SeenStore.get``), aligned with the body's keys."""
         self._need_values()
+        fmt = self._records_format(request)
         keys = self._keys(await self._body(request))
         rec = await self._on_writer(self.store.get, keys)
-        return self._records_response(request, rec, items=len(keys))
+        return self._records_response(fmt, rec, items=len(keys))
 
     async def urls_get(self, request) -> web.Response:
         """The records of URLs under the store's policy, aligned with the body's lines
         (a rejected URL: not present); normalised on the commit thread, so under the
         policy of the moment the records are read (a learn cannot come between)."""
         self._need_values()
+        fmt = self._records_format(request)
         lines = self._lines(await self._body(request))
         base = self._base(request)
         rec = await self._on_writer(lambda: self.store.get_urls(lines, base))
-        return self._records_response(request, rec, items=len(lines))
+        return self._records_response(fmt, rec, items=len(lines))
 
     async def values_update(self, request) -> web.Response:
         """Set fields of stored keys or URLs (``SeenStore.update``): one JSON object;

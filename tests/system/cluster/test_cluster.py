@@ -354,6 +354,29 @@ def test_values_check_update_retry_and_refusals(value_twins, tmp_path):
             raise e.cause from None
 
 
+def test_frontier_stage_on_a_sharded_store_with_values(value_twins):
+    """A DedupStage on a cluster with values keeps the crawl's frontier there: mark,
+    counts, requeue (keys: shards keep no URLs). (Uses the 1-shard values twin last:
+    the stage closes it.)"""
+    from seenstore import State
+
+    s = value_twins[1][0]
+    stage = dedup_stage(s, budget_bytes=8 * 64, wal_sync="never")
+    urls = [f"https://v{i % 3}.example/p/{i}" for i in range(40)]
+    got = [u for _, u in stage.offer(urls)] + [u for _, u in stage.flush()]
+    assert sorted(got) == sorted(urls)
+    before = stage.counts()
+    assert stage.mark(urls[:10], State.IN_FLIGHT) == 10
+    assert stage.mark(urls[10:12], State.DONE, status=200) == 2
+    now = stage.counts()
+    assert now[State.IN_FLIGHT] == before[State.IN_FLIGHT] + 10
+    assert sum(now.values()) == len(s)
+    back = stage.requeue()
+    assert len(back) == now[State.IN_FLIGHT] and back.dtype == np.uint64
+    assert stage.counts()[State.IN_FLIGHT] == 0
+    stage.close()
+
+
 # ------------------------------------------------------------ stage, data
 def test_dedup_stage_on_sharded_store(twins):
     """(Uses the 2-shard twin last: it no longer matches the plain store afterwards.)"""
