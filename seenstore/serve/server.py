@@ -403,7 +403,7 @@ class Server:
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested too deep
                 raise ClientError(400, f"evidence line {i + 1} is not JSON") from None
             if not isinstance(rec, dict):
                 raise ClientError(400, f"evidence line {i + 1} is not a JSON object")

@@ -81,7 +81,7 @@ def parse_update(body: bytes) -> tuple[str, list, str | None, dict]:
     integers in range, URLs strings."""
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         raise InvalidInputError("an update body is one JSON object: {\"keys\": [...] or "
                                 "\"urls\": [...], \"FIELD\": value, ...}") from None
     if not isinstance(doc, dict):

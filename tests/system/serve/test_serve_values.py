@@ -97,6 +97,8 @@ def test_bad_value_requests_are_4xx_and_change_nothing(vserver):
             ("/v1/keys/update", b'{"keys": [1], "bogus": 1}', 400, "unknown value field"),
             ("/v1/keys/update", b"[1, 2]", 400, "one JSON object"),
             ("/v1/keys/update", b"{not json", 400, "one JSON object"),
+            ("/v1/keys/update", b"[" * 100_000, 400, "one JSON object"),
+            ("/v1/evidence", b"[" * 100_000, 400, "not JSON"),
             ("/v1/keys/update", b'{"keys": [1]}', 400, "at least one field"),
             ("/v1/keys/update", b'{"keys": [-1], "state": 1}', 400, "integers"),
             ("/v1/keys/update", b'{"keys": [1, 2], "state": [1]}', 400, "1 values for 2"),

@@ -66,6 +66,7 @@ def test_update_bodies_by_url_with_a_named_state():
 
 @pytest.mark.parametrize("body, why", [
     (b"", "one JSON object"), (b"[]", "one JSON object"), (b"\xff", "one JSON object"),
+    pytest.param(b"[" * 100_000, "one JSON object", id="nested-past-the-parsers-depth"),
     (b'{"state": 1}', "exactly one"), (b'{"keys": 1, "state": 1}', "JSON array"),
     (b'{"keys": [1.5], "state": 1}', "integers"), (b'{"keys": [true], "state": 1}', "integers"),
     (b'{"keys": [18446744073709551616], "state": 1}', "integers"),
