@@ -57,7 +57,7 @@ def read_sealed(path: str, fmt: str, major: int = MAJOR) -> dict:
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         raise CorruptionError(f"{path}: not valid JSON (damaged or foreign)") from None
     except OSError as e:
         if isinstance(e, FileNotFoundError):

@@ -213,7 +213,7 @@ def _cached() -> dict | None:
         with open(_cache_path()) as f:
             saved = json.load(f).get(_machine_key())
         return saved if saved and saved.get("sort") in CHOICES else None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
 
 
@@ -244,7 +244,7 @@ def _save(path: str, key: str, verdict: dict) -> None:
                 doc = json.load(f)
             if not isinstance(doc, dict):
                 doc = {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             doc = {}
         doc[key] = verdict
         tmp = f"{path}.tmp.{os.getpid()}"

@@ -132,7 +132,7 @@ def read(directory: str) -> dict:
         raise StoreIOError(f"{path}: cannot read manifest: {e.strerror}") from e
     try:
         doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         raise CorruptionError(f"{path}: manifest is not valid JSON (damaged or foreign)")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise NotSupportedError(f"{path}: not a seenstore manifest")

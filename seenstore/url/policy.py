@@ -398,6 +398,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise PolicyError(f"{source}: not valid TOML: {e}") from None
+    except RecursionError:  # arrays or tables nested past the parser's depth
+        raise PolicyError(f"{source}: not valid TOML: nested too deep") from None
     unknown = set(doc) - {"version", "rule"}
     if unknown:
         raise PolicyError(f"{source}: unknown top-level key(s) {sorted(unknown)}")

@@ -118,6 +118,11 @@ def test_damaged_manifest(batch, store_dir):
     open(path, "w").write(damaged)
     p = cli("stats", "--store", store_dir)
     assert p.returncode == 4 and one_line_error(p.stderr) and "checksum" in p.stderr
+    # a foreign file nested past the JSON parser's depth: refused the same way
+    open(path, "w").write("[" * 100_000)
+    for cmd in ("stats", "verify"):
+        p = cli(cmd, "--store", store_dir)
+        assert p.returncode == 4 and one_line_error(p.stderr) and "not valid JSON" in p.stderr
 
 
 def test_second_writer_gets_one_line_error_naming_holder(batch, store_dir):

@@ -145,6 +145,9 @@ def test_damaged_or_foreign_entry_refused(tmp_path, rng):
     write_sealed(path, "something-else", {"x": 1})
     with pytest.raises(NotSupportedError):
         read_sealed(path, "seenstore-answer")
+    open(path, "w").write("[" * 100_000)  # nested past the JSON parser's depth
+    with pytest.raises(CorruptionError, match="not valid JSON"):
+        read_sealed(path, "seenstore-answer")
 
 
 def test_shard_identity_checked(tmp_path):

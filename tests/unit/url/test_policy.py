@@ -155,6 +155,7 @@ def test_load_policy_file(tmp_path):
 
 @pytest.mark.parametrize("text,needle", [
     ("version = ", "not valid TOML"),
+    pytest.param("version = " + "[" * 100_000, "nested too deep", id="nested-too-deep"),
     ("[[rule]]\nhosts = ['*']", "'version' is required"),
     ('version = ""', "'version' is required"),
     ('version = "a:b"', "'version' is required"),
