@@ -89,6 +89,8 @@ def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max
                 token = f.read().strip()
         except OSError as e:
             fail(f"--token-file {token_file}: {e.strerror}", USAGE_EXIT, "UsageError")
+        except UnicodeDecodeError:
+            fail(f"--token-file {token_file}: not UTF-8 text", USAGE_EXIT, "UsageError")
         if not token:
             fail(f"--token-file {token_file} is empty", USAGE_EXIT, "UsageError")
     try:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import urllib.request
 
@@ -19,7 +21,7 @@ pytest.importorskip("aiohttp")
 from seenstore import Client, normalise  # noqa: E402
 from seenstore.serve.client import ServerError  # noqa: E402
 from seenstore.serve.server import check_listen, is_loopback  # noqa: E402
-from serveproc import ServerProc  # noqa: E402
+from serveproc import ServerProc, env  # noqa: E402
 
 
 @pytest.fixture
@@ -183,6 +185,16 @@ def test_token_required_off_loopback_and_checked(tmp_path):
         assert e.value.status == 401
         with Client(s.url, token="s3cret") as cl:
             assert cl.add([1, 2, 1]).tolist() == [True, True, False]
+    # a token file that cannot serve: one line, exit 2, before the store is opened
+    bad = tmp_path / "bad-token"
+    for content in (b"\xff\xfe", b"\n"):
+        bad.write_bytes(content)
+        r = subprocess.run([sys.executable, "-m", "seenstore.cli", "serve", "--store",
+                            str(tmp_path / "store"), "--token-file", str(bad), "--listen",
+                            "0.0.0.0:0"], capture_output=True, text=True, env=env(),
+                           timeout=60)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "--token-file" in r.stderr
 
 
 def test_sigterm_finishes_queued_requests_and_exits_0(tmp_path):
