@@ -69,7 +69,8 @@ def serve_cmd(store_dir, listen, token_file, max_delay, create, policy_file, max
     """Serve the store to many clients (HTTP/1.1): group commit, exactly-once answers.
 
     Endpoints: POST /v1/urls/add, /v1/urls/contains, /v1/keys/add, /v1/keys/contains;
-    per-URL values (a store with values): POST /v1/{keys,urls}/get, /v1/{keys,urls}/update,
+    per-URL values (a store with values): POST /v1/{keys,urls}/check_update,
+    /v1/{keys,urls}/get, /v1/{keys,urls}/update,
     GET /v1/values/counts, /v1/values/due, /v1/values/select; fetch evidence: POST
     /v1/evidence, /v1/learn; GET /v1/stats, /metrics, /healthz and / (a status page).
     docs/serve.md.

@@ -48,6 +48,9 @@ class Item:
     # the canonical URLs a mask over ``keys`` selects, newline-terminated (a URL
     # request's FastBatch.lines): what a store that keeps URLs keeps of the new ones
     lines: object = field(default=None, repr=False)
+    # a check_update's records for its new keys: checked fields (values.check_fields),
+    # scalars or arrays aligned with ``keys``
+    initial: dict | None = field(default=None, repr=False)
 
 
 class Histogram:
@@ -119,8 +122,14 @@ class Committer:
         if self.store.keep_urls is not False and with_urls:  # keys-only requests keep none
             url_keys = np.concatenate([it.keys for it in with_urls])
             self.store._on_new = KeptLinesHook(self.store, url_keys, _lines(with_urls))
+        initial = _group_initial(items, len(keys))
         try:
-            got = self.store.add_new(keys)
+            if initial is None:
+                got = self.store.add_new(keys)
+            else:  # the same batch, with the new keys' records written for its commit
+                from seenstore.store import values
+
+                got = values.check_update(self.store, keys, initial, admit=self.store.add_new)
         except BaseException:
             if committed_batches(self.store.path) != self.batches + 1:
                 self.errors += 1
@@ -155,6 +164,27 @@ class Committer:
             self._stats = self.store.stats()
             self._stats_at = now
         return self._stats
+
+
+def _group_initial(items: list[Item], n: int) -> dict | None:
+    """The records of a group's check_update requests, as one set of fields aligned
+    with the group's ``n`` keys (a key of a request that names no field, or not this
+    one, gets 0 in it: QUEUED, nothing set); None when no request carries any."""
+    names = sorted(set().union(*(it.initial for it in items if it.initial)))
+    if not names:
+        return None
+    from seenstore.store.valuefiles import VALUE_DTYPE
+
+    out = {}
+    for name in names:
+        col = np.zeros(n, dtype=VALUE_DTYPE[name])
+        at = 0
+        for it in items:
+            if it.initial and name in it.initial:
+                col[at:at + len(it.keys)] = it.initial[name]
+            at += len(it.keys)
+        out[name] = col
+    return out
 
 
 def _lines(items: list[Item]):

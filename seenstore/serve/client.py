@@ -4,7 +4,8 @@
 ``add(keys)`` / ``contains(keys)`` take uint64 keys, ``add_urls(urls, base=None)`` /
 ``contains_urls(urls, base=None)`` take URLs (normalised by the server under the
 store's policy); each returns a bool mask aligned with its input. On a store with
-values, ``get``/``get_urls``, ``update``/``update_urls``, ``counts``, ``due``/``due_urls``
+values, ``check_update``/``check_update_urls`` (admitting, exactly once by batch id),
+``get``/``get_urls``, ``update``/``update_urls``, ``counts``, ``due``/``due_urls``
 and ``select``/``select_urls`` are the store's value calls (updates set fields, so a
 resent one changes nothing more). Every admitting
 call carries a new batch id; after a connection failure, or a 503 from a server
@@ -196,6 +197,22 @@ class Client:
         body, n = _urls_body(urls)
         return _records(self._call("POST", _url_path("urls", "get", base), body), n)
 
+    def check_update(self, keys, **initial) -> np.ndarray:
+        """Admit ``keys`` as ``add`` does and give each new key a record (the fields
+        named, scalars or arrays aligned with ``keys``; others 0): one group commit,
+        exactly once by batch id. True where new."""
+        items = [int(k) for k in _keys_array(keys)]
+        return _mask(self._call("POST", "/v1/keys/check_update",
+                                _update_body("keys", items, None, initial), new_id=True),
+                     len(items))
+
+    def check_update_urls(self, urls, base: str | None = None, **initial) -> np.ndarray:
+        """``check_update`` of URLs (normalised by the server); mask aligned with them."""
+        items = _url_list(urls)
+        return _mask(self._call("POST", "/v1/urls/check_update",
+                                _update_body("urls", items, base, initial), new_id=True),
+                     len(items))
+
     def update(self, keys, **fields) -> np.ndarray:
         """Set the named fields (scalars or arrays aligned with ``keys``) of stored
         ``keys`` (``SeenStore.update``); the mask of keys updated. Safe to resend."""
@@ -372,6 +389,18 @@ class AsyncClient:
     async def get_urls(self, urls, base: str | None = None) -> np.ndarray:
         body, n = _urls_body(urls)
         return _records(await self._call("POST", _url_path("urls", "get", base), body), n)
+
+    async def check_update(self, keys, **initial) -> np.ndarray:
+        items = [int(k) for k in _keys_array(keys)]
+        return _mask(await self._call("POST", "/v1/keys/check_update",
+                                      _update_body("keys", items, None, initial),
+                                      new_id=True), len(items))
+
+    async def check_update_urls(self, urls, base: str | None = None, **initial) -> np.ndarray:
+        items = _url_list(urls)
+        return _mask(await self._call("POST", "/v1/urls/check_update",
+                                      _update_body("urls", items, base, initial),
+                                      new_id=True), len(items))
 
     async def update(self, keys, **fields) -> np.ndarray:
         items = [int(k) for k in _keys_array(keys)]

@@ -109,6 +109,8 @@ class Server:
         r.add_post("/v1/keys/contains", self.keys_contains)
         r.add_post("/v1/keys/get", self.keys_get)
         r.add_post("/v1/urls/get", self.urls_get)
+        r.add_post("/v1/keys/check_update", self.check_update)
+        r.add_post("/v1/urls/check_update", self.check_update)
         r.add_post("/v1/keys/update", self.values_update)
         r.add_post("/v1/urls/update", self.values_update)
         r.add_get("/v1/values/counts", self.values_counts)
@@ -320,6 +322,43 @@ class Server:
         base = self._base(request)
         rec = await self._on_writer(lambda: self.store.get_urls(lines, base))
         return self._records_response(fmt, rec, items=len(lines))
+
+    async def check_update(self, request) -> web.Response:
+        """Admit keys or URLs and give each new one a record (``SeenStore.check_update``):
+        one JSON object, as an update, whose fields may be none. A group commit like
+        ``/add`` (exactly once by batch id); answers the mask of new items."""
+        from seenstore.serve.values import parse_update, url_lines
+        from seenstore.store.values import check_fields
+
+        self._need_values()
+        body = await self._body(request)
+        kind, items, base, fields = parse_update(body, need_fields=False)
+        want = request.path.rsplit("/", 2)[-2]
+        if kind != want:
+            raise ClientError(400, f"{request.path} takes \"{want}\", not \"{kind}\"")
+        if len(items) > self.max_items:
+            raise ClientError(413, f"{len(items)} {kind} in one request, over the limit of "
+                                   f"{self.max_items}")
+        bid, digest = self._batch_id(request, "check_update", body)
+        if kind == "keys":
+            keys = np.array(items, dtype=np.uint64)
+            initial = check_fields(fields, len(keys), "check_update")  # before it queues
+            ans = await self.batcher.submit(Item(bid, digest, keys, len(keys),
+                                                 initial=initial))
+            return self._mask_response(ans.mask, items=len(keys), new=int(ans.mask.sum()))
+        loop = asyncio.get_running_loop()
+        try:
+            fb = await loop.run_in_executor(None, url_batch, url_lines(items),
+                                            self.store.layout, self.store.policy, base)
+        except InvalidInputError as e:
+            raise ClientError(400, str(e)) from None
+        pos = fb.positions
+        initial = check_fields({k: (np.asarray(v)[pos] if isinstance(v, list) else v)
+                                for k, v in fields.items()}, len(fb.keys), "check_update")
+        ans = await self.batcher.submit(Item(bid, digest, fb.keys, fb.n, pos, lines=fb.lines,
+                                             initial=initial))
+        return self._mask_response(ans.mask, items=fb.n, new=int(ans.mask.sum()),
+                                   rejected=len(fb.rejected))
 
     async def values_update(self, request) -> web.Response:
         """Set fields of stored keys or URLs (``SeenStore.update``): one JSON object;

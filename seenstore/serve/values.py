@@ -6,9 +6,10 @@ A record on the wire is ``WIRE_DTYPE``, 29 bytes, packed, little-endian:
 ``present`` (u8, 0 or 1), then the store's value fields in their order (``state``
 u8, ``retries`` u8, ``status`` u16, ``fetched_at`` i64, ``next_due`` i64,
 ``digest`` u64): ``SeenStore.get``'s structured array in a fixed byte order. An
-update is one JSON object: ``keys`` (integers 0..2^64-1) or ``urls`` (strings, with
-an optional ``base``), and the fields to set, each a number (for every item) or a
-list of numbers aligned with the items (``state`` also by name: "DONE").
+update (and a ``check_update``) is one JSON object: ``keys`` (integers 0..2^64-1)
+or ``urls`` (strings, with an optional ``base``), and the fields to set (none: a
+``check_update`` that only admits), each a number (for every item) or a list of
+numbers aligned with the items (``state`` also by name: "DONE").
 
 Imports only numpy and the value files' field list (no numba, no aiohttp), so a
 client loads it cheaply.
@@ -74,11 +75,11 @@ def update_body(kind: str, items: list, base: str | None, fields: dict) -> bytes
     return json.dumps(doc).encode("utf-8")
 
 
-def parse_update(body: bytes) -> tuple[str, list, str | None, dict]:
-    """An update request -> (kind, items, base, fields); InvalidInputError with the
-    reason for anything else. ``fields`` are numbers or lists aligned with the items
-    (names and ranges are the store's to check); ``items`` are checked: keys
-    integers in range, URLs strings."""
+def parse_update(body: bytes, need_fields: bool = True) -> tuple[str, list, str | None, dict]:
+    """An update (or ``check_update``: ``need_fields`` False) request -> (kind, items,
+    base, fields); InvalidInputError with the reason for anything else. ``fields``
+    are numbers or lists aligned with the items (names and ranges are the store's to
+    check); ``items`` are checked: keys integers in range, URLs strings."""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
@@ -103,7 +104,7 @@ def parse_update(body: bytes) -> tuple[str, list, str | None, dict]:
             raise InvalidInputError("\"keys\" must be integers 0..2^64-1")
     elif not all(isinstance(u, str) for u in items):
         raise InvalidInputError("\"urls\" must be strings")
-    if not doc:
+    if not doc and need_fields:
         raise InvalidInputError(f"an update needs at least one field to set (fields: "
                                 f"{', '.join(FIELDS)})")
     fields = {}

@@ -1,5 +1,6 @@
 """Per-URL values over a real ``seenstore serve`` subprocess (``--values``): every
-value call of ``Client`` against the same calls on a local store (the oracle),
+value call of ``Client`` (check_update too) against the same calls on a local store
+(the oracle), exactly-once check_update,
 4xx JSON errors that change nothing, a store without values refused with 409,
 updates that survive a SIGKILL, the frontier calls of a ``RemoteStage`` and the
 ``AsyncClient``."""
@@ -44,10 +45,15 @@ def test_value_calls_agree_with_a_local_store(vserver, tmp_path):
     pool = [f"http://v{i % 7}.example/p/{i}" for i in range(300)] + ["not a url", ""]
     local = SeenStore.open(tmp_path / "oracle", create=True, values=True, bloom=False)
     with Client(vserver.url) as c:
-        for step in range(14):
+        for step in range(16):
             urls = [pool[i] for i in rng.integers(0, len(pool), 60)]
-            if step % 3 == 0:
+            if step % 4 == 0:
                 assert c.add_urls(urls).tolist() == local.add_urls(urls).tolist()
+            elif step % 4 == 1:  # admit with records: a new URL takes its first occurrence's
+                init = {"state": int(rng.integers(0, 5)),
+                        "next_due": rng.integers(0, 50, len(urls)).tolist()}
+                got = c.check_update_urls(urls, **init)
+                assert got.tolist() == local.check_update_urls(urls, **init).tolist()
             else:
                 fields = {"state": int(rng.integers(0, 5)),
                           "status": rng.integers(100, 600, len(urls)).tolist(),
@@ -71,6 +77,11 @@ def test_value_calls_agree_with_a_local_store(vserver, tmp_path):
         got = c.update(keys, retries=[1, 2, 3, 4, 5, 6][:len(keys)], fetched_at=99)
         want = local.update(keys, retries=[1, 2, 3, 4, 5, 6][:len(keys)], fetched_at=99)
         assert got.tolist() == want.tolist() and not got[-1]
+        _same(c.get(keys), local.get(keys))
+        # check_update by key: new keys get their record, stored ones keep theirs
+        keys = np.append(keys[:3], np.array([7, 8, 7], dtype=np.uint64))
+        init = {"state": 3, "retries": [1, 2, 3, 4, 5, 6]}
+        assert c.check_update(keys, **init).tolist() == local.check_update(keys, **init).tolist()
         _same(c.get(keys), local.get(keys))
         assert sum(c.counts().values()) == len(local) == c.stats()["keys"]
     local.close()
@@ -194,7 +205,9 @@ def test_async_client_has_the_value_calls(vserver):
     async def main():
         async with AsyncClient(vserver.url) as c:
             urls = ["http://async-v.example/1", "http://async-v.example/2"]
-            await c.add_urls(urls)
+            assert (await c.check_update_urls(urls, retries=[5, 6])).all()
+            assert (await c.check_update([2**64 - 1], digest=3)).tolist() == [True]
+            assert (await c.get([2**64 - 1]))["digest"].tolist() == [3]
             assert (await c.update_urls(urls, state="DONE", next_due=[3, 4])).all()
             rec = await c.get_urls(urls)
             assert rec["state"].tolist() == [2, 2] and rec["next_due"].tolist() == [3, 4]
@@ -235,3 +248,41 @@ def test_values_follow_a_learned_rule(tmp_path):
         assert c.update_urls(other[:3], state="FAILED", retries=1).all()
         assert c.counts()[State.FAILED] == 3 and c.counts()[State.DONE] == 5
         assert sum(c.counts().values()) == c.stats()["keys"] == 8
+
+
+def test_check_update_is_exactly_once_and_a_bad_request_spoils_no_group(vserver):
+    """A check_update sent twice with one batch id gets its first answer (its records
+    written once); other fields under that id are refused; a request with a bad field
+    is refused before it joins a group, while other clients' requests commit."""
+    urls = [f"http://cu.example/{i}" for i in range(20)]
+    with Client(vserver.url) as c:
+        body = json.dumps({"urls": urls, "state": "IN_FLIGHT", "next_due": 4}).encode()
+        first = c._call("POST", "/v1/urls/check_update", body, batch_id="cu-1")
+        c.update_urls(urls[:5], state="DONE")
+        again = c._call("POST", "/v1/urls/check_update", body, batch_id="cu-1")
+        assert first == again == b"\1" * 20
+        rec = c.get_urls(urls)
+        assert rec["state"].tolist() == [2] * 5 + [1] * 15  # not written twice
+        with pytest.raises(ServerError, match="another request") as e:
+            c._call("POST", "/v1/urls/check_update",
+                    json.dumps({"urls": urls, "state": 0}).encode(), batch_id="cu-1")
+        assert e.value.status == 400
+        got, errors = [], []
+
+        def bad():
+            try:
+                c2 = Client(vserver.url)
+                c2.check_update_urls(["http://cu.example/bad"], state=9)
+            except ServerError as err:
+                errors.append(err.status)
+
+        import threading
+
+        t = threading.Thread(target=bad)
+        t.start()
+        got.append(c.check_update_urls(["http://cu.example/ok", "http://cu.example/0"],
+                                       retries=2))
+        t.join()
+        assert errors == [400] and got[0].tolist() == [True, False]
+        assert not c.contains_urls(["http://cu.example/bad"])[0]
+        assert c.get_urls(["http://cu.example/ok"])["retries"].tolist() == [2]

@@ -56,6 +56,12 @@ def test_update_bodies_parse_back(keys, state, data):
     assert fields == {"state": state, "status": statuses}
 
 
+def test_a_check_update_body_may_name_no_field():
+    assert parse_update(b'{"keys": [1, 2]}', need_fields=False) == ("keys", [1, 2], None, {})
+    with pytest.raises(InvalidInputError, match="at least one field"):
+        parse_update(b'{"keys": [1, 2]}')
+
+
 def test_update_bodies_by_url_with_a_named_state():
     kind, items, base, fields = parse_update(json.dumps(
         {"urls": ["http://a/"], "base": "http://b/", "state": "in_flight",
