@@ -107,6 +107,8 @@ def _fields(given: dict, n: int, what: str) -> dict:
                                     f"aligned with the {n} keys")
         if a.dtype.kind not in "biuf":
             raise InvalidInputError(f"{what}: field {name!r} must be numbers")
+        if a.dtype.kind == "f" and not np.isfinite(a).all():  # NaN would cast to 0
+            raise InvalidInputError(f"{what}: field {name!r} must be finite numbers")
         info = np.iinfo(VALUE_DTYPE[name])
         top = N_STATES - 1 if name == "state" else info.max
         if a.size and (a.min() < info.min or a.max() > top):

@@ -114,6 +114,8 @@ def test_bad_value_requests_are_4xx_and_change_nothing(vserver):
             ("/v1/keys/update", b'{"keys": [-1], "state": 1}', 400, "integers"),
             ("/v1/keys/update", b'{"keys": [1, 2], "state": [1]}', 400, "1 values for 2"),
             ("/v1/keys/update", b'{"keys": [1], "state": 9}', 400, "out of range"),
+            ("/v1/urls/update", b'{"urls": ["http://bad.example/a"], "state": NaN}', 400,
+             "finite"),
             ("/v1/keys/update", b'{"keys": [1], "status": "x"}', 400, "a number"),
             ("/v1/keys/update", b'{"keys": [1], "status": [null]}', 400, "numbers"),
             ("/v1/keys/update", b'{"keys": [1], "urls": ["a"], "state": 1}', 400,

@@ -43,6 +43,9 @@ def test_fields_are_checked(tmp_path):
             s.check_update(KEYS[:2], status=[1, 2, 3])
         with pytest.raises(InvalidInputError, match="at least one field"):
             s.update(KEYS[:2])
+        for bad in (float("nan"), [1.0, float("nan")]):  # NaN would cast to 0 (QUEUED)
+            with pytest.raises(InvalidInputError, match="finite"):
+                s.check_update(KEYS[:2], state=bad)
         assert len(s) == 0
 
 
