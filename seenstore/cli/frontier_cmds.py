@@ -10,7 +10,8 @@ import time
 
 import click
 
-from seenstore.cli import main, store_option
+from seenstore.cli import USAGE_EXIT, fail, main, store_option
+from seenstore.errors import InvalidInputError
 
 _FORMATS = ("auto", "urls", "keys", "raw")
 _format_option = click.option(
@@ -90,7 +91,12 @@ def due_cmd(store_dir, now, limit, fmt, as_json):
     A refresh policy sets next_due (store.update(keys, next_due=...)); rediscovering
     a link never does. Read-only: runs beside a writer.
     """
-    at = int(time.time() if now is None else now)
+    from seenstore.store.values import check_now
+
+    try:
+        at = check_now(time.time() if now is None else now)
+    except InvalidInputError as e:
+        fail(str(e).replace("due: now", "--now"), USAGE_EXIT, "UsageError")
     with _open(store_dir, readonly=True) as store:
         keys = store.due(at, limit=limit)
         _print(store, keys, lambda: store.due_urls(at, limit=limit), fmt, as_json,

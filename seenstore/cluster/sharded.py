@@ -575,9 +575,12 @@ class ShardedStore:
     def due(self, now: int, limit: int | None = None) -> np.ndarray:
         """``SeenStore.due`` over the shards: keys whose ``next_due`` is set and <=
         ``now``, by ``next_due`` then key, at most ``limit``."""
+        from seenstore.store.values import check_now
+
         self._need_values()
+        now = check_now(now)
         res = self._call(range(len(self.actors)),
-                         lambda i: self.actors[i].due.remote(int(now), limit))
+                         lambda i: self.actors[i].due.remote(now, limit))
         keys = np.concatenate([res[i][0] for i in sorted(res)])
         nd = np.concatenate([res[i][1] for i in sorted(res)])
         return keys[np.lexsort((keys, nd))[:limit]]

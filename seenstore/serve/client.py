@@ -94,6 +94,12 @@ def _counts(body: bytes) -> dict:
     return {s: int(got.get(s.name, 0)) for s in State}
 
 
+def _now(now) -> int:
+    from seenstore.store.values import check_now
+
+    return check_now(now)
+
+
 def _state_arg(state) -> str:
     from seenstore.frontier.state import parse_state
 
@@ -232,10 +238,10 @@ class Client:
 
     def due(self, now: int, limit: int | None = None) -> np.ndarray:
         """Stored keys whose ``next_due`` is set and <= ``now``, soonest first."""
-        return _keys_answer(self._call("GET", _listing("due", now=int(now), limit=limit), None))
+        return _keys_answer(self._call("GET", _listing("due", now=_now(now), limit=limit), None))
 
     def due_urls(self, now: int, limit: int | None = None) -> list[str]:
-        return _urls_answer(self._call("GET", _listing("due", now=int(now), limit=limit,
+        return _urls_answer(self._call("GET", _listing("due", now=_now(now), limit=limit,
                                                        answer="urls"), None))
 
     def select(self, state, limit: int | None = None) -> np.ndarray:
@@ -416,11 +422,11 @@ class AsyncClient:
         return _counts(await self._call("GET", "/v1/values/counts", None))
 
     async def due(self, now: int, limit: int | None = None) -> np.ndarray:
-        return _keys_answer(await self._call("GET", _listing("due", now=int(now),
+        return _keys_answer(await self._call("GET", _listing("due", now=_now(now),
                                                              limit=limit), None))
 
     async def due_urls(self, now: int, limit: int | None = None) -> list[str]:
-        return _urls_answer(await self._call("GET", _listing("due", now=int(now), limit=limit,
+        return _urls_answer(await self._call("GET", _listing("due", now=_now(now), limit=limit,
                                                              answer="urls"), None))
 
     async def select(self, state, limit: int | None = None) -> np.ndarray:

@@ -453,9 +453,23 @@ def recount(store) -> dict:
     return out
 
 
+def check_now(now) -> int:
+    """``now`` of ``due`` as whole seconds (an int or a finite float, truncated) within
+    int64, the field's type; InvalidInputError otherwise (NaN, infinity, out of range,
+    not a number)."""
+    try:
+        sec = int(now)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidInputError(f"due: now must be a number of seconds, got {now!r}") from None
+    if not -(1 << 63) <= sec < (1 << 63):
+        raise InvalidInputError(f"due: now {now!r} is out of range (a 64-bit count of seconds)")
+    return sec
+
+
 def due(store, now: int, limit: int | None = None) -> np.ndarray:
     """``SeenStore.due``'s body (its docstring)."""
     require(store)
+    now = check_now(now)
     keys, nd = _newest(store, "next_due")
     sel = (nd != 0) & (nd <= np.int64(now))
     keys, nd = keys[sel], nd[sel]

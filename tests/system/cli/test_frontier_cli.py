@@ -38,6 +38,9 @@ def test_select_due_and_forget(tmp_path):
     assert out == [URLS[4], URLS[3]]
     raw = cli_bytes("due", "--now", "3000", "--format", "raw", "--store", store).stdout
     assert len(np.frombuffer(raw, "<u8")) == 3
+    for now in ("nan", "inf", "1e30"):
+        bad = cli_bytes("due", "--now", now, "--store", store, check=False)
+        assert bad.returncode == 2 and b"--now" in bad.stderr and b"Traceback" not in bad.stderr
     bad = cli_bytes("select", "--state", "LOST", "--store", store, check=False)
     assert bad.returncode == 3 and b"QUEUED (0)" in bad.stderr and b"Traceback" not in bad.stderr
 

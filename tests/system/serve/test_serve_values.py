@@ -135,6 +135,8 @@ def test_bad_value_requests_are_4xx_and_change_nothing(vserver):
             got, doc = _request(u + path, body, "POST" if body is not None else "GET")
             assert got == status and doc["status"] == status, (path, got, doc)
             assert word in doc["error"], (path, doc)
+        with pytest.raises(ValueError, match="now"):  # refused before it is sent
+            c.due(float("nan"))
         assert c.counts() == before
         _same(c.get_urls(["http://bad.example/a", "http://bad.example/b"]), recs)
 

@@ -134,6 +134,10 @@ def test_url_forms_and_due_urls(tmp_path):
         assert due[2:] == ["http://a.test/p5", "http://a.test/p3"]
         keys = s.due(3)
         assert keys[0] < keys[1] and s.due_urls(3, limit=1) == due[:1]
+        assert s.due(3.9).tolist() == keys.tolist()  # whole seconds
+        for bad in (float("nan"), float("inf"), 1e30, "soon"):
+            with pytest.raises(InvalidInputError, match="now"):
+                s.due(bad)
         assert s.select_urls(State.DONE) == ["http://a.test/p3"]
     with SeenStore.open(str(tmp_path / "k"), create=True, values=True, sync=False) as s:
         s.check_update(KEYS[:3], next_due=1)
