@@ -575,10 +575,10 @@ class ShardedStore:
     def due(self, now: int, limit: int | None = None) -> np.ndarray:
         """``SeenStore.due`` over the shards: keys whose ``next_due`` is set and <=
         ``now``, by ``next_due`` then key, at most ``limit``."""
-        from seenstore.store.values import check_now
+        from seenstore.store.values import check_limit, check_now
 
         self._need_values()
-        now = check_now(now)
+        now, limit = check_now(now), check_limit(limit, "due")
         res = self._call(range(len(self.actors)),
                          lambda i: self.actors[i].due.remote(now, limit))
         keys = np.concatenate([res[i][0] for i in sorted(res)])
@@ -589,9 +589,10 @@ class ShardedStore:
         """``SeenStore.select`` over the shards: keys in ``state``, ascending (shards
         hold ascending key ranges), at most ``limit``."""
         from seenstore.frontier.state import parse_state
+        from seenstore.store.values import check_limit
 
         self._need_values()
-        state = int(parse_state(state))
+        state, limit = int(parse_state(state)), check_limit(limit, "select")
         res = self._call(range(len(self.actors)),
                          lambda i: self.actors[i].select.remote(state, limit))
         out = np.concatenate([res[i] for i in sorted(res)])

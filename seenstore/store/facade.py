@@ -623,14 +623,17 @@ class SeenStore:
         return values.counts(self)
 
     def due(self, now: int, limit: int | None = None) -> np.ndarray:
-        """Stored keys whose ``next_due`` is set (not 0) and <= ``now``, by ``next_due``
-        then key, at most ``limit``: uint64. One sweep of the value files."""
+        """Stored keys whose ``next_due`` is set (not 0) and <= ``now`` (whole seconds),
+        by ``next_due`` then key, at most ``limit`` (None or >= 0): uint64. One sweep of
+        the value files. InvalidInputError for a ``now`` that is not a finite 64-bit
+        number of seconds, or a bad ``limit``."""
         from seenstore.store import values
         return values.due(self, now, limit)
 
     def select(self, state, limit: int | None = None) -> np.ndarray:
-        """Stored keys whose state is ``state`` (a State), ascending, at most
-        ``limit``. QUEUED includes keys with no record (a pass over the keys too)."""
+        """Stored keys whose state is ``state`` (a State, its number or its name),
+        ascending, at most ``limit`` (None or >= 0). QUEUED includes keys with no
+        record (a pass over the keys too)."""
         from seenstore.store import values
         return values.select(self, state, limit)
 

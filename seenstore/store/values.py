@@ -30,7 +30,7 @@ import os
 import numpy as np
 
 from seenstore.errors import InvalidInputError, NotSupportedError
-from seenstore.frontier.state import State
+from seenstore.frontier.state import State, parse_state
 from seenstore.keys.batch import as_keys
 from seenstore.store import check
 from seenstore.store.files import fault
@@ -466,10 +466,22 @@ def check_now(now) -> int:
     return sec
 
 
+def check_limit(limit, what: str) -> int | None:
+    """``limit`` of ``due``/``select``: None (no limit) or a whole number >= 0;
+    InvalidInputError otherwise (a negative one would cut from the end)."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
+        raise InvalidInputError(f"{what}: limit must be None or a whole number >= 0, "
+                                f"got {limit!r}")
+    return int(limit)
+
+
 def due(store, now: int, limit: int | None = None) -> np.ndarray:
     """``SeenStore.due``'s body (its docstring)."""
     require(store)
     now = check_now(now)
+    limit = check_limit(limit, "due")
     keys, nd = _newest(store, "next_due")
     sel = (nd != 0) & (nd <= np.int64(now))
     keys, nd = keys[sel], nd[sel]
@@ -482,7 +494,8 @@ def due(store, now: int, limit: int | None = None) -> np.ndarray:
 def select(store, state, limit: int | None = None) -> np.ndarray:
     """``SeenStore.select``'s body (its docstring)."""
     require(store)
-    state = State(state)
+    state = parse_state(state)
+    limit = check_limit(limit, "select")
     keys, st = _newest(store, "state")
     if state != State.QUEUED:
         keys = keys[st == state]

@@ -138,6 +138,14 @@ def test_url_forms_and_due_urls(tmp_path):
         for bad in (float("nan"), float("inf"), 1e30, "soon"):
             with pytest.raises(InvalidInputError, match="now"):
                 s.due(bad)
+        for bad in (-1, 1.5, True):  # -1 would have cut the last key off
+            with pytest.raises(InvalidInputError, match="limit"):
+                s.select(State.QUEUED, limit=bad)
+            with pytest.raises(InvalidInputError, match="limit"):
+                s.due(3, limit=bad)
+        assert s.select("done").tolist() == s.select(State.DONE).tolist()
+        with pytest.raises(InvalidInputError, match="unknown state"):
+            s.select(7)
         assert s.select_urls(State.DONE) == ["http://a.test/p3"]
     with SeenStore.open(str(tmp_path / "k"), create=True, values=True, sync=False) as s:
         s.check_update(KEYS[:3], next_due=1)
