@@ -282,12 +282,13 @@ class DedupStage:
         QUEUED again), ``fields`` other values to set (``fetched_at``, ``next_due``,
         ``retries``, ``status``, ``digest``). Needs a store with values. Keys not merged
         yet are merged first (one batch). Returns how many stored keys were marked."""
-        from seenstore.frontier.state import State
+        from seenstore.frontier.state import parse_state
 
         self._check()
+        state = parse_state(state)  # checked before anything merges
         keys = self._keys_of(items)
         self._wait_merged()
-        return int(self.store.update(keys, state=State(state), **fields).sum())
+        return int(self.store.update(keys, state=state, **fields).sum())
 
     def counts(self) -> dict:
         """Keys per ``State``, adding up to every distinct key handed out or stored

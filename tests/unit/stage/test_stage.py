@@ -334,3 +334,22 @@ def test_a_backlog_larger_than_the_budget_merges_spilled(store_dir, monkeypatch)
     stage.close()
     with SeenStore.open(store_dir, readonly=True) as s:
         assert s.contains(fresh).all() and len(s) == len(stored) + len(set(fresh.tolist()))
+
+
+def test_mark_takes_a_state_by_name_and_refuses_an_unknown_one(tmp_path):
+    """``mark`` checks its state before it merges anything: an unknown one is
+    InvalidInputError naming the states, and nothing is marked."""
+    from seenstore.frontier.state import State
+
+    urls = [f"http://m.example/{i}" for i in range(6)]
+    with DedupStage.open(str(tmp_path / "s"), create=True, values=True, sync=False,
+                         wal_sync="never") as stage:
+        assert len(list(stage.offer(urls))) == 6
+        assert stage.mark(urls[:2], "in_flight") == 2
+        assert stage.mark(urls[2:3], 2, status=200) == 1
+        for bad in (9, "LOST", -1):
+            with pytest.raises(InvalidInputError, match="unknown state"):
+                stage.mark(urls, bad)
+        counts = stage.counts()
+        assert counts[State.IN_FLIGHT] == 2 and counts[State.DONE] == 1
+        assert counts[State.QUEUED] == 3
