@@ -95,12 +95,16 @@ def _write(store, keys: np.ndarray, mask: int, cols: dict) -> dict:
 # ------------------------------------------------------------------ field values
 def _fields(given: dict, n: int, what: str) -> dict:
     """``given`` checked: known field names, each a scalar or an array of ``n``,
-    cast to its dtype (a State for ``state``)."""
+    cast to its dtype (``state``: a State, its number or its name, or a list of them)."""
     out = {}
     for name, v in given.items():
         if name not in FIELDS:
             raise InvalidInputError(f"{what}: unknown value field {name!r} (fields: "
                                     f"{', '.join(FIELDS)})")
+        if name == "state":  # a state may be named: "DONE", State.DONE, 2
+            v = ([int(parse_state(x)) if isinstance(x, str) else x for x in v]
+                 if isinstance(v, (list, tuple)) else
+                 int(parse_state(v)) if isinstance(v, str) else v)
         a = np.asarray(v)
         if a.ndim not in (0, 1) or (a.ndim == 1 and len(a) != n):
             raise InvalidInputError(f"{what}: field {name!r} must be a scalar or an array "

@@ -33,6 +33,13 @@ def test_values_are_decided_at_creation(tmp_path):
             assert s.values and s.counts()[State.DONE] == 3
 
 
+def test_a_state_may_be_given_by_name(tmp_path):
+    with SeenStore.open(str(tmp_path / "v"), create=True, values=True, sync=False) as s:
+        s.check_update(KEYS[:3], state="in_flight")
+        assert s.update(KEYS[:2], state=["DONE", State.FAILED]).all()
+        assert s.get(KEYS[:3])["state"].tolist() == [2, 3, 1]
+
+
 def test_fields_are_checked(tmp_path):
     with SeenStore.open(str(tmp_path / "v"), create=True, values=True, sync=False) as s:
         with pytest.raises(InvalidInputError, match="unknown value field"):
@@ -43,6 +50,8 @@ def test_fields_are_checked(tmp_path):
             s.check_update(KEYS[:2], status=[1, 2, 3])
         with pytest.raises(InvalidInputError, match="at least one field"):
             s.update(KEYS[:2])
+        with pytest.raises(InvalidInputError, match="unknown state"):
+            s.check_update(KEYS[:2], state="LOST")
         for bad in (float("nan"), [1.0, float("nan")]):  # NaN would cast to 0 (QUEUED)
             with pytest.raises(InvalidInputError, match="finite"):
                 s.check_update(KEYS[:2], state=bad)
