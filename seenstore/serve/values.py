@@ -22,7 +22,6 @@ import json
 import numpy as np
 
 from seenstore.errors import InvalidInputError
-from seenstore.frontier.state import parse_state
 from seenstore.store.valuefiles import FIELDS, VALUE_DTYPE
 
 WIRE_DTYPE = np.dtype([("present", "u1")] + [(f, VALUE_DTYPE[f].newbyteorder("<"))
@@ -107,10 +106,12 @@ def parse_update(body: bytes, need_fields: bool = True) -> tuple[str, list, str 
     if not doc and need_fields:
         raise InvalidInputError(f"an update needs at least one field to set (fields: "
                                 f"{', '.join(FIELDS)})")
+    from seenstore.store.values import named_states
+
     fields = {}
     for name, v in doc.items():
         if name == "state":  # a state may be named: "DONE", "in_flight"
-            v = ([_state(x) for x in v] if isinstance(v, list) else _state(v))
+            v = named_states(v)
         if isinstance(v, list):
             if len(v) != len(items):
                 raise InvalidInputError(f"field {name!r}: {len(v)} values for "
@@ -121,10 +122,6 @@ def parse_update(body: bytes, need_fields: bool = True) -> tuple[str, list, str 
             raise InvalidInputError(f"field {name!r} must be a number or an array of them")
         fields[name] = v
     return kind, items, base, fields
-
-
-def _state(v):
-    return int(parse_state(v)) if isinstance(v, str) else v
 
 
 def url_lines(urls: list[str]) -> list[bytes]:

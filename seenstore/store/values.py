@@ -37,10 +37,9 @@ from seenstore.store.files import fault
 from seenstore.store.valuefiles import (FIELDS, FULL_MASK, VALUE_DTYPE, ValueFile, columns,
                                         file_name, open_all, write_file)
 
-__all__ = ["VALUE_DTYPE", "GET_DTYPE", "FIELDS", "State", "check_fields", "check_update",
-           "update", "get",
-           "counts", "recount", "due", "select", "reset_records", "on_forget", "on_rebuild",
-           "maybe_merge", "merge_value_files"]
+__all__ = ["VALUE_DTYPE", "GET_DTYPE", "FIELDS", "State", "check_fields", "named_states",
+           "check_update", "update", "get", "counts", "recount", "due", "select",
+           "reset_records", "on_forget", "on_rebuild", "maybe_merge", "merge_value_files"]
 
 GET_DTYPE = np.dtype([("present", np.bool_)] + [(f, VALUE_DTYPE[f]) for f in FIELDS])
 MAX_VALUE_FILES = 16  # more value files than this: MERGE_FILES consecutive ones merged
@@ -101,10 +100,8 @@ def _fields(given: dict, n: int, what: str) -> dict:
         if name not in FIELDS:
             raise InvalidInputError(f"{what}: unknown value field {name!r} (fields: "
                                     f"{', '.join(FIELDS)})")
-        if name == "state":  # a state may be named: "DONE", State.DONE, 2
-            v = ([int(parse_state(x)) if isinstance(x, str) else x for x in v]
-                 if isinstance(v, (list, tuple)) else
-                 int(parse_state(v)) if isinstance(v, str) else v)
+        if name == "state":
+            v = named_states(v)
         a = np.asarray(v)
         if a.ndim not in (0, 1) or (a.ndim == 1 and len(a) != n):
             raise InvalidInputError(f"{what}: field {name!r} must be a scalar or an array "
@@ -119,6 +116,16 @@ def _fields(given: dict, n: int, what: str) -> dict:
             raise InvalidInputError(f"{what}: field {name!r} out of range ({info.min}..{top})")
         out[name] = a.astype(VALUE_DTYPE[name])
     return out
+
+
+def named_states(v):
+    """``state`` as numbers where it is given by name ("DONE"): a name alone, or in a
+    list, tuple or array (of names, or names among States and numbers)."""
+    if isinstance(v, str):
+        return int(parse_state(v))
+    if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.dtype.kind in "USO"):
+        return [int(parse_state(x)) if isinstance(x, str) else x for x in v]
+    return v
 
 
 # the check, for callers that must check fields before any store sets one (a

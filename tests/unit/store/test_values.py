@@ -135,6 +135,9 @@ def test_url_forms_and_due_urls(tmp_path):
                                    next_due=1).tolist() == [False, True]
         got = s.update_urls(["http://a.test/p3", "http://c.test/", "x"], state=State.DONE)
         assert got.tolist() == [True, False, False]
+        # named states in a list aligned with URLs (re-aligned as an array of names)
+        got = s.update_urls(["x", "http://a.test/p0"], state=["LOST", "queued"])
+        assert got.tolist() == [False, True]
         rows = s.get_urls(["http://a.test/p3", "http://a.test/p4", "nope"])
         assert rows["present"].tolist() == [True, True, False]
         assert rows["state"].tolist() == [State.DONE, 0, 0] and rows["next_due"][1] == 9
