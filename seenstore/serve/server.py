@@ -323,22 +323,32 @@ class Server:
         rec = await self._on_writer(lambda: self.store.get_urls(lines, base))
         return self._records_response(fmt, rec, items=len(lines))
 
-    async def check_update(self, request) -> web.Response:
-        """Admit keys or URLs and give each new one a record (``SeenStore.check_update``):
-        one JSON object, as an update, whose fields may be none. A group commit like
-        ``/add`` (exactly once by batch id); answers the mask of new items."""
-        from seenstore.serve.values import parse_update, url_lines
-        from seenstore.store.values import check_fields
+    async def _value_request(self, request, need_fields: bool) -> tuple:
+        """(body, kind, items, base, fields) of an update or check_update request (one
+        JSON object, ``serve/values.py: parse_update``) on a store with values; its
+        kind must be the path's (``/v1/keys/...`` takes "keys") and its items within
+        the request limit."""
+        from seenstore.serve.values import parse_update
 
         self._need_values()
         body = await self._body(request)
-        kind, items, base, fields = parse_update(body, need_fields=False)
-        want = request.path.rsplit("/", 2)[-2]
+        kind, items, base, fields = parse_update(body, need_fields)
+        want = request.path.rsplit("/", 2)[-2]  # /v1/keys/... or /v1/urls/...
         if kind != want:
             raise ClientError(400, f"{request.path} takes \"{want}\", not \"{kind}\"")
         if len(items) > self.max_items:
             raise ClientError(413, f"{len(items)} {kind} in one request, over the limit of "
                                    f"{self.max_items}")
+        return body, kind, items, base, fields
+
+    async def check_update(self, request) -> web.Response:
+        """Admit keys or URLs and give each new one a record (``SeenStore.check_update``):
+        one JSON object, as an update, whose fields may be none. A group commit like
+        ``/add`` (exactly once by batch id); answers the mask of new items."""
+        from seenstore.serve.values import url_lines
+        from seenstore.store.values import check_fields
+
+        body, kind, items, base, fields = await self._value_request(request, False)
         bid, digest = self._batch_id(request, "check_update", body)
         if kind == "keys":
             keys = np.array(items, dtype=np.uint64)
@@ -363,16 +373,9 @@ class Server:
     async def values_update(self, request) -> web.Response:
         """Set fields of stored keys or URLs (``SeenStore.update``): one JSON object;
         answers the mask of items updated (stored), aligned with them."""
-        from seenstore.serve.values import parse_update, url_lines
+        from seenstore.serve.values import url_lines
 
-        self._need_values()
-        kind, items, base, fields = parse_update(await self._body(request))
-        want = request.path.rsplit("/", 2)[-2]  # /v1/keys/update or /v1/urls/update
-        if kind != want:
-            raise ClientError(400, f"{request.path} takes \"{want}\", not \"{kind}\"")
-        if len(items) > self.max_items:
-            raise ClientError(413, f"{len(items)} {kind} in one request, over the limit of "
-                                   f"{self.max_items}")
+        _, kind, items, base, fields = await self._value_request(request, True)
         if kind == "keys":
             keys = np.array(items, dtype=np.uint64)
             mask = await self._on_writer(lambda: self.store.update(keys, **fields))
