@@ -23,6 +23,8 @@ import json
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -59,17 +61,27 @@ def _keys_body(keys) -> tuple[bytes, int]:
     return arr.astype("<u8", copy=False).tobytes(), len(arr)
 
 
-def _url_list(urls) -> list[str]:
+def _url_items(urls) -> list:
+    """``urls`` (one URL, or any iterable of them) as a list of str and bytes;
+    InvalidInputError for an item that is neither."""
     if isinstance(urls, (str, bytes)):
-        urls = [urls]
-    out = []
-    for u in urls:
-        if isinstance(u, bytes):
-            u = u.decode("utf-8", "surrogateescape")
-        elif not isinstance(u, str):
+        return [urls]
+    out = list(urls)
+    for u in out:
+        if not isinstance(u, (str, bytes)):
             raise InvalidInputError(f"URLs must be str or bytes, got {type(u).__name__}")
-        out.append(u)
     return out
+
+
+def _url_list(urls) -> list[str]:
+    """URLs for a JSON body: bytes that are not UTF-8 decoded with ``surrogateescape``
+    (the server encodes them back to the same bytes: serve/values.py ``url_lines``)."""
+    return [u.decode("utf-8", "surrogateescape") if isinstance(u, bytes) else u
+            for u in _url_items(urls)]
+
+
+def _key_items(keys) -> list[int]:
+    return [int(k) for k in _keys_array(keys)]
 
 
 def _update_body(kind: str, items: list, base: str | None, fields: dict) -> bytes:
@@ -106,9 +118,47 @@ def _state_arg(state) -> str:
     return parse_state(state).name
 
 
-def _listing(op: str, **query) -> str:
+class _Req(NamedTuple):
+    """One call of the clients: what to send, and how to read the answer's body."""
+
+    method: str
+    path: str
+    body: bytes | None
+    parse: Callable[[bytes], object]
+    new_id: bool = False  # an admitting call: a new batch id, kept across retries
+
+
+def _json_req(method: str, path: str, body: bytes | None = None) -> _Req:
+    return _Req(method, path, body, json.loads)
+
+
+def _keys_req(op: str, keys, parse=None, new_id: bool = False) -> _Req:
+    """POST /v1/keys/OP with ``keys`` as the body; ``parse(body, n)`` (default: a mask)."""
+    body, n = _keys_body(keys)
+    return _Req("POST", f"/v1/keys/{op}", body, lambda b: (parse or _mask)(b, n), new_id)
+
+
+def _urls_req(op: str, urls, base: str | None, parse=None, new_id: bool = False) -> _Req:
+    """POST /v1/urls/OP with ``urls`` as the body (lines); as ``_keys_req``."""
+    body, n = _urls_body(urls)
+    return _Req("POST", _url_path("urls", op, base), body, lambda b: (parse or _mask)(b, n),
+                new_id)
+
+
+def _update_req(op: str, kind: str, items: list, base: str | None, fields: dict,
+                new_id: bool) -> _Req:
+    """POST /v1/KIND/OP (update, check_update) with one JSON object; a mask."""
+    return _Req("POST", f"/v1/{kind}/{op}", _update_body(kind, items, base, fields),
+                lambda b: _mask(b, len(items)), new_id)
+
+
+def _listing_req(op: str, urls: bool, **query) -> _Req:
+    """GET /v1/values/OP (due, select): keys, or with ``urls`` the kept URLs."""
     q = {k: v for k, v in query.items() if v is not None}
-    return f"/v1/values/{op}?" + urllib.parse.urlencode(q)
+    if urls:
+        q["answer"] = "urls"
+    return _Req("GET", f"/v1/values/{op}?" + urllib.parse.urlencode(q), None,
+                _urls_answer if urls else _keys_answer)
 
 
 def _keys_answer(body: bytes) -> np.ndarray:
@@ -123,14 +173,10 @@ def _urls_answer(body: bytes) -> list[str]:
 
 
 def _urls_body(urls) -> tuple[bytes, int]:
-    if isinstance(urls, (str, bytes)):
-        urls = [urls]
     out = []
-    for u in urls:
+    for u in _url_items(urls):
         if isinstance(u, str):
             u = u.encode("utf-8", "surrogatepass")
-        elif not isinstance(u, bytes):
-            raise InvalidInputError(f"URLs must be str or bytes, got {type(u).__name__}")
         # a line break would split the item in two: send an empty line (rejected: False)
         out.append(b"" if b"\n" in u or b"\r" in u else u)
     return (b"\n".join(out) + b"\n" if out else b""), len(out)
@@ -168,103 +214,90 @@ class Client:
         self._conn: http.client.HTTPConnection | None = None
 
     # -------------------------------------------------------------- calls
+    # each builds its request with the module's _*_req (shared with AsyncClient)
     def add(self, keys) -> np.ndarray:
         """Admit uint64 ``keys``; True where the key is new (first occurrence, never
         answered new to any client before)."""
-        body, n = _keys_body(keys)
-        return _mask(self._call("POST", "/v1/keys/add", body, new_id=True), n)
+        return self._send(_keys_req("add", keys, new_id=True))
 
     def contains(self, keys) -> np.ndarray:
-        body, n = _keys_body(keys)
-        return _mask(self._call("POST", "/v1/keys/contains", body), n)
+        return self._send(_keys_req("contains", keys))
 
     def add_urls(self, urls, base: str | None = None) -> np.ndarray:
         """Admit ``urls`` (normalised by the server); True where the canonical URL is
         new; False where seen or rejected."""
-        body, n = _urls_body(urls)
-        return _mask(self._call("POST", _url_path("urls", "add", base), body, new_id=True), n)
+        return self._send(_urls_req("add", urls, base, new_id=True))
 
     def contains_urls(self, urls, base: str | None = None) -> np.ndarray:
-        body, n = _urls_body(urls)
-        return _mask(self._call("POST", _url_path("urls", "contains", base), body), n)
+        return self._send(_urls_req("contains", urls, base))
 
     def stats(self) -> dict:
-        return json.loads(self._call("GET", "/v1/stats", None))
+        return self._send(_json_req("GET", "/v1/stats"))
 
     # ------------------------------------------------- values (docs/serve.md)
     def get(self, keys) -> np.ndarray:
         """The records of ``keys`` (``SeenStore.get``): a structured array aligned with
         them, ``present`` and the value fields (absent keys: all zero)."""
-        body, n = _keys_body(keys)
-        return _records(self._call("POST", "/v1/keys/get", body), n)
+        return self._send(_keys_req("get", keys, _records))
 
     def get_urls(self, urls, base: str | None = None) -> np.ndarray:
         """``get`` of URLs under the server's policy (rejected URLs: not present)."""
-        body, n = _urls_body(urls)
-        return _records(self._call("POST", _url_path("urls", "get", base), body), n)
+        return self._send(_urls_req("get", urls, base, _records))
 
     def check_update(self, keys, **initial) -> np.ndarray:
         """Admit ``keys`` as ``add`` does and give each new key a record (the fields
         named, scalars or arrays aligned with ``keys``; others 0): one group commit,
         exactly once by batch id. True where new."""
-        items = [int(k) for k in _keys_array(keys)]
-        return _mask(self._call("POST", "/v1/keys/check_update",
-                                _update_body("keys", items, None, initial), new_id=True),
-                     len(items))
+        return self._send(_update_req("check_update", "keys", _key_items(keys), None,
+                                      initial, True))
 
     def check_update_urls(self, urls, base: str | None = None, **initial) -> np.ndarray:
         """``check_update`` of URLs (normalised by the server); mask aligned with them."""
-        items = _url_list(urls)
-        return _mask(self._call("POST", "/v1/urls/check_update",
-                                _update_body("urls", items, base, initial), new_id=True),
-                     len(items))
+        return self._send(_update_req("check_update", "urls", _url_list(urls), base,
+                                      initial, True))
 
     def update(self, keys, **fields) -> np.ndarray:
         """Set the named fields (scalars or arrays aligned with ``keys``) of stored
         ``keys`` (``SeenStore.update``); the mask of keys updated. Safe to resend."""
-        items = [int(k) for k in _keys_array(keys)]
-        return _mask(self._call("POST", "/v1/keys/update",
-                                _update_body("keys", items, None, fields)), len(items))
+        return self._send(_update_req("update", "keys", _key_items(keys), None, fields,
+                                      False))
 
     def update_urls(self, urls, base: str | None = None, **fields) -> np.ndarray:
         """``update`` of URLs under the server's policy; mask aligned with ``urls``."""
-        items = _url_list(urls)
-        return _mask(self._call("POST", "/v1/urls/update",
-                                _update_body("urls", items, base, fields)), len(items))
+        return self._send(_update_req("update", "urls", _url_list(urls), base, fields,
+                                      False))
 
     def counts(self) -> dict:
         """{State: number of stored keys in it}, summing to the store's keys."""
-        return _counts(self._call("GET", "/v1/values/counts", None))
+        return self._send(_Req("GET", "/v1/values/counts", None, _counts))
 
     def due(self, now: int, limit: int | None = None) -> np.ndarray:
         """Stored keys whose ``next_due`` is set and <= ``now``, soonest first."""
-        return _keys_answer(self._call("GET", _listing("due", now=_now(now), limit=limit), None))
+        return self._send(_listing_req("due", False, now=_now(now), limit=limit))
 
     def due_urls(self, now: int, limit: int | None = None) -> list[str]:
-        return _urls_answer(self._call("GET", _listing("due", now=_now(now), limit=limit,
-                                                       answer="urls"), None))
+        return self._send(_listing_req("due", True, now=_now(now), limit=limit))
 
     def select(self, state, limit: int | None = None) -> np.ndarray:
         """Stored keys in ``state`` (a State or its name), ascending."""
-        return _keys_answer(self._call("GET", _listing("select", state=_state_arg(state),
-                                                       limit=limit), None))
+        return self._send(_listing_req("select", False, state=_state_arg(state),
+                                       limit=limit))
 
     def select_urls(self, state, limit: int | None = None) -> list[str]:
-        return _urls_answer(self._call("GET", _listing("select", state=_state_arg(state),
-                                                       limit=limit, answer="urls"), None))
+        return self._send(_listing_req("select", True, state=_state_arg(state), limit=limit))
 
     def record_fetches(self, records) -> dict:
         """Send fetch evidence (dicts with ``SeenStore.record_fetches``'s names; a
         ``body`` as bytes or text) to the server's store."""
-        return json.loads(self._call("POST", "/v1/evidence", _evidence_body(records)))
+        return self._send(_json_req("POST", "/v1/evidence", _evidence_body(records)))
 
     def learn(self, apply: bool = True) -> dict:
         """The server's store learns from its evidence (``SeenStore.learn``); the
         findings, the policy's identity and version."""
-        return json.loads(self._call("POST", f"/v1/learn?apply={int(bool(apply))}", b""))
+        return self._send(_json_req("POST", f"/v1/learn?apply={int(bool(apply))}", b""))
 
     def healthz(self) -> bool:
-        return json.loads(self._call("GET", "/healthz", None)).get("ok", False)
+        return self._send(_json_req("GET", "/healthz")).get("ok", False)
 
     # ---------------------------------------------------------- transport
     def _connect(self) -> http.client.HTTPConnection:
@@ -278,6 +311,9 @@ class Client:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def _send(self, req: _Req):
+        return req.parse(self._call(req.method, req.path, req.body, req.new_id))
 
     def _call(self, method: str, path: str, body: bytes | None, new_id: bool = False,
               batch_id: str | None = None) -> bytes:
@@ -363,79 +399,67 @@ class AsyncClient:
         return self._session
 
     async def add(self, keys) -> np.ndarray:
-        body, n = _keys_body(keys)
-        return _mask(await self._call("POST", "/v1/keys/add", body, new_id=True), n)
+        return await self._send(_keys_req("add", keys, new_id=True))
 
     async def contains(self, keys) -> np.ndarray:
-        body, n = _keys_body(keys)
-        return _mask(await self._call("POST", "/v1/keys/contains", body), n)
+        return await self._send(_keys_req("contains", keys))
 
     async def add_urls(self, urls, base: str | None = None) -> np.ndarray:
-        body, n = _urls_body(urls)
-        return _mask(await self._call("POST", _url_path("urls", "add", base), body,
-                                      new_id=True), n)
+        return await self._send(_urls_req("add", urls, base, new_id=True))
 
     async def contains_urls(self, urls, base: str | None = None) -> np.ndarray:
-        body, n = _urls_body(urls)
-        return _mask(await self._call("POST", _url_path("urls", "contains", base), body), n)
+        return await self._send(_urls_req("contains", urls, base))
 
     async def stats(self) -> dict:
-        return json.loads(await self._call("GET", "/v1/stats", None))
+        return await self._send(_json_req("GET", "/v1/stats"))
 
     async def record_fetches(self, records) -> dict:
-        return json.loads(await self._call("POST", "/v1/evidence", _evidence_body(records)))
+        return await self._send(_json_req("POST", "/v1/evidence", _evidence_body(records)))
 
     async def learn(self, apply: bool = True) -> dict:
-        return json.loads(await self._call("POST", f"/v1/learn?apply={int(bool(apply))}", b""))
+        return await self._send(_json_req("POST", f"/v1/learn?apply={int(bool(apply))}", b""))
 
     async def get(self, keys) -> np.ndarray:
-        body, n = _keys_body(keys)
-        return _records(await self._call("POST", "/v1/keys/get", body), n)
+        return await self._send(_keys_req("get", keys, _records))
 
     async def get_urls(self, urls, base: str | None = None) -> np.ndarray:
-        body, n = _urls_body(urls)
-        return _records(await self._call("POST", _url_path("urls", "get", base), body), n)
+        return await self._send(_urls_req("get", urls, base, _records))
 
     async def check_update(self, keys, **initial) -> np.ndarray:
-        items = [int(k) for k in _keys_array(keys)]
-        return _mask(await self._call("POST", "/v1/keys/check_update",
-                                      _update_body("keys", items, None, initial),
-                                      new_id=True), len(items))
+        return await self._send(_update_req("check_update", "keys", _key_items(keys), None,
+                                            initial, True))
 
     async def check_update_urls(self, urls, base: str | None = None, **initial) -> np.ndarray:
-        items = _url_list(urls)
-        return _mask(await self._call("POST", "/v1/urls/check_update",
-                                      _update_body("urls", items, base, initial),
-                                      new_id=True), len(items))
+        return await self._send(_update_req("check_update", "urls", _url_list(urls), base,
+                                            initial, True))
 
     async def update(self, keys, **fields) -> np.ndarray:
-        items = [int(k) for k in _keys_array(keys)]
-        return _mask(await self._call("POST", "/v1/keys/update",
-                                      _update_body("keys", items, None, fields)), len(items))
+        return await self._send(_update_req("update", "keys", _key_items(keys), None,
+                                            fields, False))
 
     async def update_urls(self, urls, base: str | None = None, **fields) -> np.ndarray:
-        items = _url_list(urls)
-        return _mask(await self._call("POST", "/v1/urls/update",
-                                      _update_body("urls", items, base, fields)), len(items))
+        return await self._send(_update_req("update", "urls", _url_list(urls), base,
+                                            fields, False))
 
     async def counts(self) -> dict:
-        return _counts(await self._call("GET", "/v1/values/counts", None))
+        return await self._send(_Req("GET", "/v1/values/counts", None, _counts))
 
     async def due(self, now: int, limit: int | None = None) -> np.ndarray:
-        return _keys_answer(await self._call("GET", _listing("due", now=_now(now),
-                                                             limit=limit), None))
+        return await self._send(_listing_req("due", False, now=_now(now), limit=limit))
 
     async def due_urls(self, now: int, limit: int | None = None) -> list[str]:
-        return _urls_answer(await self._call("GET", _listing("due", now=_now(now), limit=limit,
-                                                             answer="urls"), None))
+        return await self._send(_listing_req("due", True, now=_now(now), limit=limit))
 
     async def select(self, state, limit: int | None = None) -> np.ndarray:
-        return _keys_answer(await self._call("GET", _listing(
-            "select", state=_state_arg(state), limit=limit), None))
+        return await self._send(_listing_req("select", False, state=_state_arg(state),
+                                             limit=limit))
 
     async def select_urls(self, state, limit: int | None = None) -> list[str]:
-        return _urls_answer(await self._call("GET", _listing(
-            "select", state=_state_arg(state), limit=limit, answer="urls"), None))
+        return await self._send(_listing_req("select", True, state=_state_arg(state),
+                                             limit=limit))
+
+    async def _send(self, req: _Req):
+        return req.parse(await self._call(req.method, req.path, req.body, req.new_id))
 
     async def _call(self, method: str, path: str, body: bytes | None,
                     new_id: bool = False) -> bytes:
