@@ -347,6 +347,7 @@ class Server:
         ``/add`` (exactly once by batch id); answers the mask of new items."""
         from seenstore.serve.values import url_lines
         from seenstore.store.values import check_fields
+        from seenstore.store.valueurls import fields_at
 
         body, kind, items, base, fields = await self._value_request(request, False)
         bid, digest = self._batch_id(request, "check_update", body)
@@ -362,11 +363,10 @@ class Server:
                                             self.store.layout, self.store.policy, base)
         except InvalidInputError as e:
             raise ClientError(400, str(e)) from None
-        pos = fb.positions
-        initial = check_fields({k: (np.asarray(v)[pos] if isinstance(v, list) else v)
-                                for k, v in fields.items()}, len(fb.keys), "check_update")
-        ans = await self.batcher.submit(Item(bid, digest, fb.keys, fb.n, pos, lines=fb.lines,
-                                             initial=initial))
+        initial = check_fields(fields_at(fields, fb.positions, fb.n), len(fb.keys),
+                               "check_update")
+        ans = await self.batcher.submit(Item(bid, digest, fb.keys, fb.n, fb.positions,
+                                             lines=fb.lines, initial=initial))
         return self._mask_response(ans.mask, items=fb.n, new=int(ans.mask.sum()),
                                    rejected=len(fb.rejected))
 

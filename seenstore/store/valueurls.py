@@ -14,7 +14,7 @@ from seenstore.store import kepturls, urls as urlcalls, values
 from seenstore.url.fingerprint import fingerprint_many
 
 
-def _at(fields: dict, positions: np.ndarray, n: int) -> dict:
+def fields_at(fields: dict, positions: np.ndarray, n: int) -> dict:
     """Fields aligned with ``n`` URLs, re-aligned with the ones that normalised."""
     out = {}
     for name, v in fields.items():
@@ -30,7 +30,7 @@ def check_update_urls(store, urls, base, initial: dict) -> np.ndarray:
     values.require(store)
     store._check_writable()
     nz = urlcalls.store_normalised(store, urls, base)
-    mask = values.check_update(store, nz.keys, _at(initial, nz.positions, nz.n),
+    mask = values.check_update(store, nz.keys, fields_at(initial, nz.positions, nz.n),
                                admit=lambda _: urlcalls.add_normalised(store, nz))
     return nz.aligned(mask)
 
@@ -39,7 +39,7 @@ def update_urls(store, urls, base, fields: dict) -> np.ndarray:
     """``SeenStore.update_urls``'s body (its docstring)."""
     values.require(store)
     nz = urlcalls.store_normalised(store, urls, base)
-    return nz.aligned(values.update(store, nz.keys, _at(fields, nz.positions, nz.n)))
+    return nz.aligned(values.update(store, nz.keys, fields_at(fields, nz.positions, nz.n)))
 
 
 def get_urls(store, urls, base=None) -> np.ndarray:
