@@ -95,7 +95,8 @@ def _summary_lines(r: dict) -> list[str]:
              + " ns/key, wall/CPU of the whole process")
         emit("                 (spill: partitioning the chunks and waiting for their appends; "
              "read, sort, split, check, write: the calling thread's steps of the check phase; "
-             "write_behind: the run sink's thread, beside them; sync: the wait for the new "
+             "write_behind: the run sink's thread, beside them; remove: the wait for the "
+             "read buckets' removal, on a thread beside them; sync: the wait for the new "
              "runs' fsyncs)")
     if ns.get("cpu_user") is not None and r["store_s"]:
         busy = (ns["cpu_user"] + ns.get("cpu_sys", 0)) / ns["store_total"]

@@ -89,6 +89,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     sink = None  # the new runs' writer thread (RunSink), until it is closed
     appending = None  # the last chunk's bucket appends (a future), until done
     halves = None  # the check's second thread
+    remover = buckets.Remover()  # the read buckets' removal, on a thread
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
     clock = Clock()
@@ -175,7 +176,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             whole = len(parts) == 1 and os.path.getsize(parts[0][0]) // 8 <= budget.slice_keys
             for bucket, lo, hi in parts:  # key ranges, lowest first
                 for keys in buckets.slices(bucket, lo, hi, budget, slab, fault, store.threads,
-                                           clock):
+                                           clock, remover):
                     figures["unique"] += len(keys)
                     figures["slices"] += 1
                     found = found_slab[: len(keys)]
@@ -193,6 +194,9 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
                     clock.stop("write", t)
                     fault("spill-sorted")
             sink.end(s)
+        t = clock.start()
+        remover.wait()
+        clock.stop("remove", t)
         t = clock.start()
         sink, closing = None, sink
         closing.close()  # every new run written and finished
@@ -244,5 +248,9 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         raise
     finally:
         store._spill_phase = None
+        try:
+            remover.wait()  # before the folder goes: no removal outlives the batch
+        except OSError:
+            pass  # the folder is removed whole next
         shutil.rmtree(work, ignore_errors=True)
 

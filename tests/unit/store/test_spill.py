@@ -15,6 +15,7 @@ from seenstore.store.runs import live as runs_live
 from seenstore.errors import InvalidInputError
 from seenstore.store import SeenStore
 from seenstore.runtime.aligned import aligned_empty, direct_ready
+from seenstore.runtime.clock import Clock
 from naive import setdiff, union
 
 EDGE = [0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
@@ -383,3 +384,47 @@ def test_check_slice_halves_agree_with_one_thread(tmp_path):
             assert check.check_slice(readers, batch, two, buf, True, ex) > 0
         np.testing.assert_array_equal(one, np.isin(batch, stored))
         np.testing.assert_array_equal(two, one)
+
+
+def test_the_remover_removes_every_path_and_reports_a_failure_after_all(tmp_path):
+    """Removals run on the remover's thread; ``wait`` returns once all are done. A path
+    already gone is no error; any other failure (a folder: not a file to unlink) is
+    raised by ``wait``, after every other removal asked was done."""
+    paths = [tmp_path / f"b{i}.bin" for i in range(20)]
+    for p in paths:
+        p.write_bytes(b"k" * 8)
+    (tmp_path / "d").mkdir()
+    remover = buckets.Remover()
+    for p in paths[:10]:
+        remover(str(p))
+    remover(str(tmp_path / "gone.bin"))
+    remover.wait()
+    assert [p.exists() for p in paths] == [False] * 10 + [True] * 10
+    remover(str(tmp_path / "d"))
+    for p in paths[10:]:
+        remover(str(p))
+    with pytest.raises(OSError):
+        remover.wait()
+    assert not any(p.exists() for p in paths) and (tmp_path / "d").is_dir()
+    remover.wait()  # the failure was reported once
+
+
+def test_slices_hand_every_bucket_they_read_to_remove(tmp_path, tiny):
+    """``slices`` calls ``remove`` for the bucket and for every key range it was split
+    into, once each, and only after reading it: with a remover that keeps the files,
+    every file the slicing made (and only those) is named, and the slices still hold
+    the bucket's keys."""
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 2**64, 200, dtype=np.uint64)
+    path = str(tmp_path / "s0000.bin")
+    _write(path, keys)
+    removed = []
+    slab = np.empty(3, dtype=np.uint64)
+    got = [s.copy() for s in buckets.slices(path, 0, 2**64 - 1, buckets.Budget(1 << 30),
+                                            slab, lambda *_: None, 1, Clock(),
+                                            removed.append)]
+    assert np.array_equal(np.concatenate(got), np.unique(keys))
+    made = {path} | {os.path.join(d, f) for d, _, fs in os.walk(str(tmp_path)) for f in fs}
+    assert len(removed) == len(set(removed)) and set(removed) == made
+    # each slice is one leaf bucket's, and the bucket itself was split: all named
+    assert len(got) > 1 and len(removed) >= len(got) + 1
