@@ -18,6 +18,7 @@ from seenstore.errors import CorruptionError, InvalidInputError, StoreNotFoundEr
 from seenstore.kernels.dispatch import batch as _kernels
 from seenstore.keys import sort as sorting
 from seenstore.runtime.pool import shared_pool
+from seenstore.runtime.readahead import will_need_file
 
 MIN_MEMORY = 16 << 20  # below this the fixed buffers alone would not fit
 MAX_PARTS = 256  # a too-large bucket splits into at most this many key ranges per level
@@ -320,16 +321,9 @@ def slices(path: str, lo: int, hi: int, budget: Budget, slab: np.ndarray, fault,
                           remove)
 
 
-def read_ahead(path: str) -> None:
-    """Let the OS start reading the bucket ``path`` (the next shard's, read whole
-    once this shard is checked); a no-op without posix_fadvise."""
-    if not hasattr(os, "posix_fadvise"):
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-    finally:
-        os.close(fd)
+def read_ahead(paths: list) -> None:
+    """Let the OS start reading the buckets ``paths`` (the next shard's, read whole
+    once this shard is checked) into the page cache: ``readahead.will_need_file``,
+    whose stepped calls read all of a bucket, not just its first 2 MiB."""
+    for path in paths:
+        will_need_file(path)

@@ -24,6 +24,7 @@ import xxhash
 from seenstore.errors import CorruptionError, InvalidInputError, NotSupportedError, StoreIOError
 from seenstore.kernels import codec as K
 from seenstore.kernels.merge import is_strictly_increasing
+from seenstore.runtime.readahead import will_need
 from seenstore.store.runs.format import (COMPRESSED_MAJOR, COMPRESSED_MINOR, HASH_XXH3_64,
                                         HEADER_SIZE, MAGIC, RunIdentity)
 from seenstore.store.runs.reader import RunReader
@@ -275,10 +276,10 @@ class CompressedRunReader:
         return int(self._offsets[b0]), int(end)
 
     def _read_ahead(self, fd: int, b0: int, b1: int) -> None:
-        """Let the OS start reading blocks b0..b1-1 (a no-op without posix_fadvise)."""
-        if hasattr(os, "posix_fadvise"):
-            a, e = self._block_range(b0, b1)
-            os.posix_fadvise(fd, HEADER_SIZE + 8 * a, 8 * (e - a), os.POSIX_FADV_WILLNEED)
+        """Let the OS start reading blocks b0..b1-1 (``readahead.will_need``: all of
+        them, not only the first 2 MiB)."""
+        a, e = self._block_range(b0, b1)
+        will_need(fd, HEADER_SIZE + 8 * a, 8 * (e - a))
 
     def _blocks(self, per: int, b_lo: int = 0, b_hi: int | None = None):
         """Blocks ``b_lo``..``b_hi``-1 read ``per`` at a time (the OS asked to read the
