@@ -93,6 +93,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
     # the next bucket's read ahead (stepped WILLNEED calls: their page allocations,
     # 1.6 ns per key, off the checking thread)
     ahead = shared_pool(1, "seenstore-bucket-ahead")
+    reading_ahead = None  # the last read ahead asked (one thread: the others are done)
     figures = {"offered": 0, "unique": 0, "new": 0, "slices": 0, "bytes_spilled": 0,
                "bytes_read": 0, "bytes_written": 0, "compact_wait_s": 0.0}
     clock = Clock()
@@ -173,7 +174,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         plan = [spilled.of(s) for s in order]  # each shard's buckets, key ranges in order
         # every bucket in the order read; the next one is read ahead while one is checked
         queue = [bucket for parts in plan for bucket, _, _ in parts]
-        ahead.submit(buckets.read_ahead, queue[:1])
+        reading_ahead = ahead.submit(buckets.read_ahead, queue[:1])
         at = 0
         for i, s in enumerate(order):
             parts = plan[i]
@@ -181,7 +182,7 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
             whole = len(parts) == 1 and os.path.getsize(parts[0][0]) // 8 <= budget.slice_keys
             for bucket, lo, hi in parts:  # key ranges, lowest first
                 at += 1
-                ahead.submit(buckets.read_ahead, queue[at:at + 1])
+                reading_ahead = ahead.submit(buckets.read_ahead, queue[at:at + 1])
                 for keys in buckets.slices(bucket, lo, hi, budget, slab, fault, store.threads,
                                            clock, remover):
                     figures["unique"] += len(keys)
@@ -255,6 +256,8 @@ def admit_file(store, path, memory: int, fault, new_out: str | None = None,
         raise
     finally:
         store._spill_phase = None
+        if reading_ahead is not None:  # a hint: its errors are its own (none raised)
+            wait([reading_ahead])
         try:
             remover.wait()  # before the folder goes: no removal outlives the batch
         except OSError:
