@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -29,10 +29,9 @@ from seenstore.bloom import BloomFilter
 from seenstore.errors import ClosedError, CorruptionError, InvalidInputError, MismatchError
 from seenstore.kernels.dispatch import batch as _kernels
 from seenstore.keys.sort import sort_keys, sort_unique_keys
-from seenstore.url.normalise import all_strs_or_bytes
 from seenstore.runtime.parallel import check_threads
 from seenstore.url.policy import DEFAULT_POLICY, Policy
-from seenstore.admitted import Admitted
+from seenstore.admitted import Admitted, offered_items
 from seenstore.store import BLOOM_NAME, SeenStore
 from seenstore.store import urls as urlcalls
 from seenstore.store.files import EVIDENCE_LOG
@@ -270,7 +269,7 @@ class DedupStage:
 
     def _keys_of(self, items) -> np.ndarray:
         """The keys of URLs (under the stage's policy) or keys, checked as offers are."""
-        items, is_urls = _items(items)
+        items, is_urls = offered_items(items)
         if is_urls:
             return urlcalls.normalised(items, None, self._url_policy(), self.layout,
                                        self.threads).keys
@@ -322,7 +321,7 @@ class DedupStage:
         of URLs (str/bytes), not both; a single str/bytes is one URL."""
         if self._closed:
             raise ClosedError("the dedup stage is closed")
-        items, is_urls = _items(items)
+        items, is_urls = offered_items(items)
         if payloads is not None and (not hasattr(payloads, "__len__")
                                      or len(payloads) != len(items)):
             raise InvalidInputError("payloads must have one entry per offered item")
@@ -874,36 +873,6 @@ def _mark_sorted(needles: np.ndarray, chunk: np.ndarray, out: np.ndarray) -> Non
         sub = needles[a:b]
         p = np.minimum(np.searchsorted(chunk, sub), len(chunk) - 1)
         out[a:b] |= chunk[p] == sub
-
-
-def _items(items) -> tuple:
-    """``items`` as offered (see ``_prepare``) checked and read once: (a uint64 array,
-    list or tuple, whether they are URLs). Raises InvalidInputError."""
-    if isinstance(items, (str, bytes)):
-        items = [items]
-    elif isinstance(items, Mapping) or not isinstance(items, (np.ndarray, Iterable)):
-        raise InvalidInputError(
-            f"offer takes keys (a uint64 array or ints) or URLs (str/bytes), in a list "
-            f"or any iterable; got {type(items).__name__}")
-    elif not isinstance(items, (np.ndarray, list, tuple)):
-        items = list(items)  # generators, sets, ranges ...: read once
-    is_urls = (not isinstance(items, np.ndarray) and len(items) > 0
-               and isinstance(items[0], (str, bytes)))
-    if is_urls:
-        _check_all_urls(items)
-    return items, is_urls
-
-
-def _check_all_urls(items) -> None:
-    """Requires: a sequence whose first item is a URL. InvalidInputError naming the
-    first item that is not one (a list mixing keys and URLs)."""
-    if all_strs_or_bytes(items):
-        return
-    for i, x in enumerate(items):
-        if not isinstance(x, (str, bytes)):
-            raise InvalidInputError(
-                f"offer mixes URLs and other items: item {i} is {type(x).__name__} {x!r:.60}; "
-                "offer either URLs (str/bytes) or keys (ints), one kind per call")
 
 
 __all__ = ["Admitted", "DedupStage"]

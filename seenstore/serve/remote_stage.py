@@ -17,11 +17,10 @@ and ``requeue`` on a store with values. A request the server cannot answer raise
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from seenstore.admitted import Admitted
+from seenstore.admitted import Admitted, offered_items
 from seenstore.errors import ClosedError, InvalidInputError
 from seenstore.keys.batch import as_keys
 from seenstore.serve.client import Client
@@ -47,18 +46,11 @@ class RemoteStage:
     def offer(self, items, payloads=None, *, base: str | None = None) -> Admitted:
         if self._closed:
             raise ClosedError("the dedup stage is closed")
-        if isinstance(items, (str, bytes)):
-            items = [items]
-        elif isinstance(items, Mapping) or not isinstance(items, (np.ndarray, Iterable)):
-            raise InvalidInputError("offer takes keys or URLs, in a list or any iterable")
-        elif not isinstance(items, (np.ndarray, list, tuple)):
-            items = list(items)
+        items, is_urls = offered_items(items)
         if payloads is not None and len(payloads) != len(items):
             raise InvalidInputError("payloads must have one entry per offered item")
         self._stats["offered"] += len(items)
         self._stats["requests"] += 1
-        is_urls = (not isinstance(items, np.ndarray) and len(items) > 0
-                   and isinstance(items[0], (str, bytes)))
         if not is_urls:
             keys = as_keys(items)
             new = self.client.add(keys) if len(keys) else np.zeros(0, dtype=bool)

@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("aiohttp")
 
 from seenstore import Client, normalise  # noqa: E402
+from seenstore.errors import InvalidInputError  # noqa: E402
 from seenstore.serve.client import ServerError  # noqa: E402
 from seenstore.serve.server import check_listen, is_loopback  # noqa: E402
 from serveproc import ServerProc, env  # noqa: E402
@@ -399,6 +400,29 @@ def test_dedup_stages_over_one_server_hand_each_url_out_once(server):
     with DedupStage.open(server.url) as stage:
         assert len(stage.offer(np.array([1, 2, 2], dtype=np.uint64))) == 2
         assert len(stage.offer(["HTTP://S.test:80/p/7#x"])) == 0
+
+
+def test_a_remote_stage_refuses_what_a_local_stage_refuses(server, tmp_path):
+    """``offer`` checks its items the same way over the server as on a local store
+    (admitted.offered_items): a list mixing URLs and keys, a mapping, a lone number
+    are InvalidInputError, and the call admits nothing (a remote stage rejected the
+    odd items one by one and admitted the URLs among them)."""
+    from seenstore import DedupStage
+    from seenstore.store import wal
+
+    bad = [["http://mix.test/1", 5], ["http://mix.test/1", b"http://mix.test/2", 3.5],
+           {"http://mix.test/1": 1}, 42]
+    with DedupStage.open(server.url) as remote, \
+            DedupStage.open(str(tmp_path / "local"), create=True, sync=False,
+                            wal_sync=wal.SYNC_NEVER) as local:
+        for items in bad:
+            for stage in (remote, local):
+                with pytest.raises(InvalidInputError) as e:
+                    stage.offer(items)
+                if isinstance(items, list):
+                    assert "mixes URLs and other items" in str(e.value)
+        for stage in (remote, local):  # nothing of the refused calls was admitted
+            assert len(stage.offer(["http://mix.test/1", b"http://mix.test/2"])) == 2
 
 
 def test_async_client_has_the_store_calls(server):
