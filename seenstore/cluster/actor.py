@@ -244,9 +244,7 @@ class ShardActor:
         """This shard's ``SeenStore.due`` keys and their ``next_due`` (for the client's
         merge of every shard's, soonest first)."""
         with self._lock:
-            st = self._need()
-            keys = st.due(now, limit)
-            return keys, st.get(keys)["next_due"]
+            return self._need().due(now, limit, times=True)
 
     def select(self, state: int, limit: int | None) -> np.ndarray:
         with self._lock:

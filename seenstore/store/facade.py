@@ -622,13 +622,15 @@ class SeenStore:
         from seenstore.store import values
         return values.counts(self)
 
-    def due(self, now: int, limit: int | None = None) -> np.ndarray:
+    def due(self, now: int, limit: int | None = None, *, times: bool = False):
         """Stored keys whose ``next_due`` is set (not 0) and <= ``now`` (whole seconds),
         by ``next_due`` then key, at most ``limit`` (None or >= 0): uint64. One sweep of
-        the value files. InvalidInputError for a ``now`` that is not a finite 64-bit
-        number of seconds, or a bad ``limit``."""
+        the value files. ``times``: return ``(keys, next_due)``, their ``next_due``
+        (int64) aligned, which the sweep read anyway (a merge of several stores' answers
+        by time needs them). InvalidInputError for a ``now`` that is not a finite
+        64-bit number of seconds, or a bad ``limit``."""
         from seenstore.store import values
-        return values.due(self, now, limit)
+        return values.due(self, now, limit, times=bool(times))
 
     def select(self, state, limit: int | None = None) -> np.ndarray:
         """Stored keys whose state is ``state`` (a State, its number or its name),

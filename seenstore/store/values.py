@@ -488,7 +488,7 @@ def check_limit(limit, what: str) -> int | None:
     return int(limit)
 
 
-def due(store, now: int, limit: int | None = None) -> np.ndarray:
+def due(store, now: int, limit: int | None = None, times: bool = False):
     """``SeenStore.due``'s body (its docstring)."""
     require(store)
     now = check_now(now)
@@ -499,7 +499,7 @@ def due(store, now: int, limit: int | None = None) -> np.ndarray:
     here = check.contains(store, keys)
     keys, nd = keys[here], nd[here]
     order = np.lexsort((keys, nd))[:limit]
-    return keys[order]
+    return (keys[order], nd[order]) if times else keys[order]
 
 
 def select(store, state, limit: int | None = None) -> np.ndarray:

@@ -147,6 +147,11 @@ def test_url_forms_and_due_urls(tmp_path):
         keys = s.due(3)
         assert keys[0] < keys[1] and s.due_urls(3, limit=1) == due[:1]
         assert s.due(3.9).tolist() == keys.tolist()  # whole seconds
+        both, times = s.due(3, times=True)  # next_due 1, 1, 2, 3 beside their keys
+        assert both.tolist() == keys.tolist() and times.tolist() == [1, 1, 2, 3]
+        assert times.tolist() == s.get(keys)["next_due"].tolist()
+        one, first = s.due(3, limit=1, times=True)
+        assert one.tolist() == keys[:1].tolist() and first.tolist() == [1]
         for bad in (float("nan"), float("inf"), 1e30, "soon"):
             with pytest.raises(InvalidInputError, match="now"):
                 s.due(bad)

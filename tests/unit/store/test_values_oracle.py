@@ -107,8 +107,10 @@ class ValuesOracle(RuleBasedStateMachine):
     def due(self, now, limit):
         want = sorted((r["next_due"], k) for k, r in self.recs.items()
                       if 0 < r["next_due"] <= now)
-        want = [k for _, k in want][:limit]
-        assert self.store.due(now, limit).tolist() == want
+        assert self.store.due(now, limit).tolist() == [k for _, k in want][:limit]
+        keys, times = self.store.due(now, limit, times=True)  # with each key's next_due
+        assert (list(zip(times.tolist(), keys.tolist())) == want[:limit]
+                and times.dtype == np.int64)
 
     @rule(state=st.sampled_from(list(State)), limit=st.sampled_from([None, 2]))
     def select(self, state, limit):
