@@ -17,7 +17,13 @@ few ms), since the kernels beat their twins at every size (``live``). A first sm
 run still never imports numba; a long-lived process (a pipeline, the stage, a
 benchmark) stops paying the twins' 5-15x on its small calls, which are common: a
 batch of 1e6 keys checks each of its shards' ~6e4 keys against runs of similar size,
-calls below ``SMALL`` items (docs/architecture.md, module map).
+calls below ``SMALL`` items (docs/architecture.md, module map). A process whose
+calls all stay small (a crawler calling ``add_urls`` with 1e4 links at a time) takes
+the kernels the same way once its calls have put ``TWIN_ITEMS`` items through the
+twins (``settled``): by then the twins have cost it about what importing numba and
+loading the kernels from its cache does (~0.5 s), and each further call runs 4-15x
+faster. A kernel that would compile keeps its twin (asked again after another
+``TWIN_ITEMS`` items: compiling costs 10-40 s, ``seenstore warmup`` does it ahead).
 
 The twins compute exactly what the kernels do (same bits in the Bloom filter,
 same outputs); tests/unit/kernels/test_dispatch.py checks each against its kernel.
@@ -42,6 +48,12 @@ from seenstore.kernels.twins import (batch as tw_batch, bloom as tw_bloom,
 # "First run"), so a call of 1e5 keys loses ~0.3 s to the twins, while compiling the
 # kernels costs 10-40 s once.
 SMALL = int(os.environ.get("SEENSTORE_JIT_MIN", 100_000))
+
+# Items (each call's size, summed) a process puts through the twins before its small
+# calls take the kernels that load without compiling (``settled``): ~0.5-1 s of twin
+# work, what numba's import and first cache loads cost once.
+TWIN_ITEMS = int(os.environ.get("SEENSTORE_TWIN_ITEMS", 1_000_000))
+_twin_items = [0]  # items this process's calls put through the twins (approximate: no lock)
 
 on_compile: Callable[[], None] | None = None  # called once, before the first compile
 lean_numba = False  # set by the CLI: load numba without scipy (see _numba_without_scipy)
@@ -97,6 +109,13 @@ def jit_live() -> bool:
 _live_seen = [False]
 
 
+def settled() -> bool:
+    """True once this process's calls have put ``TWIN_ITEMS`` items through the twins:
+    a long-lived process whose small calls should take the kernels that load without
+    compiling, though no large call has run one yet."""
+    return _twin_items[0] >= TWIN_ITEMS
+
+
 def running_kernels() -> bool:
     """``jit_live``, unless ``twins_only`` plays a fresh process: a caller whose small
     calls should take the kernels once this process runs them (a large Bloom filter's)."""
@@ -105,8 +124,9 @@ def running_kernels() -> bool:
 
 def live(kernel) -> bool:
     """True when a small call may take ``kernel`` instead of its twin: this process
-    already runs kernels (``jit_live``) and calling this one will not compile."""
-    return not _twins_forced and jit_live() and not _will_compile(kernel)
+    already runs kernels (``jit_live``) or has ``settled``, and calling this one will
+    not compile."""
+    return not _twins_forced and (jit_live() or settled()) and not _will_compile(kernel)
 
 
 def announce(kernel) -> None:
@@ -185,10 +205,12 @@ class _Family:
         twin, size = self._twins.get(name, (None, None))
         family = self
         ready = [False]  # once the kernel is live here it stays so
+        cold_at = [-1]  # twin items when a settled process found it would compile
 
         def call(*args):
             if twin is not None and (_twins_forced or not ready[0]) and size(args) < SMALL:
-                if not family._live(name):
+                if not family._live(name, cold_at):
+                    _twin_items[0] += size(args)
                     return twin(*args)
                 ready[0] = True
             kernel = family.kernel(name)
@@ -200,12 +222,23 @@ class _Family:
                         "SMALL while the kernel is not live (dispatch.live).")
         return call
 
-    def _live(self, name: str) -> bool:
+    def _live(self, name: str, cold_at: list | None = None) -> bool:
         """``live`` for kernel ``name``, without fetching the kernel (importing numba)
-        when it cannot be."""
-        if _twins_forced or not jit_live():
+        when it cannot be. ``cold_at``: where a settled process (not ``jit_live``)
+        found that the kernel would compile, in twin items, so it asks numba's cache
+        again only after another TWIN_ITEMS (not at every small call)."""
+        if _twins_forced:
             return False
-        return live(self.kernel(name))
+        if not jit_live():
+            if not settled():
+                return False
+            if cold_at is not None and cold_at[0] >= 0 \
+                    and _twin_items[0] - cold_at[0] < TWIN_ITEMS:
+                return False
+        ok = live(self.kernel(name))
+        if not ok and cold_at is not None and not jit_live():
+            cold_at[0] = _twin_items[0]
+        return ok
 
 
 def _keys_len(args) -> int:  # (words, keys, ...): the filter's size does not count

@@ -295,3 +295,43 @@ def test_small_sorts_take_the_radix_sort_only_where_this_process_chose_it(monkey
     assert sorting._method_for(n, "sort_unique") == "numpy"
     monkeypatch.setenv(sorting.ENV, "radix")
     assert sorting._method_for(n, "sort_unique") == "radix"
+
+
+def test_a_process_of_small_calls_takes_the_kernels_once_settled(monkeypatch):
+    """A process whose calls all stay below SMALL (never ``jit_live`` from a large
+    call) takes its twins until they have done TWIN_ITEMS items, then the kernel
+    where it loads without compiling; a kernel that would compile keeps its twin and
+    numba's cache is asked again only after another TWIN_ITEMS items. Same answers."""
+    run = np.arange(0, 30_000, 3, dtype=np.uint64)
+    batch = np.arange(0, 30_000, 2, dtype=np.uint64)
+    want = np.isin(batch, run)  # a call of 25,000 items (the run's and the batch's keys)
+
+    def sweep():
+        found = np.zeros(len(batch), np.bool_)
+        D.merge.sweep_sorted(run, len(run), batch, 0, found)
+        return found
+
+    D.merge.kernel("sweep_sorted")(run, len(run), batch, 0, np.zeros(len(batch), np.bool_))
+    twin, size = D.merge._twins["sweep_sorted"]
+    calls = []
+    monkeypatch.setitem(D.merge._twins, "sweep_sorted",
+                        (lambda *a: calls.append(1) or twin(*a), size))
+    monkeypatch.setattr(D.merge, "_cache", {})  # a fresh dispatch function
+    monkeypatch.setattr(D, "_live_seen", [False])  # a fresh process ...
+    monkeypatch.setattr(D, "_twin_items", [0])
+    monkeypatch.setattr(D, "TWIN_ITEMS", 100_000)
+    monkeypatch.setattr(D, "SMALL", 10**9)  # ... whose calls are all small
+    for _ in range(4):  # 0, 25,000, 50,000, 75,000 items done before each: below 100,000
+        assert np.array_equal(sweep(), want)
+    assert len(calls) == 4 and D._twin_items[0] == 100_000 and not D.jit_live()
+    assert np.array_equal(sweep(), want) and len(calls) == 4  # settled: the kernel
+    assert D.jit_live()  # and this process runs kernels from now on
+
+    # a settled process whose kernel would compile: the twin, the cache asked rarely
+    asked = []
+    monkeypatch.setattr(D.merge, "_cache", {})
+    monkeypatch.setattr(D, "_live_seen", [False])
+    monkeypatch.setattr(D, "_will_compile", lambda kernel: asked.append(1) or True)
+    for _ in range(6):  # asked at the first call, then only once 100,000 more went by
+        assert np.array_equal(sweep(), want)
+    assert len(calls) == 10 and len(asked) == 2 and not D.jit_live()
