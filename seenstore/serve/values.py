@@ -22,12 +22,10 @@ import json
 import numpy as np
 
 from seenstore.errors import InvalidInputError
-from seenstore.store.valuefiles import FIELDS, VALUE_DTYPE
+from seenstore.store.valuefiles import FIELDS, GET_DTYPE as RECORD_DTYPE, VALUE_DTYPE
 
 WIRE_DTYPE = np.dtype([("present", "u1")] + [(f, VALUE_DTYPE[f].newbyteorder("<"))
                                               for f in FIELDS])
-# SeenStore.get's dtype (store/values.py GET_DTYPE), built here from the same fields
-RECORD_DTYPE = np.dtype([("present", np.bool_)] + [(f, VALUE_DTYPE[f]) for f in FIELDS])
 MAX_KEY = (1 << 64) - 1
 
 

@@ -39,6 +39,8 @@ VALUE_DTYPE = np.dtype([("state", "u1"), ("retries", "u1"), ("status", "<u2"),
                         ("fetched_at", "<i8"), ("next_due", "<i8"), ("digest", "<u8")])
 FIELDS = VALUE_DTYPE.names
 FULL_MASK = (1 << len(FIELDS)) - 1
+# SeenStore.get's answer: whether the key is stored, then its record
+GET_DTYPE = np.dtype([("present", np.bool_)] + [(f, VALUE_DTYPE[f]) for f in FIELDS])
 BLOCK_ENTRIES = 1 << 14
 NAME_RE = re.compile(r"^v-q(\d{10})(-\d{10})?\.val(\.tmp)?$")
 

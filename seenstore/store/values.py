@@ -34,14 +34,13 @@ from seenstore.frontier.state import State, parse_state
 from seenstore.keys.batch import as_keys
 from seenstore.store import check
 from seenstore.store.files import fault
-from seenstore.store.valuefiles import (FIELDS, FULL_MASK, VALUE_DTYPE, ValueFile, columns,
-                                        file_name, open_all, write_file)
+from seenstore.store.valuefiles import (FIELDS, FULL_MASK, GET_DTYPE, VALUE_DTYPE, ValueFile,
+                                        columns, file_name, open_all, write_file)
 
 __all__ = ["VALUE_DTYPE", "GET_DTYPE", "FIELDS", "State", "check_fields", "named_states",
            "check_update", "update", "get", "counts", "recount", "due", "select",
            "reset_records", "on_forget", "on_rebuild", "maybe_merge", "merge_value_files"]
 
-GET_DTYPE = np.dtype([("present", np.bool_)] + [(f, VALUE_DTYPE[f]) for f in FIELDS])
 MAX_VALUE_FILES = 16  # more value files than this: MERGE_FILES consecutive ones merged
 MERGE_FILES = 8
 N_STATES = len(State)
@@ -92,9 +91,11 @@ def _write(store, keys: np.ndarray, mask: int, cols: dict) -> dict:
 
 
 # ------------------------------------------------------------------ field values
-def _fields(given: dict, n: int, what: str) -> dict:
-    """``given`` checked: known field names, each a scalar or an array of ``n``,
-    cast to its dtype (``state``: a State, its number or its name, or a list of them)."""
+def check_fields(given: dict, n: int, what: str) -> dict:
+    """``given`` checked: known field names, each a scalar or an array of ``n``, cast
+    to its dtype (``state``: a State, its number or its name, or a list of them).
+    Public for callers that check before any store sets one (a ShardedStore's shards
+    each set their part; the server checks before a request queues)."""
     out = {}
     for name, v in given.items():
         if name not in FIELDS:
@@ -127,10 +128,6 @@ def named_states(v):
         return [int(parse_state(x)) if isinstance(x, str) else x for x in v]
     return v
 
-
-# the check, for callers that must check fields before any store sets one (a
-# ShardedStore's shards each set their part)
-check_fields = _fields
 
 
 def _columns(fields: dict, pick=None) -> dict:
@@ -253,7 +250,7 @@ def check_update(store, keys, initial: dict, admit=None) -> np.ndarray:
     call that admits (default ``store.add``; a URL batch passes its own)."""
     require(store)
     keys = as_keys(keys)
-    fields = {n: a for n, a in _fields(initial, len(keys), "check_update").items() if a.any()}
+    fields = {n: a for n, a in check_fields(initial, len(keys), "check_update").items() if a.any()}
     store._on_values = ValuesHook(store, keys, fields) if fields else None
     try:
         mask = (admit or store.add)(keys)
@@ -270,7 +267,7 @@ def update(store, keys, fields: dict) -> np.ndarray:
     keys = as_keys(keys)
     if not fields:
         raise InvalidInputError("update needs at least one field to set")
-    given = _fields(fields, len(keys), "update")
+    given = check_fields(fields, len(keys), "update")
     with store._mutex:
         store._join_compactor(stop=True)  # its commits must not race this one
         mask = check.contains(store, keys)  # every occurrence of a stored key
