@@ -508,13 +508,17 @@ class ShardedStore:
         order = np.argsort(sid, kind="stable")
         return order, keys[order], np.searchsorted(sid[order], np.arange(n + 1))
 
-    def _by_shard(self, keys: np.ndarray, method: str, dtype) -> np.ndarray:
+    def _by_shard(self, keys: np.ndarray, method: str, dtype,
+                  fields: dict | None = None) -> np.ndarray:
         """Shard method ``method`` on each shard's part of ``keys`` (for every shard
-        holding any), its answers (arrays aligned with the part) aligned with ``keys``."""
+        holding any), its answers (arrays aligned with the part) aligned with ``keys``.
+        ``fields``: checked fields (scalars, or arrays aligned with ``keys``), each
+        shard's part passed after its keys."""
         order, part, bounds = self._grouped(keys)
         jobs = [i for i in range(len(self.actors)) if bounds[i] < bounds[i + 1]]
+        extra = {} if fields is None else _field_parts(fields, order, bounds)
         res = self._call(jobs, lambda i: getattr(self.actors[i], method).remote(
-            part[bounds[i]:bounds[i + 1]]))
+            part[bounds[i]:bounds[i + 1]], *([extra[i]] if fields is not None else [])))
         return _ungrouped(res, order, bounds, len(keys), dtype)
 
     # ------------------------------------------------ values (a store with values)
@@ -548,13 +552,8 @@ class ShardedStore:
         keys = as_keys(keys)
         if not fields:
             raise InvalidInputError("update needs at least one field to set")
-        given = check_fields(fields, len(keys), "update")
-        order, part, bounds = self._grouped(keys)
-        parts = _field_parts(given, order, bounds)
-        jobs = sorted(parts)
-        res = self._call(jobs, lambda i: self.actors[i].update.remote(
-            part[bounds[i]:bounds[i + 1]], parts[i]))
-        return _ungrouped(res, order, bounds, len(keys), np.bool_)
+        return self._by_shard(keys, "update", np.bool_,
+                              check_fields(fields, len(keys), "update"))
 
     def get(self, keys) -> np.ndarray:
         """``SeenStore.get`` over the shards: records aligned with ``keys``."""
