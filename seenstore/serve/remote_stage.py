@@ -103,12 +103,8 @@ class RemoteStage:
         if self._closed:
             raise ClosedError("the dedup stage is closed")
         state = parse_state(state)
-        if isinstance(items, (str, bytes)):
-            items = [items]
-        if not isinstance(items, np.ndarray):
-            items = list(items)
-        if len(items) and not isinstance(items, np.ndarray) and isinstance(items[0],
-                                                                          (str, bytes)):
+        items, is_urls = offered_items(items)  # checked as offers are, as a local stage's
+        if is_urls:
             return int(self.client.update_urls(items, state=int(state), **fields).sum())
         keys = as_keys(items)
         if not len(keys):
